@@ -1,0 +1,5 @@
+import sys
+
+from hacfg.cli import main
+
+sys.exit(main())

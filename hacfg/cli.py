@@ -1,0 +1,164 @@
+"""The ``hacfg`` command line: a thin shell over the library.
+
+Each command imports what it needs when it runs, so ``hacfg --help`` and a one-file build
+start fast. Exit codes: 0 ok, 1 findings, 2 bad input or usage, 3 internal error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Literal, Optional
+
+import typer
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_INPUT = 2
+EXIT_INTERNAL = 3
+
+Scenario = Literal["single-node", "multi-node", "llm-long-term"]
+PlatformName = Literal["huaweicloud", "otc"]
+
+app = typer.Typer(
+    name="hacfg",
+    help="Fault tolerance for ML training jobs: build, lint and supervise from one ha.yaml.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from hacfg import __version__
+
+        typer.echo(f"hacfg {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
+) -> None:
+    """Fault tolerance for ML training jobs: build, lint and supervise from one ha.yaml."""
+
+
+def _scenario_file(file: str) -> Path:
+    """A path, or the name of an installed preset."""
+    path = Path(file)
+    if path.exists() or "/" in file or file.endswith((".yaml", ".yml", ".json")):
+        return path
+    from hacfg.config import available_presets
+
+    return available_presets().get(file, path)
+
+
+def _note(message: str) -> None:
+    typer.echo(f"hacfg: note: {message}", err=True)
+
+
+def _write(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from hacfg.fsutil import atomic_write
+
+    try:
+        atomic_write(output, text)
+    except OSError as err:
+        from hacfg.source import InputError
+
+        raise InputError(f"cannot write: {err.strerror or err}", file=str(output)) from None
+
+
+@app.command()
+def build(
+    file: str = typer.Argument(..., help="A scenario file, or the name of a preset."),
+    target: str = typer.Option("modelarts", "--target", "-t", help="Compile target (see `hacfg plugins`)."),
+    platform: Optional[PlatformName] = typer.Option(None, "--platform", help="Override the file's platform (limits differ)."),
+    only: Optional[str] = typer.Option(None, "--only", help="Print one part of the output, e.g. 'annotations'."),
+    into: Optional[Path] = typer.Option(None, "--into", help="Merge into this existing request body (in place unless -o)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout (atomically)."),
+) -> None:
+    """Compile a scenario file into a validated job request."""
+    from hacfg import build as builder
+    from hacfg.config import load_config
+    from hacfg.source import load
+
+    loaded = load_config(_scenario_file(file), platform=platform)
+    chosen = builder.get_target(target)
+    existing = load(into) if into is not None else None
+    text, notes = builder.compile_config(loaded, chosen, only=only, into=existing)
+    for note in notes:
+        _note(note)
+    _write(text, output or into)
+
+
+@app.command()
+def schema(
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+) -> None:
+    """Print the JSON Schema of the scenario file format (for editors and CI)."""
+    import json
+
+    from hacfg.config import json_schema
+
+    _write(json.dumps(json_schema(), indent=2) + "\n", output)
+
+
+@app.command()
+def init(
+    scenario: Scenario = typer.Option("multi-node", "--scenario", "-s"),
+    output: Path = typer.Option(Path("ha.yaml"), "--output", "-o", help="Where to write the file."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+) -> None:
+    """Write a commented starting scenario file."""
+    from hacfg.source import InputError
+    from hacfg.starter import starter
+
+    if output.exists() and not force:
+        raise InputError("already exists; pass --force to overwrite it", file=str(output))
+    _write(starter(scenario), output)
+    typer.echo(f"wrote {output}", err=True)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run the CLI and map every outcome onto the documented exit codes."""
+    from hacfg.config import ConfigInvalid
+    from hacfg.source import InputError
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in args or os.environ.get("HACFG_DEBUG", "") not in ("", "0")
+    try:
+        app(args=args, prog_name="hacfg")  # usage errors exit 2 here, through SystemExit
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (EXIT_OK if done.code is None else EXIT_INPUT)
+    except ConfigInvalid as err:
+        for error in err.errors:
+            typer.echo(str(error), err=True)
+        return EXIT_INPUT
+    except InputError as err:
+        typer.echo(str(err) if err.file else f"hacfg: error: {err}", err=True)
+        return EXIT_INPUT
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (| head): nothing left to say
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        typer.echo(f"hacfg: internal error: {type(err).__name__}: {err} (this is a bug; --debug shows the traceback)", err=True)
+        return EXIT_INTERNAL
+    finally:
+        if "hacfg.plugin_manager" in sys.modules:
+            sys.modules["hacfg.plugin_manager"].report_failures(lambda line: typer.echo(line, err=True))
+    return EXIT_OK

@@ -1,0 +1,296 @@
+"""The scenario file, format version 1: the one model that the linter, the targets and the agent read.
+
+``load_config`` is the whole front end: parse with positions, merge over the preset the file
+extends, validate, and map every validation error back to ``file:line:col``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, WithJsonSchema, field_validator
+
+from hacfg import platform as ma
+from hacfg import plugin_manager
+from hacfg.source import Document, InputError, LogicalPath, Span, did_you_mean, dotted, load
+
+Scenario = Literal["single-node", "multi-node", "llm-long-term"]
+Platform = Literal["huaweicloud", "otc"]
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+DURATION_PATTERN = r"^(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?$"
+
+
+def parse_duration(value: Any) -> Any:
+    """``90s``, ``30m``, ``2h``, ``1d`` or a combination such as ``1h30m``."""
+    if isinstance(value, timedelta):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"a duration needs a unit, like '30m' or '2h' (got {value!r})")
+    match = _DURATION.fullmatch(value.strip())
+    if not value.strip() or not match:
+        raise ValueError(f"{value!r} is not a duration; use a number and a unit: 90s, 30m, 2h, 1d")
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def format_duration(value: timedelta) -> str:
+    """The shortest spelling that ``parse_duration`` reads back."""
+    seconds = int(value.total_seconds())
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            amount, seconds = divmod(seconds, size)
+            if amount or not parts:
+                parts.append(f"{amount}{unit}")
+    return "".join(parts)
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN, "examples": ["90s", "30m", "2h", "1d"]}),
+]
+
+
+def _numbers_as_strings(value: Any) -> Any:
+    """Environment values are strings on the platform; a YAML number is what the user meant."""
+    if isinstance(value, dict):
+        return {k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in value.items()}
+    return value
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Job(_Section):
+    """What runs, and where."""
+
+    name: str | None = Field(None, pattern=ma.JOB_NAME_PATTERN, description="metadata.name; defaults to the scenario name.")
+    nodes: int = Field(1, ge=1, description="spec.resource.node_count")
+    accelerator: Literal["gpu", "npu", "cpu"] = "gpu"
+    network: Literal["infiniband", "roce", "ethernet"] = "ethernet"
+    image: str | None = Field(None, description="algorithm.engine.image_url (SWR org/image:tag)")
+    command: str | None = Field(None, description="algorithm.command")
+    flavor: str | None = Field(None, description="spec.resource.flavor_id")
+    pool: str | None = Field(None, description="spec.resource.pool_id (dedicated pool)")
+    environment: Annotated[dict[str, str], BeforeValidator(_numbers_as_strings)] = Field(
+        default_factory=dict, description="algorithm.environments"
+    )
+
+
+class Checkpoint(_Section):
+    """Where the training script saves, so a restart resumes instead of starting over."""
+
+    path: str | None = Field(None, description="obs://..., or a shared mount that survives a reschedule")
+    interval: Duration | None = Field(None, description="How often the training script saves.")
+    resume: bool = Field(False, description="The script reloads the newest checkpoint at start-up.")
+
+
+class Restart(_Section):
+    """The platform's restart budgets."""
+
+    max: int = Field(
+        0, ge=0, le=ma.RETRY_LIMITS["huaweicloud"][1], description="fault-tolerance/job-retry-num; 0 turns auto restart off."
+    )
+    unconditional: bool = Field(False, description="fault-tolerance/job-unconditional-retry")
+    on_hang: bool = Field(False, description="fault-tolerance/hang-retry")
+    pod_reschedules: int = Field(0, ge=0, description="fault-tolerance/pod-retry-num")
+
+    @field_validator("max")
+    @classmethod
+    def _within_platform_limits(cls, value: int, info: ValidationInfo) -> int:
+        platform = (info.context or {}).get("platform")
+        if value and platform in ma.RETRY_LIMITS:
+            low, high = ma.RETRY_LIMITS[platform]
+            if not low <= value <= high:
+                raise ValueError(f"{platform} allows {low} to {high} restarts (0 turns auto restart off), got {value}")
+        return value
+
+
+class Hang(_Section):
+    """Suspension detection: no output, heartbeat or accelerator activity for ``timeout``."""
+
+    detect: bool = Field(True, description="Suspension detection (GPU/NPU jobs only).")
+    timeout: Duration = Field(timedelta(minutes=ma.DEFAULT_HANG_MINUTES), description="MA_HANG_DETECT_TIME, in whole minutes.")
+
+
+class HAConfig(_Section):
+    """A training job's fault-tolerance intent."""
+
+    model_config = ConfigDict(title="hacfg scenario file, version 1")
+
+    version: Literal[1]
+    scenario: Scenario
+    platform: Platform = "huaweicloud"
+    extends: str | None = Field(None, description="A preset name or a relative path; defaults to the scenario's preset.")
+    job: Job = Field(default_factory=Job)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    restart: Restart = Field(default_factory=Restart)
+    hang: Hang = Field(default_factory=Hang)
+    operator_retry: bool = Field(False, description="fault-tolerance/hccl_op_retry (Ascend supernode pools only).")
+    precheck: bool = Field(True, description="Environment pre-check before the command starts.")
+
+    @property
+    def name(self) -> str:
+        return self.job.name or self.scenario
+
+
+class ConfigError(InputError):
+    """One problem in a scenario file; ``unknown_key`` tells a misspelling from a bad value."""
+
+    def __init__(self, message: str, span, path: LogicalPath, unknown_key: bool = False):
+        super().__init__(message, span)
+        self.path = path
+        self.unknown_key = unknown_key
+
+
+class ConfigInvalid(Exception):
+    """Every problem found in a scenario file, in file order."""
+
+    def __init__(self, errors: list[InputError]):
+        super().__init__("\n".join(map(str, errors)))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A validated config and the merged document it came from (for positions)."""
+
+    config: HAConfig
+    document: Document
+
+
+def load_config(path: str | Path, *, platform: str | None = None) -> Loaded:
+    """Parse, merge over presets, and validate; raises InputError or ConfigInvalid."""
+    return validate(with_presets(load(path)), platform=platform)
+
+
+def validate(document: Document, *, platform: str | None = None) -> Loaded:
+    data = document.data
+    if not isinstance(data, dict):
+        raise ConfigInvalid([InputError("a scenario file is a mapping of keys (version, scenario, job, ...)", document.span(()))])
+    if platform is not None:
+        data = {**data, "platform": platform}
+    try:
+        config = HAConfig.model_validate(data, context={"platform": data.get("platform", "huaweicloud")})
+    except ValidationError as err:
+        raise ConfigInvalid(_errors(err, document)) from None
+    return Loaded(config=config, document=document)
+
+
+def with_presets(document: Document, chain: tuple[Path, ...] = ()) -> Document:
+    """The document merged over the preset it extends (explicitly, or through ``scenario``)."""
+    data = document.data
+    if not isinstance(data, dict):
+        return document
+    here = Path(document.path).resolve()
+    if "extends" in data:
+        base_path = find_preset(data["extends"], relative_to=here.parent, span=document.span(("extends",)))
+        if base_path.resolve() in (*chain, here):
+            names = " -> ".join(p.name for p in (*chain, here, base_path.resolve()))
+            raise InputError(f"extends cycle: {names}", document.span(("extends",)))
+    else:
+        base_path = available_presets().get(data.get("scenario"))
+        if base_path is None or base_path.resolve() in (*chain, here):
+            return document
+    base = with_presets(load(base_path), (*chain, here))
+    return _overlay(base, document)
+
+
+@functools.cache
+def available_presets() -> dict[str, Path]:
+    """Every preset by name; two plugins offering one name is an error naming both."""
+    found: dict[str, Path] = {}
+    owners: dict[str, str] = {}
+    manager = plugin_manager.get()
+    for plugin, presets in manager.results("hacfg_presets"):
+        for name, path in dict(presets).items():
+            if name in found:
+                manager.fail(plugin, "hacfg_presets", f"preset {name!r} is already provided by {owners[name]!r}")
+                continue
+            found[name], owners[name] = Path(path), plugin
+    return found
+
+
+def find_preset(reference: object, *, relative_to: Path, span: Span | None = None) -> Path:
+    """A preset by name, or a scenario file by path relative to the file that names it."""
+    if not isinstance(reference, str) or not reference:
+        raise InputError("extends: expected a preset name or a relative path", span)
+    if "/" in reference or reference.endswith((".yaml", ".yml", ".json")):
+        path = relative_to / reference
+        if not path.is_file():
+            raise InputError(f"extends: no file {reference!r} next to this file", span)
+        return path
+    presets = available_presets()
+    if reference not in presets:
+        known = ", ".join(sorted(presets)) or "none installed"
+        raise InputError(f"extends: unknown preset {reference!r}{did_you_mean(reference, list(presets))} (known: {known})", span)
+    return presets[reference]
+
+
+def _overlay(base: Document, top: Document) -> Document:
+    merged = Document(top.path, top.text, deep_merge(base.data, top.data))
+    merged.values = {**base.values, **top.values}
+    merged.keys = {**base.keys, **top.keys}
+    return merged
+
+
+def deep_merge(base: Any, top: Any) -> Any:
+    """``top`` over ``base``: mappings merge key by key, anything else replaces."""
+    if isinstance(base, dict) and isinstance(top, dict):
+        out = dict(base)
+        for key, value in top.items():
+            out[key] = deep_merge(base[key], value) if key in base else value
+        return out
+    return top
+
+
+def _fields_at(path: LogicalPath) -> list[str]:
+    model: Any = HAConfig
+    for key in path:
+        field = model.model_fields.get(key) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return []
+        model = field.annotation
+    return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
+
+
+def _errors(err: ValidationError, document: Document) -> list[InputError]:
+    errors: list[InputError] = []
+    for item in err.errors(include_url=False):
+        path = tuple(item["loc"])
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            where = f" in {dotted(path[:-1])}" if path[:-1] else ""
+            message = f"unknown key {path[-1]!r}{where}{did_you_mean(path[-1], _fields_at(path[:-1]))}"
+            errors.append(ConfigError(message, document.span(path, key=True), path, unknown_key=True))
+            continue
+        if kind == "missing":
+            message = f"missing required key {dotted(path)!r}"
+            span = document.span(path[:-1])
+        else:
+            message = f"{dotted(path)}: {_message(item)}"
+            span = document.span(path)
+        errors.append(ConfigError(message, span, path))
+    return sorted(errors, key=lambda e: (e.span.file != document.path, e.span.line, e.span.column))
+
+
+def _message(item: dict) -> str:
+    message = item["msg"].removeprefix("Value error, ")
+    if item["type"] == "literal_error":
+        choices = re.findall(r"'([^']*)'", item["ctx"]["expected"])
+        message += did_you_mean(item["input"], choices)
+    return message
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the scenario format, as committed in ``schemas/hacfg.schema.json``."""
+    schema = HAConfig.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

@@ -1,0 +1,48 @@
+"""The plugin API of hacfg: every extension point is one function below.
+
+A plugin is a module (or object) with functions of the same names, marked ``@hookimpl``::
+
+    from hacfg import hookimpl
+
+    @hookimpl
+    def hacfg_presets():
+        return {"my-cluster": Path(__file__).with_name("my-cluster.yaml")}
+
+and registered in its package's metadata under the ``hacfg`` entry-point group. hacfg's own
+presets, rules and targets are plugins registered the same way. An implementation may accept
+any subset of a hook's arguments. A plugin that fails to import or raises inside a hook is
+reported by name and the rest keep working. ``docs/plugins.md`` walks through each hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from hacfg.build import Target
+
+hookspec = pluggy.HookspecMarker("hacfg")
+hookimpl = pluggy.HookimplMarker("hacfg")
+
+
+@hookspec
+def hacfg_presets() -> Mapping[str, Path]:
+    """Scenario presets this plugin provides, as ``{name: path to a YAML scenario file}``.
+
+    A scenario file is merged over the preset named by its ``extends`` key, or by its
+    ``scenario`` when it has no ``extends``. Called once per process; two plugins offering one
+    name is an error naming both.
+    """
+
+
+@hookspec
+def hacfg_targets() -> Iterable[Target]:
+    """Compile targets, each a :class:`hacfg.build.Target` with a unique ``name``.
+
+    ``hacfg build --target NAME`` turns the validated config into that target's document,
+    validates it against the target's JSON Schema and writes it out.
+    """

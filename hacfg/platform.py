@@ -1,0 +1,42 @@
+"""ModelArts facts in one place: annotation keys, limits and settable variables.
+
+Sources are in docs/platform.md; the numbers come from the ModelArts API reference and HA
+configuration pages (Huawei Cloud) and the Open Telekom Cloud mirror, which allows fewer restarts.
+"""
+
+from __future__ import annotations
+
+JOB_RETRY_NUM = "fault-tolerance/job-retry-num"
+UNCONDITIONAL_RETRY = "fault-tolerance/job-unconditional-retry"
+HANG_RETRY = "fault-tolerance/hang-retry"
+POD_RETRY_NUM = "fault-tolerance/pod-retry-num"
+HCCL_OP_RETRY = "fault-tolerance/hccl_op_retry"
+
+FAULT_TOLERANCE_PREFIX = "fault-tolerance/"
+FAULT_TOLERANCE_KEYS = (JOB_RETRY_NUM, UNCONDITIONAL_RETRY, HANG_RETRY, POD_RETRY_NUM, HCCL_OP_RETRY)
+BOOLEAN_ANNOTATIONS = (
+    UNCONDITIONAL_RETRY,
+    HANG_RETRY,
+    HCCL_OP_RETRY,
+    "jupyter-lab/enable",
+    "tensorboard/enable",
+    "mindstudio-insight/enable",
+    "performance_diagnosis_enabled",
+)
+
+# fault-tolerance/job-retry-num, inclusive.
+RETRY_LIMITS = {"huaweicloud": (1, 128), "otc": (1, 3)}
+
+# Unconditional and hang restarts stop after this many in a row.
+CONSECUTIVE_RESTART_CAP = 3
+
+HANG_DETECT_TIME = "MA_HANG_DETECT_TIME"  # minutes, platform default 30
+PRECHECK_SWITCH = "MA_DETECT_TRAIN_INJECT_CODE"  # "0" turns the pre-check off
+SETTABLE_PLATFORM_VARIABLES = (HANG_DETECT_TIME, PRECHECK_SWITCH)
+DEFAULT_HANG_MINUTES = 30
+
+JOB_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+MAX_ENV_PAIRS = 100
+MAX_ENV_NAME = 8192
+MAX_ENV_VALUE = 4096

@@ -1,0 +1,38 @@
+"""The commented starting file that ``hacfg init`` writes."""
+
+from __future__ import annotations
+
+_TEMPLATE = """\
+# hacfg scenario file. `hacfg lint` checks it; `hacfg build` turns it into a ModelArts job request.
+# Whatever is not set here comes from the '{scenario}' preset: `hacfg build --only annotations {scenario}`.
+# Editor completion: `hacfg schema -o hacfg.schema.json`, then keep the next line.
+# yaml-language-server: $schema=hacfg.schema.json
+version: 1
+scenario: {scenario}        # single-node | multi-node | llm-long-term
+platform: huaweicloud       # huaweicloud | otc (OTC allows 1-3 restarts)
+job:
+  name: my-training-job     # metadata.name: 1-64 characters of A-Z a-z 0-9 _ -
+  nodes: {nodes}
+  accelerator: gpu          # gpu | npu | cpu
+  network: ethernet         # infiniband | roce | ethernet
+  # image: org/train:1.0    # algorithm.engine.image_url
+  # command: bash run.sh    # algorithm.command
+  # environment: {{NCCL_DEBUG: INFO}}
+checkpoint:
+  path: /mnt/sfs/my-training-job/ckpt   # shared storage that survives a reschedule (not /tmp or /cache)
+  interval: 30m             # how often the training script saves
+  resume: true              # the script reloads the newest checkpoint at start-up
+# restart:                  # from the preset; uncomment to change
+#   max: 3                  # fault-tolerance/job-retry-num (0 = auto restart off)
+#   unconditional: true     # restart on any failure, at most 3 in a row
+#   on_hang: true           # restart upon suspension, at most 3 in a row, not counted
+#   pod_reschedules: 2      # fault-tolerance/pod-retry-num
+# hang:
+#   timeout: 30m            # MA_HANG_DETECT_TIME, whole minutes
+"""
+
+_NODES = {"single-node": 1, "multi-node": 2, "llm-long-term": 8}
+
+
+def starter(scenario: str) -> str:
+    return _TEMPLATE.format(scenario=scenario, nodes=_NODES[scenario])

@@ -1,0 +1,1 @@
+"""hacfg's built-in plugins, registered through the ``hacfg`` entry-point group like any other."""

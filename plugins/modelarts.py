@@ -1,0 +1,127 @@
+"""ModelArts target: the body of ``POST /v2/{project_id}/training-jobs``.
+
+Only keys that exist on the platform are emitted, every annotation value a string. An intent
+with no platform key becomes a note on stderr rather than an invented key.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+from hacfg import hookimpl
+from hacfg import platform as ma
+from hacfg.build import Build, Target, schema_file
+from hacfg.config import HAConfig, deep_merge, format_duration
+
+ACCELERATED = ("gpu", "npu")
+
+
+class ModelArts(Target):
+    name = "modelarts"
+    description = "ModelArts create-training-job request body (JSON)"
+    schema = schema_file("modelarts-training-job.schema.json")
+    parts = ("annotations",)
+
+    def build(self, config: HAConfig) -> Build:
+        built = Build({})
+        annotations = self._annotations(config, built)
+        environments = self._environments(config, built)
+        job = config.job
+        algorithm: dict[str, Any] = {}
+        if job.image:
+            algorithm["engine"] = {"image_url": job.image}
+            built.origins[("algorithm", "engine", "image_url")] = ("job", "image")
+        if job.command:
+            algorithm["command"] = job.command
+            built.origins[("algorithm", "command")] = ("job", "command")
+        if environments:
+            algorithm["environments"] = environments
+        resource: dict[str, Any] = {}
+        if job.flavor:
+            resource["flavor_id"] = job.flavor
+            built.origins[("spec", "resource", "flavor_id")] = ("job", "flavor")
+        resource["node_count"] = job.nodes
+        built.origins[("spec", "resource", "node_count")] = ("job", "nodes")
+        if job.pool:
+            resource["pool_id"] = job.pool
+            built.origins[("spec", "resource", "pool_id")] = ("job", "pool")
+        built.origins[("metadata", "name")] = ("job", "name")
+        built.document = {
+            "kind": "job",
+            "metadata": {"name": config.name, "annotations": annotations},
+            "algorithm": algorithm,
+            "spec": {"resource": resource},
+        }
+        return built
+
+    @staticmethod
+    def _annotations(config: HAConfig, built: Build) -> dict[str, str]:
+        restart = config.restart
+        wanted = [
+            (ma.JOB_RETRY_NUM, ("restart", "max"), str(restart.max) if restart.max else None),
+            (ma.UNCONDITIONAL_RETRY, ("restart", "unconditional"), "true" if restart.unconditional else None),
+            (ma.HANG_RETRY, ("restart", "on_hang"), "true" if restart.on_hang else None),
+            (ma.POD_RETRY_NUM, ("restart", "pod_reschedules"), str(restart.pod_reschedules) if restart.pod_reschedules else None),
+            (ma.HCCL_OP_RETRY, ("operator_retry",), "true" if config.operator_retry else None),
+        ]
+        annotations = {}
+        for key, origin, value in wanted:
+            if value is not None:
+                annotations[key] = value
+                built.origins[("metadata", "annotations", key)] = origin
+        if not restart.max and (restart.unconditional or restart.on_hang or restart.pod_reschedules):
+            built.notes.append("restart.unconditional, restart.on_hang and restart.pod_reschedules take effect only with restart.max >= 1")
+        return annotations
+
+    @staticmethod
+    def _environments(config: HAConfig, built: Build) -> dict[str, str]:
+        environments = dict(config.job.environment)
+        for name in environments:
+            built.origins[("algorithm", "environments", name)] = ("job", "environment", name)
+        watched = config.job.accelerator in ACCELERATED
+        hang = config.hang
+        if watched and hang.detect:
+            seconds = hang.timeout.total_seconds()
+            minutes = max(1, math.ceil(seconds / 60))
+            if seconds % 60:
+                built.notes.append(f"hang.timeout {format_duration(hang.timeout)} rounded up to {minutes}m: the platform counts whole minutes")
+            if minutes != ma.DEFAULT_HANG_MINUTES:
+                environments[ma.HANG_DETECT_TIME] = str(minutes)
+                built.origins[("algorithm", "environments", ma.HANG_DETECT_TIME)] = ("hang", "timeout")
+        elif watched:
+            built.notes.append(
+                "hang.detect: false has no platform key: ModelArts watches every GPU/NPU job; raise hang.timeout to make it less eager"
+            )
+        if not config.precheck:
+            environments[ma.PRECHECK_SWITCH] = "0"
+            built.origins[("algorithm", "environments", ma.PRECHECK_SWITCH)] = ("precheck",)
+        elif not config.restart.max:
+            built.notes.append("precheck: the platform runs the environment pre-check only with auto restart (restart.max >= 1)")
+        return environments
+
+    def part(self, document: dict[str, Any], name: str) -> dict[str, Any]:
+        return {"metadata": {"annotations": document["metadata"]["annotations"]}}
+
+    def merge_into(self, existing: dict[str, Any], document: dict[str, Any], config: HAConfig) -> dict[str, Any]:
+        """hacfg owns the fault-tolerance annotations and the two platform variables; the rest is kept."""
+        existing = copy.deepcopy(existing)
+        metadata = existing.get("metadata")
+        if isinstance(metadata, dict) and isinstance(metadata.get("annotations"), dict) and "metadata" in document:
+            metadata["annotations"] = {
+                k: v for k, v in metadata["annotations"].items() if not k.startswith(ma.FAULT_TOLERANCE_PREFIX)
+            }
+        algorithm = existing.get("algorithm")
+        if isinstance(algorithm, dict) and isinstance(algorithm.get("environments"), dict) and "algorithm" in document:
+            algorithm["environments"] = {
+                k: v for k, v in algorithm["environments"].items() if k not in ma.SETTABLE_PLATFORM_VARIABLES
+            }
+        if config.job.name is None and isinstance(metadata, dict) and "name" in metadata and "metadata" in document:
+            document = deep_merge(document, {"metadata": {"name": metadata["name"]}})
+        return deep_merge(existing, document)
+
+
+@hookimpl
+def hacfg_targets() -> list[Target]:
+    return [ModelArts()]

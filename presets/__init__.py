@@ -1,0 +1,1 @@
+"""Scenario presets shipped with hacfg (data: the YAML files beside this one)."""

@@ -1,0 +1,1 @@
+"""JSON Schemas shipped with hacfg (data: the JSON files beside this one)."""
