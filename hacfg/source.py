@@ -77,7 +77,7 @@ def did_you_mean(word: object, choices: list[str]) -> str:
     """``; did you mean 'max'?`` when one choice is close, else nothing."""
     import difflib
 
-    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.5)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 

@@ -1,0 +1,32 @@
+"""Cold wall time of `hacfg build` on one file, next to `python -c pass` and yamllint on the same file.
+
+Run: python bench/cold_build.py [FILE]. Target: hacfg build <= 1.5x yamllint.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import require, table, time_command  # noqa: E402
+
+TARGET = 1.5
+
+
+def main() -> None:
+    file = sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).parent.parent / "examples/llama-pretrain/ha.yaml")
+    rows = [
+        time_command("python -c pass", [sys.executable, "-c", "pass"]),
+        time_command("yamllint FILE", [require("yamllint"), file]),
+        time_command("hacfg build FILE", [require("hacfg"), "build", file]),
+        # The floor under any pydantic-based CLI: importing the library and nothing else.
+        time_command("python -c 'import pydantic...'", [sys.executable, "-c", "from pydantic import BaseModel"]),
+    ]
+    print(table(rows, baseline=rows[1]))
+    ratio = rows[2].median / rows[1].median
+    print(f"\nhacfg build / yamllint = {ratio:.2f}x (target <= {TARGET}x): {'ok' if ratio <= TARGET else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Timing helpers shared by the benchmark scripts: medians of real process runs, side by side."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Timing:
+    label: str
+    runs: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs)
+
+
+def time_command(label: str, argv: list[str], *, repeat: int = 15, warmup: int = 2, ok_codes=(0, 1)) -> Timing:
+    """Wall time of a whole process, as a user waits for it."""
+    runs = []
+    for i in range(warmup + repeat):
+        start = time.perf_counter()
+        proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        elapsed = time.perf_counter() - start
+        if proc.returncode not in ok_codes:
+            sys.exit(f"{label}: exit {proc.returncode}: {proc.stderr.decode()[:500]}")
+        if i >= warmup:
+            runs.append(elapsed)
+    return Timing(label, runs)
+
+
+def require(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        sys.exit(f"{tool} is not installed: pip install -e '.[bench]'")
+    return path
+
+
+def table(rows: list[Timing], baseline: Timing) -> str:
+    lines = [f"{'command':<34} {'median':>9} {'min':>9} {'max':>9} {'ratio':>7}"]
+    for row in rows:
+        lines.append(
+            f"{row.label:<34} {row.median * 1000:>7.1f}ms {min(row.runs) * 1000:>7.1f}ms "
+            f"{max(row.runs) * 1000:>7.1f}ms {row.median / baseline.median:>6.2f}x"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Shared helpers: run the CLI in-process or as a real process, and write scenario files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hacfg.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``hacfg ARGS`` in this process; returns exit code, stdout and stderr."""
+
+    def run(*args: str | Path) -> Result:
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+def run_hacfg(*args: str | Path, cwd: Path | None = None, env: dict | None = None, timeout: float = 60) -> Result:
+    """Run ``hacfg ARGS`` as a real process (``python -m hacfg``)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "hacfg", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def write(tmp_path):
+    """Write a dedented file under tmp_path and return its path."""
+
+    def _write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+        return path
+
+    return _write

@@ -1,0 +1,159 @@
+"""The ModelArts target: Table 4 exactly, only real platform keys, and a body that validates."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REPO
+
+# The seed's Table 4 ("Common configuration combinations"). Its long-term row shows
+# pod-retry-num as a bare 3; the platform takes Map<String,String>, so the right value is "3".
+TABLE_4 = {
+    "single-node": {"fault-tolerance/job-retry-num": "2"},
+    "multi-node": {
+        "fault-tolerance/job-retry-num": "3",
+        "fault-tolerance/job-unconditional-retry": "true",
+        "fault-tolerance/hang-retry": "true",
+    },
+    "llm-long-term": {
+        "fault-tolerance/job-retry-num": "5",
+        "fault-tolerance/job-unconditional-retry": "true",
+        "fault-tolerance/hang-retry": "true",
+        "fault-tolerance/pod-retry-num": "3",
+    },
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(TABLE_4))
+def test_presets_print_table_4_byte_for_byte(cli, scenario):
+    result = cli("build", "--only", "annotations", REPO / "presets" / f"{scenario}.yaml")
+    assert result.code == 0, result.err
+    expected = json.dumps({"metadata": {"annotations": TABLE_4[scenario]}}, indent=2) + "\n"
+    assert result.out == expected
+    assert result.err == ""
+
+
+def test_a_preset_name_builds_too(cli):
+    assert cli("build", "--only", "annotations", "multi-node").out == cli("build", "--only", "annotations", REPO / "presets/multi-node.yaml").out
+
+
+def test_full_body_of_the_example(cli):
+    result = cli("build", REPO / "examples/llama-pretrain/ha.yaml")
+    assert result.code == 0, result.err
+    body = json.loads(result.out)
+    assert body == {
+        "kind": "job",
+        "metadata": {
+            "name": "llama-pretrain",
+            "annotations": {
+                "fault-tolerance/job-retry-num": "8",
+                "fault-tolerance/job-unconditional-retry": "true",
+                "fault-tolerance/hang-retry": "true",
+                "fault-tolerance/pod-retry-num": "2",
+            },
+        },
+        "algorithm": {
+            "engine": {"image_url": "org/train:1.0"},
+            "command": "bash run.sh",
+            "environments": {"NCCL_DEBUG": "INFO", "MA_HANG_DETECT_TIME": "45"},
+        },
+        "spec": {"resource": {"flavor_id": "modelarts.pool.visual.8xlarge", "node_count": 4, "pool_id": "pool-1234"}},
+    }
+
+
+def test_output_is_deterministic(cli):
+    first = cli("build", REPO / "examples/llama-pretrain/ha.yaml").out
+    assert all(cli("build", REPO / "examples/llama-pretrain/ha.yaml").out == first for _ in range(3))
+
+
+def test_platform_variables_and_notes(cli, write):
+    path = write("ha.yaml", """
+        version: 1
+        scenario: single-node
+        job: {name: cpu-job}
+        hang: {detect: false, timeout: 90s}
+        precheck: false
+    """)
+    result = cli("build", path)
+    body = json.loads(result.out)
+    assert body["algorithm"]["environments"] == {"MA_DETECT_TRAIN_INJECT_CODE": "0"}
+    assert "hang.detect: false has no platform key" in result.err
+
+
+def test_hang_timeout_is_rounded_up_to_whole_minutes(cli, write):
+    path = write("ha.yaml", "version: 1\nscenario: single-node\nhang: {timeout: 90s}\n")
+    result = cli("build", path)
+    assert json.loads(result.out)["algorithm"]["environments"] == {"MA_HANG_DETECT_TIME": "2"}
+    assert "hacfg: note: hang.timeout 1m30s rounded up to 2m" in result.err
+
+
+def test_no_key_is_invented_for_intents_the_platform_lacks(cli, write):
+    path = write("ha.yaml", "version: 1\nscenario: single-node\nrestart: {max: 0, on_hang: true}\n")
+    result = cli("build", "--only", "annotations", path)
+    assert json.loads(result.out) == {"metadata": {"annotations": {"fault-tolerance/hang-retry": "true"}}}
+    assert "take effect only with restart.max >= 1" in result.err
+    assert "pre-check only with auto restart" in result.err
+
+
+def test_into_keeps_every_other_field(cli, tmp_path):
+    body = {
+        "kind": "job",
+        "metadata": {
+            "name": "existing-name",
+            "description": "kept",
+            "annotations": {"jupyter-lab/enable": "true", "fault-tolerance/hang-retry": "true"},
+        },
+        "algorithm": {"code_dir": "obs://b/code/", "boot_file": "obs://b/code/train.py", "environments": {"KEEP": "1", "MA_HANG_DETECT_TIME": "5"}},
+        "spec": {"resource": {"flavor_id": "f", "node_count": 1}, "log_export_path": {"obs_url": "/bucket/logs/"}},
+    }
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(body))
+    result = cli("build", "--into", job, "single-node")
+    assert result.code == 0, result.err
+    merged = json.loads(job.read_text())
+    assert merged["metadata"] == {
+        "name": "existing-name",  # the preset names no job: the body's own name stays
+        "description": "kept",
+        "annotations": {"jupyter-lab/enable": "true", "fault-tolerance/job-retry-num": "2"},
+    }
+    assert merged["algorithm"] == {"code_dir": "obs://b/code/", "boot_file": "obs://b/code/train.py", "environments": {"KEEP": "1"}}
+    assert merged["spec"] == {"resource": {"flavor_id": "f", "node_count": 1}, "log_export_path": {"obs_url": "/bucket/logs/"}}
+
+
+def test_into_with_output_leaves_the_original_alone(cli, tmp_path):
+    job = tmp_path / "job.json"
+    job.write_text('{"kind": "job", "metadata": {"name": "x"}}')
+    out = tmp_path / "out.json"
+    assert cli("build", "--into", job, "-o", out, "--only", "annotations", "multi-node").code == 0
+    assert job.read_text() == '{"kind": "job", "metadata": {"name": "x"}}'
+    assert json.loads(out.read_text())["metadata"]["annotations"]["fault-tolerance/job-retry-num"] == "3"
+
+
+def test_schema_errors_point_at_the_scenario_line(cli, write):
+    path = write("ha.yaml", """
+        version: 1
+        scenario: single-node
+        job:
+          environment:
+            GOOD: ok
+            BAD: "$HOME/x"
+    """)
+    result = cli("build", path)
+    assert result.code == 2
+    assert result.out == ""
+    assert result.err.startswith(f"{path}:6:10: modelarts output algorithm.environments.BAD: '$HOME/x' does not match")
+
+
+def test_failed_build_leaves_no_output_file(cli, write, tmp_path):
+    path = write("ha.yaml", "version: 1\nscenario: single-node\njob: {environment: {BAD: $x}}\n")
+    out = tmp_path / "out.json"
+    assert cli("build", path, "-o", out).code == 2
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["ha.yaml"]
+
+
+def test_unknown_target_and_part(cli):
+    assert "unknown target 'modelart'; did you mean 'modelarts'?" in cli("build", "-t", "modelart", "single-node").err
+    assert "has no such part" in cli("build", "--only", "spec", "single-node").err

@@ -1,0 +1,105 @@
+"""The command line as a user meets it: exit codes, one-line errors, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REPO, run_hacfg
+from hacfg import __version__
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("version: 1\nscenario: [\n", ":3:1: while parsing a flow node"),
+        ("version: 1\nscenario: !!python/object:os.system ls\n", ":2:11: YAML tag !!python/object:os.system is not allowed"),
+        ("version: 1\nscenario: single-node\nscenario: multi-node\n", ":3:1: duplicate key 'scenario'"),
+        ("version: 1\nscenario: single-node\njob: {nodes: four}\n", ":3:14: job.nodes: Input should be a valid integer"),
+        ("version: 1\nscenario: single-node\nrestart: {maks: 2}\n", ":3:11: unknown key 'maks' in restart; did you mean 'max'?"),
+    ],
+    ids=["malformed", "python-tag", "duplicate-key", "wrong-type", "misspelled-key"],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path, text, expected):
+    path = tmp_path / "ha.yaml"
+    path.write_text(text)
+    result = run_hacfg("build", path)
+    assert result.code == 2
+    assert result.out == ""
+    assert result.err == f"{path}{expected}" + result.err.split(expected, 1)[1]
+    assert result.err.count("\n") == 1
+    assert "Traceback" not in result.err
+
+
+def test_otc_rejects_five_restarts(tmp_path):
+    path = tmp_path / "ha.yaml"
+    path.write_text("version: 1\nscenario: multi-node\nrestart:\n  max: 5\n")
+    result = run_hacfg("build", "--platform", "otc", path)
+    assert (result.code, result.err) == (2, f"{path}:4:8: restart.max: otc allows 1 to 3 restarts (0 turns auto restart off), got 5\n")
+    assert run_hacfg("build", path).code == 0
+
+
+def test_missing_file_and_directory(tmp_path):
+    assert run_hacfg("build", tmp_path / "nope.yaml").err == f"{tmp_path}/nope.yaml: cannot read: No such file or directory\n"
+    (tmp_path / "dir.yaml").mkdir()
+    assert run_hacfg("build", tmp_path / "dir.yaml").err == f"{tmp_path}/dir.yaml: is a directory, not a file\n"
+
+
+def test_usage_errors_exit_2(cli):
+    assert cli("build", "--platform", "aws", "single-node").code == 2
+    assert cli("no-such-command").code == 2
+
+
+def test_version(cli):
+    assert cli("--version").out == f"hacfg {__version__}\n"
+
+
+def test_internal_errors_exit_3_with_a_short_message(cli, monkeypatch):
+    import hacfg.build
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(hacfg.build, "compile_config", broken)
+    result = cli("build", "single-node")
+    assert result.code == 3
+    assert result.err == "hacfg: internal error: RuntimeError: boom (this is a bug; --debug shows the traceback)\n"
+    assert "Traceback" in cli("--debug", "build", "single-node").err
+
+
+def test_committed_schema_matches_the_model(cli):
+    result = cli("schema")
+    assert result.code == 0
+    committed = (REPO / "schemas/hacfg.schema.json").read_text()
+    assert result.out == committed, "schemas/hacfg.schema.json drifted: run `hacfg schema -o schemas/hacfg.schema.json`"
+
+
+def test_examples_point_editors_at_the_schema_and_satisfy_it():
+    from jsonschema import Draft202012Validator
+
+    from hacfg.source import load
+
+    for example in sorted(REPO.glob("examples/**/ha.yaml")):
+        first = example.read_text().splitlines()[0]
+        assert first.startswith("# yaml-language-server: $schema=")
+        schema_path = (example.parent / first.split("=", 1)[1]).resolve()
+        validator = Draft202012Validator(json.loads(schema_path.read_text()))
+        assert list(validator.iter_errors(load(example).data)) == []
+
+
+@pytest.mark.parametrize("scenario", ["single-node", "multi-node", "llm-long-term"])
+def test_init_writes_a_file_that_builds(cli, tmp_path, scenario):
+    out = tmp_path / "ha.yaml"
+    assert cli("init", "--scenario", scenario, "-o", out).code == 0
+    assert f"scenario: {scenario}" in out.read_text()
+    assert json.loads(cli("build", out).out)["metadata"]["name"] == "my-training-job"
+
+
+def test_init_refuses_to_overwrite(cli, tmp_path):
+    out = tmp_path / "ha.yaml"
+    out.write_text("mine\n")
+    result = cli("init", "-o", out)
+    assert (result.code, out.read_text()) == (2, "mine\n")
+    assert "already exists; pass --force" in result.err
+    assert cli("init", "-o", out, "--force").code == 0
