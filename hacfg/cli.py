@@ -128,6 +128,113 @@ def init(
     typer.echo(f"wrote {output}", err=True)
 
 
+Format = Literal["text", "json", "sarif", "github"]
+SeverityName = Literal["error", "warning", "info"]
+
+
+def _lint_setup(platform: Optional[str]):
+    """Settings checked against the installed rules, and the rule registry."""
+    from hacfg import lint
+    from hacfg.settings import find_settings
+
+    settings = find_settings()
+    rules = lint.registry()
+    settings.check_rule_ids(set(rules))
+    return settings, rules
+
+
+@app.command("lint")
+def lint_command(
+    paths: list[Path] = typer.Argument(None, help="Files and directories (default: the current directory)."),
+    fmt: Optional[Format] = typer.Option(None, "--format", "-f", help="text (default; github under GitHub Actions), json, sarif, github."),
+    fail_on: Optional[SeverityName] = typer.Option(None, "--fail-on", help="Exit 1 on findings at or above this severity (default: error)."),
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings."),
+    platform: Optional[PlatformName] = typer.Option(None, "--platform", help="Platform limits to check against."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report here instead of stdout."),
+) -> None:
+    """Check scenario files and ModelArts request bodies for risky fault-tolerance settings."""
+    from hacfg import lint, report
+    from hacfg.rules import SEVERITIES
+
+    settings, rules = _lint_setup(platform)
+    result = lint.lint_paths(paths or [], settings, platform=platform)
+    chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
+    _write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output)
+    threshold = fail_on or settings.fail_on
+    worst = result.worst()
+    if not exit_zero and worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(threshold):
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command("fix")
+def fix_command(
+    paths: list[Path] = typer.Argument(None, help="Files and directories (default: the current directory)."),
+    show_diff: bool = typer.Option(False, "--diff", help="Print the changes as a unified diff instead of writing them."),
+    platform: Optional[PlatformName] = typer.Option(None, "--platform"),
+) -> None:
+    """Apply the safe automatic fixes in place, keeping everything else byte for byte."""
+    from hacfg import fix, lint
+    from hacfg.fsutil import atomic_write
+
+    settings, rules = _lint_setup(platform)
+    result = lint.lint_paths(paths or [], settings, platform=platform)
+    by_file: dict[str, list] = {}
+    for finding in result.findings:
+        if finding.fix is not None and finding.suppressed is None:
+            by_file.setdefault(finding.path, []).append(finding)
+    changed = 0
+    for path, findings in sorted(by_file.items()):
+        before = Path(path).read_text(encoding="utf-8")
+        after = fix.apply(before, findings)
+        if after == before:
+            continue
+        changed += 1
+        if show_diff:
+            sys.stdout.write(fix.diff(path, before, after))
+        else:
+            atomic_write(path, after, mode=Path(path).stat().st_mode & 0o777)
+            typer.echo(f"fixed {len(findings)} in {path}", err=True)
+    if show_diff and changed:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command("rules")
+def rules_command(
+    fmt: Literal["text", "json"] = typer.Option("text", "--format", "-f"),
+) -> None:
+    """List every lint rule, built-in and from plugins, with where it comes from."""
+    import json
+
+    from hacfg import lint
+
+    registry = lint.registry()
+    if fmt == "json":
+        rows = [
+            {"id": i, "name": s.rule.name, "severity": s.rule.severity, "kinds": list(s.rule.kinds), "source": s.distribution, "summary": s.rule.summary}
+            for i, s in registry.items()
+        ]
+        _write(json.dumps(rows, indent=2) + "\n", None)
+        return
+    for rule_id, source in registry.items():
+        rule = source.rule
+        typer.echo(f"{rule_id}  {rule.severity:<7}  {rule.name:<36}  {source.distribution:<12}  {rule.summary}")
+
+
+@app.command("explain")
+def explain_command(rule_id: str = typer.Argument(..., help="A rule ID, such as HA007.")) -> None:
+    """Print a rule's documentation: what it does, why it matters, an example, the fix."""
+    from hacfg import lint
+    from hacfg.source import InputError, did_you_mean
+
+    registry = lint.registry()
+    source = registry.get(rule_id.upper())
+    if source is None:
+        raise InputError(f"unknown rule {rule_id!r}{did_you_mean(rule_id.upper(), list(registry))}; `hacfg rules` lists them")
+    rule = source.rule
+    typer.echo(f"{rule.id} {rule.name} ({rule.severity}, from {source.distribution})\n")
+    typer.echo(rule.help)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the CLI and map every outcome onto the documented exit codes."""
     from hacfg.config import ConfigInvalid

@@ -7,6 +7,7 @@ extends, validate, and map every validation error back to ``file:line:col``.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -190,18 +191,32 @@ def with_presets(document: Document, chain: tuple[Path, ...] = ()) -> Document:
     data = document.data
     if not isinstance(data, dict):
         return document
-    here = Path(document.path).resolve()
     if "extends" in data:
-        base_path = find_preset(data["extends"], relative_to=here.parent, span=document.span(("extends",)))
-        if base_path.resolve() in (*chain, here):
-            names = " -> ".join(p.name for p in (*chain, here, base_path.resolve()))
+        here = Path(document.path).resolve()
+        base_path = find_preset(data["extends"], relative_to=here.parent, span=document.span(("extends",))).resolve()
+        if base_path in (*chain, here):
+            names = " -> ".join(p.name for p in (*chain, here, base_path))
             raise InputError(f"extends cycle: {names}", document.span(("extends",)))
     else:
-        base_path = available_presets().get(data.get("scenario"))
-        if base_path is None or base_path.resolve() in (*chain, here):
-            return document
-    base = with_presets(load(base_path), (*chain, here))
+        scenario = data.get("scenario")
+        base_path = available_presets().get(scenario) if isinstance(scenario, str) else None
+        if base_path is None or base_path in chain or _same_file(base_path, document.path):
+            return document  # no preset, or this file is the preset itself
+    base = with_presets(_load_base(base_path), (*chain, base_path))
     return _overlay(base, document)
+
+
+def _same_file(a: Path, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=32)
+def _load_base(path: Path) -> Document:
+    """Presets and base files are read once per process, however many files extend them."""
+    return load(path)
 
 
 @functools.cache
@@ -215,7 +230,7 @@ def available_presets() -> dict[str, Path]:
             if name in found:
                 manager.fail(plugin, "hacfg_presets", f"preset {name!r} is already provided by {owners[name]!r}")
                 continue
-            found[name], owners[name] = Path(path), plugin
+            found[name], owners[name] = Path(path).resolve(), plugin
     return found
 
 

@@ -24,6 +24,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from hacfg.build import Target
+    from hacfg.rules import Rule
 
 hookspec = pluggy.HookspecMarker("hacfg")
 hookimpl = pluggy.HookimplMarker("hacfg")
@@ -45,4 +46,15 @@ def hacfg_targets() -> Iterable[Target]:
 
     ``hacfg build --target NAME`` turns the validated config into that target's document,
     validates it against the target's JSON Schema and writes it out.
+    """
+
+
+@hookspec
+def hacfg_rules() -> Iterable[Rule]:
+    """Lint rules, each made with :func:`hacfg.rules.rule` from a check function.
+
+    Rule IDs are unique across all plugins: hacfg's own use ``HA000``-``HA199``; a plugin
+    picks its own capital-letter prefix (``ASC101``). A duplicate ID, or a plugin claiming the
+    ``HA`` prefix, is reported as a failure of that plugin and its rule is not loaded. A rule
+    that raises becomes an ``HA000`` finding naming it; the other rules still run.
     """

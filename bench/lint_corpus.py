@@ -1,0 +1,94 @@
+"""`hacfg lint` on a generated corpus of realistic scenario files, next to yamllint and check-jsonschema.
+
+Run: python bench/lint_corpus.py [--files 500]. Targets: corpus lint <= 1/3 of the faster peer;
+cold one-file lint <= 1.0x yamllint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import require, table, time_command  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = ("single-node", "multi-node", "llm-long-term")
+
+
+def scenario_file(rng: random.Random, index: int) -> str:
+    """A scenario file like teams write them: a preset plus their own job, checkpoints and budgets."""
+    scenario = rng.choice(SCENARIOS)
+    nodes = {"single-node": 1, "multi-node": rng.choice([2, 4, 8]), "llm-long-term": rng.choice([8, 16, 64])}[scenario]
+    accelerator = rng.choice(["gpu", "gpu", "npu"])
+    lines = [
+        "# yaml-language-server: $schema=hacfg.schema.json",
+        f"# Training job {index}: owned by team-{index % 17}",
+        "version: 1",
+        f"scenario: {scenario}",
+        "job:",
+        f"  name: job-{index:04d}-{scenario}",
+        f"  nodes: {nodes}",
+        f"  accelerator: {accelerator}",
+        f"  network: {rng.choice(['infiniband', 'roce', 'ethernet'])}",
+        f"  image: swr.example/team-{index % 17}/train:{rng.randint(1, 40)}.0",
+        f"  command: bash /home/ma-user/code/run_{index}.sh --config conf/{scenario}.yaml",
+        "  flavor: modelarts.pool.visual.8xlarge",
+        f"  pool: pool-{rng.randint(1000, 9999)}",
+        "  environment:",
+        "    NCCL_DEBUG: INFO",
+        f"    OMP_NUM_THREADS: {rng.choice([4, 8, 16])}",
+        f"    DATA_DIR: /mnt/sfs/data/set-{index % 31}",
+        "checkpoint:",
+        f"  path: {rng.choice(['/mnt/sfs/ckpt', 'obs://bucket/ckpt', '/cache/ckpt'])}/job-{index}",
+        f"  interval: {rng.choice(['15m', '30m', '1h', '3h'])}",
+        f"  resume: {rng.choice(['true', 'true', 'false'])}",
+        "restart:",
+        f"  max: {rng.choice([2, 3, 5, 8, 16])}",
+        f"  unconditional: {rng.choice(['true', 'false'])}",
+        f"  on_hang: {rng.choice(['true', 'false'])}",
+        "hang:",
+        f"  timeout: {rng.choice(['5m', '20m', '30m', '45m'])}",
+        f"precheck: {rng.choice(['true', 'true', 'false'])}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--files", type=int, default=500)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    rng = random.Random(42)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus"
+        corpus.mkdir()
+        for i in range(args.files):
+            (corpus / f"job{i:04d}.ha.yaml").write_text(scenario_file(rng, i))
+        files = sorted(str(p) for p in corpus.iterdir())
+        schema = str(REPO / "schemas/hacfg.schema.json")
+        yamllint, hacfg, checker = require("yamllint"), require("hacfg"), require("check-jsonschema")
+        corpus_rows = [
+            time_command(f"yamllint ({args.files} files)", [yamllint, str(corpus)], repeat=args.repeat),
+            time_command(f"check-jsonschema ({args.files})", [checker, "--schemafile", schema, *files], repeat=args.repeat),
+            time_command(f"hacfg lint ({args.files} files)", [hacfg, "lint", str(corpus)], repeat=args.repeat),
+        ]
+        faster = min(corpus_rows[:2], key=lambda t: t.median)
+        print(table(corpus_rows, baseline=faster))
+        corpus_ratio = corpus_rows[2].median / faster.median
+        print(f"\nhacfg lint / {faster.label} = {corpus_ratio:.2f}x (target <= 0.33x): {'ok' if corpus_ratio <= 1 / 3 else 'MISSED'}\n")
+        one = files[0]
+        cold_rows = [
+            time_command("yamllint FILE", [yamllint, one]),
+            time_command("hacfg lint FILE", [hacfg, "lint", one]),
+        ]
+        print(table(cold_rows, baseline=cold_rows[0]))
+        cold_ratio = cold_rows[1].median / cold_rows[0].median
+        print(f"\nhacfg lint FILE / yamllint FILE = {cold_ratio:.2f}x (target <= 1.0x): {'ok' if cold_ratio <= 1.0 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Safe automatic fixes, applied as text edits at each finding's span.
+
+Editing the exact span keeps everything else in the file byte for byte (comments, key
+order, quoting, JSON or YAML layout), which a parse-and-dump round trip cannot promise.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+from hacfg.lint import Finding
+
+
+def apply(text: str, findings: Iterable[Finding]) -> str:
+    """``text`` with every fixable finding's span replaced; overlapping edits keep the first."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+
+    def offset(line: int, column: int) -> int:
+        return starts[line - 1] + column - 1
+
+    edits = sorted(
+        {(offset(f.line, f.column), offset(f.end_line, f.end_column), f.fix.replacement) for f in findings if f.fix is not None and f.suppressed is None}
+    )
+    result, cursor = [], 0
+    for start, end, replacement in edits:
+        if start < cursor:
+            continue
+        result.append(text[cursor:start])
+        result.append(replacement)
+        cursor = end
+    result.append(text[cursor:])
+    return "".join(result)
+
+
+def diff(path: str, before: str, after: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), path, path))

@@ -1,0 +1,351 @@
+"""Lint: every rule over scenario files and ModelArts request bodies, findings with exact positions.
+
+Flow per file: load (HA100 if it does not parse) -> recognise the kind -> for a scenario, merge
+the preset and validate (HA101/HA102) -> run every enabled rule (HA000 if one raises) ->
+drop what suppression comments silence (HA099 for those that silence nothing).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from hacfg import plugin_manager
+from hacfg.config import ConfigError, ConfigInvalid, validate, with_presets
+from hacfg.rules import SEVERITIES, Fix, JobBody, Kind, LintContext, Problem, Rule, Severity, problems
+from hacfg.settings import Settings
+from hacfg.source import Document, InputError, LogicalPath, Span, dotted, load
+
+BUILTIN_PREFIX = "HA"
+SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
+SKIPPED_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox"}
+
+
+def _engine_rule(id: str, name: str, severity: Severity, help: str) -> Rule:  # noqa: A002
+    import inspect
+
+    return Rule(id, name, severity, ("scenario", "job"), None, inspect.cleandoc(help))
+
+
+ENGINE_RULES = (
+    _engine_rule("HA000", "plugin-error", "error", """
+        A plugin failed: it did not load, or one of its rules raised.
+
+        The finding names the plugin and the rule. Every other rule still ran; fix or
+        uninstall the plugin, or run with HACFG_DISABLE_PLUGIN_AUTOLOAD=1 to load only
+        hacfg's own plugins."""),
+    _engine_rule("HA099", "unused-suppression", "info", """
+        A suppression comment that suppressed nothing, or names an unknown rule.
+
+        `# hacfg: disable=HA003` on a line (or alone on the line above) silences HA003 there;
+        `# hacfg: disable-file=HA011` silences it in the whole file. A comment that matches no
+        finding is stale and hides the next real problem; remove it. A comment naming an
+        unknown rule is an error."""),
+    _engine_rule("HA100", "parse-error", "error", """
+        The file cannot be parsed.
+
+        The finding points at the syntax error: invalid YAML or JSON, a duplicate key, a YAML
+        language tag (`!!python/object` is refused), bytes that are not UTF-8."""),
+    _engine_rule("HA101", "unknown-key", "error", """
+        An unknown key in a scenario file, with the nearest known key.
+
+        Unknown keys are errors, not silence: a misspelled `restart.on_hnag` would otherwise
+        leave hang restart off. `hacfg schema` prints every key the format has."""),
+    _engine_rule("HA102", "invalid-value", "error", """
+        A value of the wrong type or out of range in a scenario file.
+
+        Reported by the config model: `nodes: four`, `restart.max: 500`, `hang.timeout: 30`
+        (a duration needs a unit), an unknown scenario or preset, OTC's limit of 3 restarts."""),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    logical_path: str
+    message: str
+    fix: Fix | None = None
+    suppressed: str | None = None  # the suppression's reason, when a comment silenced it
+
+    def as_dict(self) -> dict:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "end_line": self.end_line,
+            "end_column": self.end_column,
+            "logical_path": self.logical_path,
+            "message": self.message,
+            "fixable": self.fix is not None,
+        }
+
+
+@dataclass(frozen=True)
+class RuleSource:
+    rule: Rule
+    plugin: str
+    distribution: str
+
+
+@functools.cache
+def registry() -> dict[str, RuleSource]:
+    """Every rule by ID: the engine's own, then each plugin's. Conflicts are plugin failures."""
+    manager = plugin_manager.get()
+    found = {r.id: RuleSource(r, "hacfg", "hacfg") for r in ENGINE_RULES}
+    for plugin, rules in manager.results("hacfg_rules"):
+        info = manager.infos.get(plugin)
+        distribution = info.distribution if info else plugin
+        for item in rules:
+            if not isinstance(item, Rule):
+                manager.fail(plugin, "hacfg_rules", f"returned {type(item).__name__}, expected a hacfg.rules.Rule (use @rule)")
+            elif item.id in found:
+                manager.fail(plugin, "hacfg_rules", f"rule {item.id} is already provided by {found[item.id].distribution}")
+            elif item.id.startswith(BUILTIN_PREFIX) and distribution != plugin_manager.BUILTIN_DISTRIBUTION:
+                manager.fail(plugin, "hacfg_rules", f"rule {item.id}: the {BUILTIN_PREFIX} prefix is hacfg's own; pick a prefix for your plugin")
+            else:
+                found[item.id] = RuleSource(item, plugin, distribution)
+    return dict(sorted(found.items()))
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+    files: int = 0
+
+    def worst(self) -> Severity | None:
+        active = [f.severity for f in self.findings if f.suppressed is None]
+        return max(active, key=SEVERITIES.index) if active else None
+
+
+def lint_paths(paths: Iterable[str | Path], settings: Settings, *, platform: str | None = None) -> Report:
+    """Lint files and directories; a path that does not exist is an InputError (exit 2)."""
+    rules = registry()
+    report = Report()
+    for path in discover(paths, settings):
+        report.files += 1
+        report.findings.extend(lint_file(path, settings, rules, platform=platform))
+    report.findings.extend(_plugin_failures())
+    return report
+
+
+def _plugin_failures() -> Iterator[Finding]:
+    manager = plugin_manager.get()
+    for failure in manager.failures:
+        yield Finding("HA000", "error", f"<plugin {failure.plugin}>", 1, 1, 1, 1, "", str(failure))
+    manager.failures.clear()
+
+
+def discover(paths: Iterable[str | Path], settings: Settings) -> list[Path]:
+    """Files named on the command line, and scenario files (or configured globs) under directories."""
+    found: dict[str, Path] = {}
+    for given in paths or ["."]:
+        path = Path(given)
+        if path.is_dir():
+            for file in _walk(path, settings):
+                found.setdefault(os.path.normpath(file), file)
+        elif path.exists() or path.is_symlink():
+            found.setdefault(os.path.normpath(path), path)
+        else:
+            raise InputError("no such file or directory", file=str(path))
+    return [found[key] for key in sorted(found)]
+
+
+def _walk(root: Path, settings: Settings) -> Iterator[Path]:
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            file = Path(folder) / name
+            if any(fnmatch.fnmatch(name, pattern) for pattern in SCENARIO_NAMES) or settings.included(file):
+                yield file
+
+
+def kind_of(document: Document) -> Kind:
+    """A request body has top-level kind/metadata and no scenario keys; anything else is a scenario file."""
+    data = document.data
+    if isinstance(data, dict) and ("kind" in data or "metadata" in data) and not ("version" in data or "scenario" in data):
+        return "job"
+    return "scenario"
+
+
+def lint_file(path: Path, settings: Settings, rules: dict[str, RuleSource], *, platform: str | None = None) -> list[Finding]:
+    name = str(path)
+    try:
+        own = load(path)
+    except InputError as err:
+        if err.span is None:  # could not read the file at all
+            raise
+        if "HA100" not in settings.enabled_rules(["HA100"], name):
+            return []
+        return [_finding("HA100", rules, err.span, (), err.message)]
+    linter = _FileLinter(own, settings, rules)
+    ctx = linter.context(platform)
+    if ctx is not None:
+        for rule_id, source in rules.items():
+            if source.rule.check is None or rule_id not in linter.enabled:
+                continue
+            try:
+                for problem in problems(source.rule, ctx):
+                    linter.add(rule_id, problem)
+            except Exception as err:  # a plugin's bug must not stop the other rules
+                message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}".splitlines()[0]
+                linter.findings.append(_finding("HA000", rules, own.span(()), (), message))
+    return linter.finish()
+
+
+def _finding(rule_id: str, rules: dict[str, RuleSource], span: Span, path: LogicalPath, message: str, **extra) -> Finding:
+    severity = extra.pop("severity", None) or rules[rule_id].rule.severity
+    return Finding(rule_id, severity, span.file, span.line, span.column, span.end_line, span.end_column, dotted(path), message, **extra)
+
+
+class _FileLinter:
+    """Findings for one file: positions, inheritance from presets, severities, suppressions."""
+
+    def __init__(self, own: Document, settings: Settings, rules: dict[str, RuleSource]):
+        self.own = own
+        self.settings = settings
+        self.rules = rules
+        self.document = own
+        self.findings: list[Finding] = []
+        self.enabled = settings.enabled_rules(rules, own.path)
+
+    def context(self, platform: str | None) -> LintContext | None:
+        kind = kind_of(self.own)
+        if kind == "job":
+            return LintContext("job", self.own, self.own, platform or self.settings.platform or "huaweicloud", body=JobBody(self.own.data))
+        file_platform = self.own.data.get("platform") if isinstance(self.own.data, dict) else None
+        chosen = platform or (file_platform if isinstance(file_platform, str) else None) or self.settings.platform
+        try:
+            self.document = with_presets(self.own)
+            loaded = validate(self.document, platform=chosen)
+        except ConfigInvalid as invalid:
+            for error in invalid.errors:
+                rule_id = "HA101" if isinstance(error, ConfigError) and error.unknown_key else "HA102"
+                self._add(rule_id, error.span, getattr(error, "path", ()), error.message)
+            return None
+        except InputError as err:  # extends: an unknown preset, a missing or unparsable base file
+            self._add("HA102", err.span or self.own.span(()), ("extends",), err.message)
+            return None
+        return LintContext("scenario", self.document, self.own, loaded.config.platform, config=loaded.config)
+
+    def add(self, rule_id: str, problem: Problem) -> None:
+        span = self.document.span(problem.at, key=problem.on_key)
+        self._add(rule_id, span, problem.at, problem.message, fix=problem.fix, severity=problem.severity)
+
+    def _add(self, rule_id: str, span: Span, path: LogicalPath, message: str, **extra) -> None:
+        if rule_id not in self.enabled:
+            return
+        finding = _finding(rule_id, self.rules, span, path, message, **extra)
+        override = self.settings.severity.get(rule_id)
+        if override:
+            finding = replace(finding, severity=override)
+        self.findings.append(finding)
+
+    def finish(self) -> list[Finding]:
+        """Apply suppressions (a preset's own, then this file's) and move inherited findings here."""
+        own_suppressions = suppressions_in(self.own.text)
+        result = []
+        for finding in self.findings:
+            if finding.path != self.own.path:
+                reason = suppressions_in(_text_of(finding.path)).match(finding)
+                if reason is not None:
+                    continue  # the preset vouches for its own choice
+                finding = self._relocate(finding)
+            reason = own_suppressions.match(finding)
+            result.append(finding if reason is None else replace(finding, suppressed=reason))
+        for line, column, message, severity in own_suppressions.leftovers(self.rules):
+            if "HA099" in self.enabled:
+                span = Span(self.own.path, line, column, line, column)
+                result.append(_finding("HA099", self.rules, span, (), message, severity=severity))
+        return sorted(result, key=lambda f: (f.line, f.column, f.rule))
+
+    def _relocate(self, finding: Finding) -> Finding:
+        anchor = ("extends",) if ("extends",) in self.own.values else ("scenario",)
+        span = self.own.span(anchor)
+        return replace(
+            finding,
+            path=self.own.path,
+            line=span.line,
+            column=span.column,
+            end_line=span.end_line,
+            end_column=span.end_column,
+            message=f"{finding.message} (inherited from {Path(finding.path).name})",
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _text_of(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+_SUPPRESSION = re.compile(r"(?:^|\s)#\s*hacfg:\s*(disable|disable-file)\s*=\s*([A-Za-z0-9_, ]+?)\s*(?:--\s*(.*?))?\s*$")
+
+
+@dataclass
+class _Suppression:
+    line: int  # the line it silences (0: the whole file)
+    comment_line: int
+    column: int
+    ids: tuple[str, ...]
+    reason: str
+    used: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Suppressions:
+    items: list[_Suppression] = field(default_factory=list)
+
+    def match(self, finding: Finding) -> str | None:
+        """The reason of the first suppression that silences ``finding``, else None."""
+        for item in self.items:
+            if finding.rule in item.ids and item.line in (0, finding.line):
+                item.used.add(finding.rule)
+                return item.reason
+        return None
+
+    def leftovers(self, rules: dict[str, RuleSource]) -> Iterator[tuple[int, int, str, Severity]]:
+        for item in self.items:
+            for rule_id in item.ids:
+                if rule_id not in rules:
+                    yield item.comment_line, item.column, f"unknown rule {rule_id!r} in suppression comment", "error"
+                elif rule_id not in item.used:
+                    yield item.comment_line, item.column, f"suppression of {rule_id} matched nothing: remove it", "info"
+
+
+def suppressions_in(text: str) -> Suppressions:
+    """``# hacfg: disable=ID[,ID] [-- reason]`` on a line or alone above it; ``disable-file=`` anywhere."""
+    found = Suppressions()
+    if "hacfg:" not in text:
+        return found
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        match = _SUPPRESSION.search(line)
+        if not match:
+            continue
+        kind, ids, reason = match.groups()
+        column = line.index("#", match.start()) + 1
+        alone = not line[: column - 1].strip()
+        if kind == "disable-file":
+            target = 0
+        elif alone:
+            target = next((i + 1 for i in range(index + 1, len(lines)) if lines[i].strip() and not lines[i].lstrip().startswith("#")), -1)
+        else:
+            target = index + 1
+        rule_ids = tuple(part.strip().upper() for part in ids.split(",") if part.strip())
+        found.items.append(_Suppression(target, index + 1, column, rule_ids, reason or ""))
+    return found

@@ -1,0 +1,136 @@
+"""Lint output formats: text for people, json for scripts, sarif for code scanning, github for Actions."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from hacfg import __version__
+from hacfg.lint import Finding, Report, RuleSource
+
+FORMATS = ("text", "json", "sarif", "github")
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+DOCS_URL = "https://github.com/hacfg/hacfg/blob/main/docs/rules.md"
+_SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+_GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def render(fmt: str, report: Report, rules: dict[str, RuleSource], *, excerpts: bool = False) -> str:
+    renderers: dict[str, Callable[[Report, dict[str, RuleSource]], str]] = {
+        "text": lambda r, _: text(r, excerpts=excerpts),
+        "json": lambda r, _: as_json(r),
+        "sarif": sarif,
+        "github": lambda r, _: github(r),
+    }
+    return renderers[fmt](report, rules)
+
+
+def _active(report: Report) -> list[Finding]:
+    return [f for f in report.findings if f.suppressed is None]
+
+
+def summary(report: Report) -> dict:
+    findings = _active(report)
+    counts = Counter(f.severity for f in findings)
+    return {
+        "files": report.files,
+        "findings": len(findings),
+        "errors": counts["error"],
+        "warnings": counts["warning"],
+        "infos": counts["info"],
+        "fixable": sum(f.fix is not None for f in findings),
+        "suppressed": len(report.findings) - len(findings),
+    }
+
+
+def text(report: Report, *, excerpts: bool = False) -> str:
+    lines = []
+    for finding in _active(report):
+        lines.append(f"{finding.path}:{finding.line}:{finding.column}: {finding.rule} {finding.severity} {finding.message}")
+        if excerpts:
+            lines.extend(_excerpt(finding))
+    counts = summary(report)
+    if counts["findings"]:
+        fixable = f", {counts['fixable']} fixable with `hacfg fix`" if counts["fixable"] else ""
+        lines.append(
+            f"Found {counts['findings']} finding{'s' * (counts['findings'] != 1)} in {report.files} "
+            f"file{'s' * (report.files != 1)} ({counts['errors']} errors, {counts['warnings']} warnings, {counts['infos']} info){fixable}."
+        )
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _excerpt(finding: Finding) -> list[str]:
+    try:
+        source = Path(finding.path).read_text(encoding="utf-8").splitlines()[finding.line - 1]
+    except (OSError, UnicodeDecodeError, IndexError):
+        return []
+    width = max(1, finding.end_column - finding.column) if finding.end_line == finding.line else 1
+    gutter = f"{finding.line:>4} | "
+    return [gutter + source, " " * (len(gutter) + finding.column - 1) + "^" * width]
+
+
+def as_json(report: Report) -> str:
+    document = {"version": 1, "findings": [f.as_dict() for f in _active(report)], "summary": summary(report)}
+    return json.dumps(document, indent=2) + "\n"
+
+
+def github(report: Report) -> str:
+    """Workflow commands: GitHub Actions turns each into an annotation on the pull request."""
+    lines = []
+    for f in _active(report):
+        message = _escape(f"{f.rule} {f.message}", data=True)
+        lines.append(
+            f"::{_GITHUB_LEVEL[f.severity]} file={_escape(f.path)},line={f.line},col={f.column},"
+            f"endLine={f.end_line},endColumn={f.end_column},title={_escape(f.rule)}::{message}"
+        )
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _escape(value: str, *, data: bool = False) -> str:
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return value if data else value.replace(":", "%3A").replace(",", "%2C")
+
+
+def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
+    """SARIF 2.1.0; suppressed findings are kept, marked as suppressed in source."""
+    rule_ids = list(rules)
+    results = []
+    for f in report.findings:
+        result: dict = {
+            "ruleId": f.rule,
+            "ruleIndex": rule_ids.index(f.rule) if f.rule in rules else -1,
+            "level": _SARIF_LEVEL[f.severity],
+            "message": {"text": f.message},
+        }
+        if not f.path.startswith("<"):
+            region = {"startLine": f.line, "startColumn": f.column, "endLine": f.end_line, "endColumn": max(f.end_column, f.column)}
+            result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": Path(f.path).as_posix()}, "region": region}}]
+        if f.logical_path:
+            result.setdefault("properties", {})["logicalPath"] = f.logical_path
+        if f.suppressed is not None:
+            result["suppressions"] = [{"kind": "inSource", "justification": f.suppressed}] if f.suppressed else [{"kind": "inSource"}]
+        if result["ruleIndex"] < 0:
+            del result["ruleIndex"]
+        results.append(result)
+    driver = {
+        "name": "hacfg",
+        "version": __version__,
+        "informationUri": DOCS_URL,
+        "rules": [
+            {
+                "id": rule_id,
+                "name": source.rule.name,
+                "shortDescription": {"text": source.rule.summary},
+                "fullDescription": {"text": source.rule.help or source.rule.summary},
+                "help": {"text": source.rule.help or source.rule.summary, "markdown": source.rule.help or source.rule.summary},
+                "helpUri": f"{DOCS_URL}#{rule_id.lower()}",
+                "defaultConfiguration": {"level": _SARIF_LEVEL[source.rule.severity]},
+                "properties": {"source": source.distribution},
+            }
+            for rule_id, source in rules.items()
+        ],
+    }
+    document = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [{"tool": {"driver": driver}, "results": results}]}
+    return json.dumps(document, indent=2) + "\n"

@@ -1,0 +1,151 @@
+"""Lint settings from ``[tool.hacfg]`` in pyproject.toml, or a ``.hacfg.toml``, the nearest one upwards.
+
+```toml
+[tool.hacfg]
+select = ["HA"]                 # rule IDs or prefixes; default: every rule
+ignore = ["HA011"]
+per-file-ignores = {"legacy/*.json" = ["HA007"]}
+severity = {HA003 = "error"}
+fail-on = "warning"             # error (default) | warning | info
+platform = "otc"                # for request bodies and files that do not say
+include = ["jobs/**/*.json"]    # more files to lint when a directory is given
+```
+
+Unknown keys and unknown rule IDs are errors: a typo must not silently turn a rule off.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hacfg.source import InputError, did_you_mean
+
+KEYS = ("select", "ignore", "per-file-ignores", "severity", "fail-on", "platform", "include")
+SEVERITY_NAMES = ("error", "warning", "info")
+PLATFORMS = ("huaweicloud", "otc")
+
+
+@dataclass(eq=False)
+class Settings:
+    select: tuple[str, ...] = ("ALL",)
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    severity: dict[str, str] = field(default_factory=dict)
+    fail_on: str = "error"
+    platform: str | None = None
+    include: tuple[str, ...] = ()
+    root: Path = field(default_factory=Path.cwd)
+    source: str | None = None  # the file the settings came from
+
+    def enabled_rules(self, rule_ids: Iterable[str], path: str) -> frozenset[str]:
+        """The rules that run on ``path``: selected, not ignored, not ignored for this file."""
+        enabled = self._selected(frozenset(rule_ids))
+        if self.per_file_ignores:
+            relative = self._relative(path)
+            for pattern, ids in self.per_file_ignores.items():
+                if fnmatch.fnmatch(relative, pattern):
+                    enabled = {r for r in enabled if not any(_matches(r, s) for s in ids)}
+        return frozenset(enabled)
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019 - settings live as long as the process
+    def _selected(self, rule_ids: frozenset[str]) -> frozenset[str]:
+        return frozenset(r for r in rule_ids if any(_matches(r, s) for s in self.select) and not any(_matches(r, s) for s in self.ignore))
+
+    def included(self, path: Path) -> bool:
+        relative = self._relative(str(path))
+        return any(fnmatch.fnmatch(relative, pattern) for pattern in self.include)
+
+    def _relative(self, path: str) -> str:
+        try:
+            return Path(os.path.abspath(path)).relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            return Path(path).as_posix()
+
+    def check_rule_ids(self, known: set[str]) -> None:
+        """Every ID or prefix in the settings names at least one known rule."""
+        named = [*self.select, *self.ignore, *self.severity, *(i for ids in self.per_file_ignores.values() for i in ids)]
+        for rule_id in named:
+            if rule_id != "ALL" and not any(_matches(k, rule_id) for k in known):
+                raise InputError(f"[tool.hacfg]: unknown rule {rule_id!r}{did_you_mean(rule_id, sorted(known))}", file=self.source)
+
+
+def _matches(rule_id: str, selector: str) -> bool:
+    return selector == "ALL" or rule_id.startswith(selector)
+
+
+def find_settings(start: Path | None = None) -> Settings:
+    """Settings from the nearest ``.hacfg.toml`` or ``pyproject.toml`` with ``[tool.hacfg]``."""
+    folder = (start or Path.cwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        dotfile = candidate / ".hacfg.toml"
+        if dotfile.is_file():
+            table = _read_toml(dotfile)
+            return _settings(table.get("tool", {}).get("hacfg", table), candidate, dotfile)
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            table = _read_toml(pyproject).get("tool", {}).get("hacfg")
+            if table is not None:
+                return _settings(table, candidate, pyproject)
+    return Settings()
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read: {err}", file=str(path)) from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"invalid TOML: {err}", file=str(path)) from None
+
+
+def _settings(table: dict[str, Any], root: Path, source: Path) -> Settings:
+    where = str(source)
+
+    def fail(message: str) -> InputError:
+        return InputError(f"[tool.hacfg] {message}", file=where)
+
+    for key in table:
+        if key not in KEYS:
+            raise fail(f"unknown key {key!r}{did_you_mean(key, list(KEYS))}")
+
+    def ids(key: str, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise fail(f"{key}: expected a list of rule IDs")
+        return tuple(v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for v in value)
+
+    def choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
+        if value not in choices:
+            raise fail(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def table_of(key: str, convert: Callable[[str, Any], Any]) -> dict[str, Any]:
+        value = table.get(key, {})
+        if not isinstance(value, dict):
+            raise fail(f"{key}: expected a table")
+        return {k: convert(f"{key}.{k}", v) for k, v in value.items()}
+
+    settings = Settings(root=root, source=where)
+    if "select" in table:
+        settings.select = ids("select", table["select"])
+    if "ignore" in table:
+        settings.ignore = ids("ignore", table["ignore"])
+    settings.per_file_ignores = table_of("per-file-ignores", ids)
+    settings.severity = {k.upper(): v for k, v in table_of("severity", lambda k, v: choice(k, v, SEVERITY_NAMES)).items()}
+    if "fail-on" in table:
+        settings.fail_on = choice("fail-on", table["fail-on"], SEVERITY_NAMES)
+    if "platform" in table:
+        settings.platform = choice("platform", table["platform"], PLATFORMS)
+    if "include" in table:
+        include = table["include"]
+        if not isinstance(include, list) or not all(isinstance(v, str) for v in include):
+            raise fail("include: expected a list of globs")
+        settings.include = tuple(include)
+    return settings

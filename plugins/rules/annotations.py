@@ -1,0 +1,111 @@
+"""Annotation values: the platform reads a Map<String,String> with exact spellings."""
+
+from __future__ import annotations
+
+import json
+
+from hacfg import hookimpl
+from hacfg import platform as ma
+from hacfg.rules import Fix, LintContext, Problem, annotation_path, rule
+from hacfg.source import did_you_mean
+
+TRUTHY = ("true", "yes", "on", "1", "y")
+FALSY = ("false", "no", "off", "0", "n")
+
+
+def _as_string(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@rule("HA007", "annotation-not-string", "error", kinds=("job",))
+def annotation_not_string(ctx: LintContext):
+    """An annotation value is not a string.
+
+    ## What it does
+    Fires for every annotation whose value is a number, a boolean, null or a structure, such as
+    `3` or `true` unquoted in JSON.
+
+    ## Why is this bad?
+    `metadata.annotations` is a `Map<String,String>`: the API rejects the request, or an SDK
+    drops the value on the way.
+
+    ## Example
+    ```json
+    {"fault-tolerance/job-retry-num": 3, "fault-tolerance/hang-retry": true}
+    ```
+
+    ## Fix
+    Quote it: `"3"`, `"true"`. `hacfg fix` does this for numbers and booleans.
+    """
+    for key, value in ctx.body.annotations.items():
+        if isinstance(value, str):
+            continue
+        path = annotation_path(key)
+        fix = None
+        if isinstance(value, bool | int | float):
+            quoted = json.dumps(_as_string(value))
+            fix = Fix(path, quoted, f"quote the value: {quoted}")
+        yield Problem(path, f"annotation {key} must be a string, not {json.dumps(value)}: quote it", fix=fix)
+
+
+@rule("HA008", "unknown-fault-tolerance-key", "error", kinds=("job",))
+def unknown_fault_tolerance_key(ctx: LintContext):
+    """An unknown `fault-tolerance/*` annotation key.
+
+    ## What it does
+    Fires for a `fault-tolerance/` key that the platform does not define, and suggests the
+    nearest real one.
+
+    ## Why is this bad?
+    The platform ignores unknown annotations silently: a typo like `job-retry-nums` means
+    auto restart is off while the file says it is on.
+
+    ## Example
+    ```json
+    {"fault-tolerance/hang-retires": "true"}
+    ```
+
+    ## Fix
+    Use one of `fault-tolerance/job-retry-num`, `job-unconditional-retry`, `hang-retry`,
+    `pod-retry-num`, `hccl_op_retry`.
+    """
+    for key in ctx.body.annotations:
+        if isinstance(key, str) and key.startswith(ma.FAULT_TOLERANCE_PREFIX) and key not in ma.FAULT_TOLERANCE_KEYS:
+            yield Problem(annotation_path(key), f"unknown annotation {key}{did_you_mean(key, list(ma.FAULT_TOLERANCE_KEYS))}", on_key=True)
+
+
+@rule("HA015", "boolean-annotation-spelling", "error", kinds=("job",))
+def boolean_annotation_spelling(ctx: LintContext):
+    """A boolean annotation is not exactly `"true"` or `"false"`.
+
+    ## What it does
+    Fires when a switch annotation (`job-unconditional-retry`, `hang-retry`, `hccl_op_retry`,
+    `tensorboard/enable`, ...) holds a string such as `"True"`, `"yes"` or `"1"`.
+
+    ## Why is this bad?
+    The platform compares the exact string `"true"`; anything else reads as off.
+
+    ## Example
+    ```json
+    {"fault-tolerance/hang-retry": "True"}
+    ```
+
+    ## Fix
+    `"true"` or `"false"`, lower case. `hacfg fix` normalises the common spellings.
+    """
+    for key in ma.BOOLEAN_ANNOTATIONS:
+        value = ctx.body.annotations.get(key)
+        if not isinstance(value, str) or value in ("true", "false"):
+            continue
+        word = value.strip().lower()
+        meant = "true" if word in TRUTHY else "false" if word in FALSY else None
+        fix = Fix(annotation_path(key), json.dumps(meant), f'write "{meant}"') if meant else None
+        hint = f'write "{meant}"' if meant else 'use "true" or "false"'
+        yield Problem(annotation_path(key), f"{key} is {json.dumps(value)}; the platform reads only \"true\" or \"false\": {hint}", fix=fix)
+
+
+@hookimpl
+def hacfg_rules():
+    return [annotation_not_string, unknown_fault_tolerance_key, boolean_annotation_spelling]

@@ -1,0 +1,155 @@
+"""Suspension (hang) detection and restart upon suspension."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hacfg import hookimpl
+from hacfg import platform as ma
+from hacfg.rules import LintContext, Problem, annotation_path, rule
+
+MIN_HANG_TIMEOUT = timedelta(minutes=10)
+
+
+@rule("HA003", "multi-node-without-hang-restart", "warning", kinds=("scenario", "job"))
+def multi_node_without_hang_restart(ctx: LintContext):
+    """A multi-node job without restart upon suspension.
+
+    ## What it does
+    Fires when the job has more than one node (or is a `multi-node` or `llm-long-term`
+    scenario) and `restart.on_hang` / `fault-tolerance/hang-retry` is off.
+
+    ## Why is this bad?
+    One stuck rank stalls every other rank in its next collective. The job then holds the whole
+    cluster doing nothing until someone notices; the platform can detect this and restart the
+    process in place, without spending the restart budget.
+
+    ## Example
+    ```yaml
+    scenario: multi-node
+    restart: {max: 3, on_hang: false}
+    ```
+
+    ## Fix
+    `restart: {on_hang: true}` (with auto restart on).
+    """
+    if ctx.config is not None:
+        config = ctx.config
+        multi = config.job.nodes > 1 or config.scenario in ("multi-node", "llm-long-term")
+        if multi and not config.restart.on_hang:
+            yield Problem(
+                ctx.first_present(("restart", "on_hang"), ("job", "nodes"), ("scenario",)),
+                "multi-node job without restart upon suspension: one hung rank stalls them all; set restart.on_hang: true",
+            )
+        return
+    nodes = ctx.body.node_count or 1
+    if nodes > 1 and not ctx.body.flag(ma.HANG_RETRY):
+        where = annotation_path(ma.HANG_RETRY) if ma.HANG_RETRY in ctx.body.annotations else ("spec", "resource", "node_count")
+        yield Problem(where, f"{nodes}-node job without restart upon suspension: set {ma.HANG_RETRY}: \"true\"")
+
+
+@rule("HA004", "hang-detection-on-cpu", "error", kinds=("scenario", "job"))
+def hang_detection_on_cpu(ctx: LintContext):
+    """Suspension detection or restart upon suspension on a CPU job.
+
+    ## What it does
+    Fires when a CPU job turns on `hang.detect` or `restart.on_hang`
+    (`fault-tolerance/hang-retry` on a CPU flavor).
+
+    ## Why is this bad?
+    The platform watches only GPU and NPU jobs for suspension. On a CPU job the setting does
+    nothing, and the team believes hangs are handled when they are not.
+
+    ## Example
+    ```yaml
+    job: {accelerator: cpu}
+    restart: {max: 2, on_hang: true}
+    ```
+
+    ## Fix
+    Drop the settings, and run the job under `hacfg agent`, whose hang detection works on any
+    job (no output and no heartbeat for `hang.timeout`).
+    """
+    if ctx.config is not None:
+        config = ctx.config
+        if config.job.accelerator != "cpu":
+            return
+        if config.restart.on_hang:
+            yield Problem(("restart", "on_hang"), "restart upon suspension does nothing on a CPU job (only GPU/NPU jobs are watched): remove it")
+        if config.hang.detect and ctx.is_set(("hang", "detect")):
+            yield Problem(("hang", "detect"), "suspension detection does nothing on a CPU job (only GPU/NPU jobs are watched): remove it")
+        return
+    if ctx.body.accelerator == "cpu" and ctx.body.flag(ma.HANG_RETRY):
+        yield Problem(annotation_path(ma.HANG_RETRY), f"{ma.HANG_RETRY} does nothing on a CPU flavor (only GPU/NPU jobs are watched): remove it")
+
+
+@rule("HA016", "hang-timeout-short", "warning", kinds=("scenario", "job"))
+def hang_timeout_short(ctx: LintContext):
+    """The hang timeout is under 10 minutes, or not whole minutes.
+
+    ## What it does
+    Fires when `hang.timeout` (or `MA_HANG_DETECT_TIME`) is below 10 minutes, or is not a
+    whole number of minutes.
+
+    ## Why is this bad?
+    Long steps, evaluation passes and large checkpoint saves go quiet for minutes; a short
+    timeout kills healthy jobs. The platform counts whole minutes only, so `90s` becomes 2.
+
+    ## Example
+    ```yaml
+    hang: {timeout: 5m}
+    ```
+
+    ## Fix
+    10 minutes or more, whole minutes: `hang: {timeout: 30m}`.
+    """
+    if ctx.config is not None:
+        hang = ctx.config.hang
+        if not hang.detect:
+            return
+        if hang.timeout < MIN_HANG_TIMEOUT:
+            yield Problem(("hang", "timeout"), "hang.timeout under 10m kills healthy jobs during long steps and checkpoint saves: use 10m or more")
+        elif hang.timeout.total_seconds() % 60:
+            yield Problem(("hang", "timeout"), "hang.timeout is not whole minutes; the platform rounds it: write it in minutes")
+        return
+    environments, base = ctx.environment()
+    if ma.HANG_DETECT_TIME not in environments:
+        return
+    value = str(environments[ma.HANG_DETECT_TIME]).strip()
+    where = (*base, ma.HANG_DETECT_TIME)
+    if not value.isdigit():
+        yield Problem(where, f"{ma.HANG_DETECT_TIME} must be whole minutes, like \"30\"")
+    elif int(value) < MIN_HANG_TIMEOUT.total_seconds() // 60:
+        yield Problem(where, f"{ma.HANG_DETECT_TIME} under 10 minutes kills healthy jobs during long steps and checkpoint saves: use 10 or more")
+
+
+@rule("HA018", "hang-restart-without-detection", "warning")
+def hang_restart_without_detection(ctx: LintContext):
+    """Restart upon suspension is on while suspension detection is off.
+
+    ## What it does
+    Fires when `restart.on_hang` is true and `hang.detect` is false.
+
+    ## Why is this bad?
+    A hang restart is triggered by detection. With detection off, nothing will ever trigger it
+    (and on ModelArts, detection cannot actually be turned off for GPU/NPU jobs, so the file
+    says something the platform will not do).
+
+    ## Example
+    ```yaml
+    restart: {on_hang: true}
+    hang: {detect: false}
+    ```
+
+    ## Fix
+    Keep detection on and tune `hang.timeout` instead.
+    """
+    if ctx.config.restart.on_hang and not ctx.config.hang.detect:
+        yield Problem(("hang", "detect"), "restart.on_hang needs suspension detection: set hang.detect: true and tune hang.timeout")
+
+
+@hookimpl
+def hacfg_rules():
+    return [multi_node_without_hang_restart, hang_detection_on_cpu, hang_timeout_short, hang_restart_without_detection]
+
+

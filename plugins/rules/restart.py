@@ -1,0 +1,114 @@
+"""Restart budgets: the annotations that turn auto restart on and shape it."""
+
+from __future__ import annotations
+
+from hacfg import hookimpl
+from hacfg import platform as ma
+from hacfg.rules import LintContext, Problem, annotation_path, rule
+
+
+@rule("HA005", "retry-options-without-auto-restart", "error", kinds=("scenario", "job"))
+def retry_options_without_auto_restart(ctx: LintContext):
+    """Unconditional restart, hang restart or pod reschedules are set while auto restart is off.
+
+    ## What it does
+    Fires for each of `restart.unconditional`, `restart.on_hang` and `restart.pod_reschedules`
+    (or their annotations) when `restart.max` / `fault-tolerance/job-retry-num` is absent or 0.
+
+    ## Why is this bad?
+    They all refine auto restart; without `job-retry-num` the platform does not restart the job
+    at all, and runs no environment pre-check. The settings look like protection but do nothing.
+
+    ## Example
+    ```yaml
+    restart: {unconditional: true, on_hang: true}
+    ```
+
+    ## Fix
+    Turn auto restart on: `restart: {max: 3, unconditional: true, on_hang: true}`.
+    """
+    if ctx.config is not None:
+        restart = ctx.config.restart
+        if restart.max:
+            return
+        settings = [("unconditional", restart.unconditional), ("on_hang", restart.on_hang), ("pod_reschedules", restart.pod_reschedules)]
+        for name, value in settings:
+            if value:
+                yield Problem(("restart", name), f"restart.{name} does nothing while auto restart is off: set restart.max >= 1")
+        return
+    body = ctx.body
+    if body.retries:
+        return
+    for key in (ma.UNCONDITIONAL_RETRY, ma.HANG_RETRY):
+        if body.flag(key):
+            yield Problem(annotation_path(key), f"{key} does nothing without {ma.JOB_RETRY_NUM}: add it with a value >= 1")
+    if body.number(ma.POD_RETRY_NUM):
+        yield Problem(annotation_path(ma.POD_RETRY_NUM), f"{ma.POD_RETRY_NUM} does nothing without {ma.JOB_RETRY_NUM}: add it with a value >= 1")
+
+
+@rule("HA006", "retry-num-out-of-range", "error", kinds=("job",))
+def retry_num_out_of_range(ctx: LintContext):
+    """`fault-tolerance/job-retry-num` is not an integer, or outside the platform's range.
+
+    ## What it does
+    Fires when the value is not a whole number, or is outside 1–128 on Huawei Cloud
+    (1–3 on Open Telekom Cloud; pick with `--platform` or `platform` in `[tool.hacfg]`).
+
+    ## Why is this bad?
+    The platform rejects the request, or the console shows a value it will not honour.
+
+    ## Example
+    ```json
+    {"fault-tolerance/job-retry-num": "ten"}
+    ```
+
+    ## Fix
+    A whole number in a string, within range: `"3"`. Leave the key out to turn auto restart off.
+    """
+    key = ma.JOB_RETRY_NUM
+    if key not in ctx.body.annotations:
+        return
+    value = ctx.body.number(key)
+    low, high = ma.RETRY_LIMITS[ctx.platform]
+    if value is None:
+        yield Problem(annotation_path(key), f"{key} must be a whole number in a string, like \"3\"")
+    elif not low <= value <= high:
+        yield Problem(annotation_path(key), f"{key} is {value}: {ctx.platform} allows {low} to {high}; leave it out to turn auto restart off")
+
+
+@rule("HA009", "unconditional-spends-budget", "warning", kinds=("scenario", "job"))
+def unconditional_spends_budget(ctx: LintContext):
+    """Unconditional restart with a budget of 3 or fewer restarts.
+
+    ## What it does
+    Fires when unconditional restart is on and `restart.max` is between 1 and 3.
+
+    ## Why is this bad?
+    Unconditional restarts count against `restart.max` and may come three in a row. A bug that
+    crashes at start-up spends the whole budget, leaving nothing for the hardware faults the
+    budget is for.
+
+    ## Example
+    ```yaml
+    restart: {max: 3, unconditional: true}
+    ```
+
+    ## Fix
+    Raise the budget above 3 (`max: 8` for long runs), or suppress with a reason when the
+    platform's recommended combination is what you want:
+    `# hacfg: disable=HA009 -- short job, fail fast`.
+    """
+    cap = ma.CONSECUTIVE_RESTART_CAP
+    if ctx.config is not None:
+        restart = ctx.config.restart
+        if restart.unconditional and 1 <= restart.max <= cap:
+            yield Problem(("restart", "max"), f"unconditional restarts may come {cap} in a row and spend all {restart.max}: raise restart.max above {cap}")
+        return
+    body = ctx.body
+    if body.flag(ma.UNCONDITIONAL_RETRY) and 1 <= body.retries <= cap:
+        yield Problem(annotation_path(ma.JOB_RETRY_NUM), f"unconditional restarts may come {cap} in a row and spend all {body.retries}: raise {ma.JOB_RETRY_NUM} above {cap}")
+
+
+@hookimpl
+def hacfg_rules():
+    return [retry_options_without_auto_restart, retry_num_out_of_range, unconditional_spends_budget]
