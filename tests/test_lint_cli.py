@@ -1,0 +1,250 @@
+"""`hacfg lint` and `hacfg fix` as users run them: formats, exit codes, settings, suppressions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, run_hacfg
+
+BAD_BODY = """{
+  "kind": "job",
+  "metadata": {
+    "name": "demo",
+    "annotations": {
+      "fault-tolerance/job-retry-num": 3,
+      "fault-tolerance/hang-retry": "True"
+    }
+  },
+  "algorithm": {"outputs": [{"name": "ckpt", "remote": {"obs": {"obs_url": "obs://b/ckpt/"}}}]},
+  "spec": {"resource": {"node_count": 1}}
+}
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """An empty project folder as the working directory (so no outer pyproject applies)."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_text_output_and_exit_1(cli, project):
+    (project / "job.json").write_text(BAD_BODY)
+    result = cli("lint", "job.json")
+    assert result.code == 1
+    assert result.out.splitlines() == [
+        "job.json:6:40: HA007 error annotation fault-tolerance/job-retry-num must be a string, not 3: quote it",
+        'job.json:7:37: HA015 error fault-tolerance/hang-retry is "True"; the platform reads only "true" or "false": write "true"',
+        "Found 2 findings in 1 file (2 errors, 0 warnings, 0 info), 2 fixable with `hacfg fix`.",
+    ]
+
+
+def test_clean_files_exit_0(cli, project):
+    shutil.copy(REPO / "examples/llama-pretrain/ha.yaml", project / "ha.yaml")
+    result = cli("lint")
+    assert (result.code, result.out) == (0, "")
+
+
+def test_directories_find_scenario_files_only(cli, project):
+    (project / "jobs" / "a").mkdir(parents=True)
+    (project / "jobs/a/ha.yaml").write_text("version: 1\nscenario: single-node\nrestart: {maks: 1}\n")
+    (project / "jobs/train.ha.yml").write_text("version: 1\nscenario: single-node\nhang: {timeout: 1m}\n")
+    (project / "jobs/other.yaml").write_text("not: [valid\n")
+    (project / ".hidden").mkdir()
+    (project / ".hidden/ha.yaml").write_text("not: [valid\n")
+    report = json.loads(cli("lint", "--format", "json", "jobs").out)
+    assert [(f["path"], f["rule"]) for f in report["findings"]] == [("jobs/a/ha.yaml", "HA101"), ("jobs/train.ha.yml", "HA016")]
+    assert report["summary"]["files"] == 2
+
+
+def test_json_format(cli, project):
+    (project / "job.json").write_text(BAD_BODY)
+    report = json.loads(cli("lint", "-f", "json", "job.json").out)
+    assert report["version"] == 1
+    assert report["findings"][0] == {
+        "rule": "HA007",
+        "severity": "error",
+        "path": "job.json",
+        "line": 6,
+        "column": 40,
+        "end_line": 6,
+        "end_column": 41,
+        "logical_path": 'metadata.annotations."fault-tolerance/job-retry-num"',
+        "message": "annotation fault-tolerance/job-retry-num must be a string, not 3: quote it",
+        "fixable": True,
+    }
+    assert report["summary"] == {"files": 1, "findings": 2, "errors": 2, "warnings": 0, "infos": 0, "fixable": 2, "suppressed": 0}
+
+
+def test_sarif_validates_against_the_official_schema(cli, project):
+    from jsonschema import Draft4Validator
+
+    (project / "job.json").write_text(BAD_BODY)
+    (project / "ha.yaml").write_text(
+        "version: 1\nscenario: multi-node\nrestart:\n  on_hang: false  # hacfg: disable=HA003 -- our own watchdog\n"
+    )
+    sarif = json.loads(cli("lint", "-f", "sarif", "job.json", "ha.yaml").out)
+    schema = json.loads((REPO / "tests/data/sarif-schema-2.1.0.json").read_text())
+    errors = [e.message for e in Draft4Validator(schema).iter_errors(sarif)]
+    assert errors == []
+    run = sarif["runs"][0]
+    rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
+    assert rules["HA007"]["defaultConfiguration"] == {"level": "error"}
+    assert rules["HA007"]["helpUri"].endswith("#ha007")
+    first = next(r for r in run["results"] if r["ruleId"] == "HA007")
+    assert first["ruleId"] == "HA007" and run["tool"]["driver"]["rules"][first["ruleIndex"]]["id"] == "HA007"
+    assert first["locations"][0]["physicalLocation"]["region"] == {"startLine": 6, "startColumn": 40, "endLine": 6, "endColumn": 41}
+    suppressed = [r for r in run["results"] if "suppressions" in r]
+    assert [(r["ruleId"], r["suppressions"]) for r in suppressed] == [("HA003", [{"kind": "inSource", "justification": "our own watchdog"}])]
+
+
+def test_github_format_and_auto_detection(cli, project, monkeypatch):
+    (project / "job.json").write_text(BAD_BODY)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    lines = cli("lint", "job.json").out.splitlines()
+    assert lines[0] == "::error file=job.json,line=6,col=40,endLine=6,endColumn=41,title=HA007::HA007 annotation fault-tolerance/job-retry-num must be a string, not 3: quote it"
+
+
+def test_fail_on_and_exit_zero(cli, project):
+    (project / "ha.yaml").write_text("version: 1\nscenario: single-node\nhang: {timeout: 5m}\n")
+    assert cli("lint").code == 0  # a warning only
+    assert cli("lint", "--fail-on", "warning").code == 1
+    (project / "job.json").write_text(BAD_BODY)
+    assert cli("lint", "--exit-zero").code == 0
+
+
+def test_settings_select_ignore_severity_and_per_file(cli, project):
+    (project / "job.json").write_text(BAD_BODY)
+    (project / "legacy").mkdir()
+    (project / "legacy/old.json").write_text(BAD_BODY)
+    (project / "pyproject.toml").write_text(
+        "[tool.hacfg]\n"
+        'ignore = ["HA015"]\n'
+        'severity = {HA007 = "warning"}\n'
+        'per-file-ignores = {"legacy/*" = ["HA007"]}\n'
+        'fail-on = "warning"\n'
+    )
+    result = cli("lint", "-f", "json", "job.json", "legacy/old.json")
+    findings = json.loads(result.out)["findings"]
+    assert [(f["path"], f["rule"], f["severity"]) for f in findings] == [("job.json", "HA007", "warning")]
+    assert result.code == 1  # fail-on = warning
+
+
+def test_dot_hacfg_toml_and_unknown_ids_are_errors(cli, project):
+    (project / "ha.yaml").write_text("version: 1\nscenario: single-node\n")
+    (project / ".hacfg.toml").write_text('ignore = ["HA999"]\n')
+    result = cli("lint")
+    assert result.code == 2
+    assert "[tool.hacfg]: unknown rule 'HA999'" in result.err
+    (project / ".hacfg.toml").write_text('ignroe = ["HA003"]\n')
+    assert "unknown key 'ignroe'; did you mean 'ignore'?" in cli("lint").err
+
+
+def test_settings_platform_applies_to_bodies(cli, project):
+    body = json.loads(BAD_BODY)
+    body["metadata"]["annotations"] = {"fault-tolerance/job-retry-num": "5"}
+    (project / "job.json").write_text(json.dumps(body))
+    assert cli("lint", "job.json").code == 0
+    (project / ".hacfg.toml").write_text('platform = "otc"\n')
+    result = cli("lint", "job.json")
+    assert (result.code, "otc allows 1 to 3" in result.out) == (1, True)
+
+
+def test_missing_path_exits_2_and_unparsable_file_is_a_finding(cli, project):
+    assert cli("lint", "nope.yaml").code == 2
+    (project / "ha.yaml").write_text("version: 1\nscenario: [\n")
+    result = cli("lint", "ha.yaml")
+    assert result.code == 1
+    assert result.out.startswith("ha.yaml:3:1: HA100 error")
+
+
+def test_unknown_rule_in_a_comment_is_an_error(cli, project):
+    (project / "ha.yaml").write_text("version: 1\nscenario: single-node  # hacfg: disable=HA999\n")
+    result = cli("lint", "ha.yaml")
+    assert result.code == 1
+    assert "ha.yaml:2:24: HA099 error unknown rule 'HA999' in suppression comment" in result.out
+
+
+def test_disable_file(cli, project):
+    (project / "ha.yaml").write_text("# hacfg: disable-file=HA016\nversion: 1\nscenario: single-node\nhang: {timeout: 1m}\n")
+    assert cli("lint", "--fail-on", "info", "ha.yaml").code == 0
+
+
+def test_inherited_findings_point_at_the_users_file(cli, project):
+    (project / "base.yaml").write_text("version: 1\nscenario: multi-node\nhang: {timeout: 2m}\n")
+    (project / "ha.yaml").write_text("version: 1\nscenario: multi-node\nextends: base.yaml\n")
+    out = cli("lint", "ha.yaml").out
+    assert out.startswith("ha.yaml:3:10: HA016 warning hang.timeout under 10m")
+    assert "(inherited from base.yaml)" in out
+
+
+def test_explain_and_rules(cli):
+    explained = cli("explain", "ha007")
+    assert explained.out.startswith("HA007 annotation-not-string (error, from hacfg)\n\nAn annotation value is not a string.")
+    assert "## Fix" in explained.out
+    assert cli("explain", "HA700").code == 2
+    listing = json.loads(cli("rules", "-f", "json").out)
+    assert {r["id"] for r in listing} >= {f"HA{n:03d}" for n in range(20)} | {"HA099", "HA100", "HA101", "HA102"}
+
+
+def test_fix_rewrites_only_the_broken_values(cli, project):
+    (project / "job.json").write_text(BAD_BODY)
+    yaml_body = "# our job\nkind: job\nmetadata:\n  name: demo   # keep me\n  annotations:\n    fault-tolerance/job-retry-num: 3\n    'fault-tolerance/hang-retry': 'Yes'\n"
+    (project / "job.yaml").write_text(yaml_body)
+    assert cli("fix", "--diff", "job.json").code == 1
+    assert (project / "job.json").read_text() == BAD_BODY  # --diff writes nothing
+    assert cli("fix", "job.json", "job.yaml").code == 0
+    assert (project / "job.json").read_text() == BAD_BODY.replace(": 3,", ': "3",').replace('"True"', '"true"')
+    assert (project / "job.yaml").read_text() == yaml_body.replace(": 3\n", ': "3"\n').replace("'Yes'", '"true"')
+    remaining = json.loads(cli("lint", "-f", "json", "job.json", "job.yaml").out)["findings"]
+    assert [f["rule"] for f in remaining] == ["HA001"]  # no output channel: not something to fix by machine
+    assert cli("fix", "--diff", "job.json").code == 0  # nothing left to change
+
+
+def test_fix_diff(cli, project):
+    (project / "job.json").write_text(BAD_BODY)
+    result = cli("fix", "--diff", "job.json")
+    assert result.code == 1
+    assert '\n-      "fault-tolerance/job-retry-num": 3,\n' in result.out
+    assert '\n+      "fault-tolerance/job-retry-num": "3",\n' in result.out
+    assert result.out.startswith("--- job.json\n+++ job.json\n")
+
+
+def test_lint_as_a_real_process_never_tracebacks(tmp_path):
+    for name, content in {"a.yaml": b"\xff\xfe\x00", "b.json": b"{", "c.yaml": b"version: 1\nscenario: !!python/object:x y\n"}.items():
+        (tmp_path / name).write_bytes(content)
+    result = run_hacfg("lint", *(tmp_path / n for n in ("a.yaml", "b.json", "c.yaml")), cwd=tmp_path)
+    assert result.code == 1
+    assert "Traceback" not in result.err
+    assert [line.split(": ")[1].split()[0] for line in result.out.splitlines()[:3]] == ["HA100"] * 3
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_pre_commit_hook_fails_on_bad_and_passes_on_good(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env_home = {"PRE_COMMIT_HOME": str(tmp_path / "cache"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    import os
+
+    env = {**os.environ, **env_home}
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / "ha.yaml").write_text("version: 1\nscenario: single-node\nrestart:\n  maks: 3\n")
+    subprocess.run(["git", "add", "ha.yaml"], cwd=repo, check=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(REPO), "hacfg-lint", "--files", "ha.yaml"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "HA101" in bad.stdout
+    (repo / "ha.yaml").write_text("version: 1\nscenario: single-node\nrestart:\n  max: 3\n")
+    good = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(REPO), "hacfg-lint", "--files", "ha.yaml"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert good.returncode == 0, good.stdout + good.stderr

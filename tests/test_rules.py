@@ -1,0 +1,40 @@
+"""Every rule against its fixtures: inline `# expect:` comments say exactly what must fire."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO
+from hacfg import lint
+from hacfg.settings import Settings
+from hacfg.testing import assert_fixture, check_rule_catalogue, fixtures_for
+
+FIXTURES = REPO / "tests" / "rules"
+
+
+@pytest.mark.parametrize("fixture", fixtures_for(FIXTURES), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fixture(fixture):
+    assert_fixture(fixture)
+
+
+def test_every_rule_has_help_and_firing_and_near_miss_fixtures():
+    rules = [source.rule for rule_id, source in lint.registry().items() if source.distribution == "hacfg" and rule_id != "HA000"]
+    assert len(rules) == 23
+    check_rule_catalogue(rules, FIXTURES, id_pattern=r"HA[01]\d\d")
+
+
+@pytest.mark.parametrize("path", [*sorted((REPO / "presets").glob("*.yaml")), *sorted(REPO.glob("examples/**/ha.yaml"))], ids=lambda p: p.name)
+def test_presets_and_examples_are_clean(path):
+    report = lint.lint_paths([path], Settings())
+    assert [f for f in report.findings if f.suppressed is None] == []
+
+
+def test_the_kit_reports_missing_and_unexpected_findings(tmp_path):
+    fixture = tmp_path / "ha.yaml"
+    fixture.write_text("version: 1\nscenario: single-node\nrestart:\n  max: 3  # expect: HA017\n  unconditional: true\n")
+    with pytest.raises(AssertionError) as caught:
+        assert_fixture(fixture, select=["HA009", "HA017"])
+    assert "unexpected HA009 line 4" in str(caught.value)
+    fixture.write_text("version: 1\nscenario: single-node\n# expect-next: HA001\nrestart: {max: 0}\n")
+    with pytest.raises(AssertionError, match="missing    HA001 line 4"):
+        assert_fixture(fixture)
