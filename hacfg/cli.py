@@ -200,14 +200,17 @@ def fix_command(
 
 @app.command("rules")
 def rules_command(
-    fmt: Literal["text", "json"] = typer.Option("text", "--format", "-f"),
+    fmt: Literal["text", "json", "markdown"] = typer.Option("text", "--format", "-f", help="markdown: the docs/rules.md page."),
 ) -> None:
     """List every lint rule, built-in and from plugins, with where it comes from."""
     import json
 
-    from hacfg import lint
+    from hacfg import lint, report
 
     registry = lint.registry()
+    if fmt == "markdown":
+        _write(report.rules_markdown(registry), None)
+        return
     if fmt == "json":
         rows = [
             {"id": i, "name": s.rule.name, "severity": s.rule.severity, "kinds": list(s.rule.kinds), "source": s.distribution, "summary": s.rule.summary}

@@ -248,3 +248,7 @@ def test_pre_commit_hook_fails_on_bad_and_passes_on_good(tmp_path):
         cwd=repo, env=env, capture_output=True, text=True, timeout=600,
     )
     assert good.returncode == 0, good.stdout + good.stderr
+
+
+def test_rules_reference_page_is_current(cli):
+    assert cli("rules", "-f", "markdown").out == (REPO / "docs/rules.md").read_text(), "run: hacfg rules -f markdown > docs/rules.md"
