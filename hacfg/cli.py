@@ -238,6 +238,102 @@ def explain_command(rule_id: str = typer.Argument(..., help="A rule ID, such as 
     typer.echo(rule.help)
 
 
+def _agent_policy(config: Optional[Path], **overrides):
+    """The agent's policy: the scenario file (if any), then command-line overrides."""
+    from dataclasses import replace
+
+    from hacfg.agent.policy import Policy, policy_from_config
+    from hacfg.config import load_config, parse_duration
+
+    policy = policy_from_config(load_config(config).config) if config else Policy()
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    for key in ("hang_timeout", "initial_hang_timeout"):
+        if key in changes:
+            try:
+                changes[key] = parse_duration(changes[key]).total_seconds()
+            except ValueError as err:
+                raise typer.BadParameter(str(err), param_hint=f"--{key.replace('_', '-')}") from None
+    if "hang_timeout" in changes:
+        changes["hang_detect"] = True
+    if "checkpoint_path" in changes:
+        changes["checkpoint_path"] = Path(changes["checkpoint_path"])
+    return replace(policy, **changes)
+
+
+def _state_dir(state_dir: Optional[Path], policy) -> Path:
+    if state_dir is not None:
+        return state_dir
+    return policy.checkpoint_path / ".hacfg" if policy.checkpoint_path else Path(".hacfg")
+
+
+@app.command("agent", context_settings={"allow_interspersed_args": False})
+def agent_command(
+    command: list[str] = typer.Argument(..., help="The command to supervise, after --: hacfg agent -- python train.py"),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="The scenario file (restart budgets, hang timeout, checkpoints)."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Where counters live (default: CHECKPOINT/.hacfg, else ./.hacfg)."),
+    events: Optional[Path] = typer.Option(None, "--events", help="The JSON-lines event log (default: STATE_DIR/events.jsonl)."),
+    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", min=0, help="Overrides restart.max."),
+    unconditional: Optional[bool] = typer.Option(None, "--unconditional/--no-unconditional", help="Overrides restart.unconditional."),
+    hang_retry: Optional[bool] = typer.Option(None, "--hang-retry/--no-hang-retry", help="Overrides restart.on_hang."),
+    hang_timeout: Optional[str] = typer.Option(None, "--hang-timeout", help="Overrides hang.timeout (and turns detection on), e.g. 30m."),
+    initial_hang_timeout: Optional[str] = typer.Option(None, "--initial-hang-timeout", help="Until the first output or heartbeat (default 2x)."),
+    checkpoint_path: Optional[str] = typer.Option(None, "--checkpoint-path", help="Overrides checkpoint.path."),
+    no_precheck: bool = typer.Option(False, "--no-precheck", help="Skip the environment pre-checks."),
+    grace: Optional[float] = typer.Option(None, "--grace", min=0, help="Seconds between SIGTERM and SIGKILL (default 30)."),
+) -> None:
+    """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events."""
+    from hacfg.agent.runner import Agent
+
+    policy = _agent_policy(
+        config,
+        max_restarts=max_restarts,
+        unconditional=unconditional,
+        on_hang=hang_retry,
+        hang_timeout=hang_timeout,
+        initial_hang_timeout=initial_hang_timeout,
+        checkpoint_path=checkpoint_path,
+        precheck=False if no_precheck else None,
+        grace=grace,
+    )
+    directory = _state_dir(state_dir, policy)
+    raise typer.Exit(Agent(command, policy, directory, events or directory / "events.jsonl").run())
+
+
+@app.command("precheck")
+def precheck_command(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="The scenario file (accelerator and network decide which checks apply)."),
+) -> None:
+    """Run the environment pre-checks alone; exit 138 when one fails, as the agent would."""
+    from hacfg.agent.policy import RETRY_ELSEWHERE
+    from hacfg.agent.prechecks import PrecheckContext, PrecheckSettings, run_prechecks
+
+    policy = _agent_policy(config)
+    results = run_prechecks(PrecheckContext(policy, PrecheckSettings.from_environment(), dict(os.environ)))
+    for result in results:
+        typer.echo(result.line())
+    if any(r.status == "failed" for r in results):
+        raise typer.Exit(RETRY_ELSEWHERE)
+
+
+@app.command("events")
+def events_command(
+    file: Path = typer.Argument(Path(".hacfg/events.jsonl"), help="The agent's event log."),
+    fmt: Literal["table", "json"] = typer.Option("table", "--format", "-f"),
+) -> None:
+    """Show the agent's recovery events as a table."""
+    import json
+
+    from hacfg.agent.state import read_events
+    from hacfg.agent.timeline import table
+    from hacfg.source import InputError
+
+    try:
+        records = read_events(file)
+    except OSError as err:
+        raise InputError(f"cannot read: {err.strerror or err}", file=str(file)) from None
+    _write(json.dumps(records, indent=2) + "\n" if fmt == "json" else table(records), None)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the CLI and map every outcome onto the documented exit codes."""
     from hacfg.config import ConfigInvalid

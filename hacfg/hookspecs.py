@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from hacfg.agent.checkpoints import CheckpointLayout
+    from hacfg.agent.classify import Classification, Failure
+    from hacfg.agent.prechecks import Precheck
     from hacfg.build import Target
     from hacfg.rules import Rule
 
@@ -57,4 +60,38 @@ def hacfg_rules() -> Iterable[Rule]:
     picks its own capital-letter prefix (``ASC101``). A duplicate ID, or a plugin claiming the
     ``HA`` prefix, is reported as a failure of that plugin and its rule is not loaded. A rule
     that raises becomes an ``HA000`` finding naming it; the other rules still run.
+    """
+
+
+@hookspec
+def hacfg_prechecks() -> Iterable[Precheck]:
+    """Environment pre-checks, each a :class:`hacfg.agent.prechecks.Precheck`.
+
+    ``hacfg agent`` runs every pre-check before the command starts (and ``hacfg precheck``
+    runs them alone). Each result is logged as one line with the keyword ``item``, as the
+    platform's own pre-check does. Any failed result stops the agent with exit code 138
+    (retry elsewhere) before the command runs. A pre-check that raises counts as failed.
+    """
+
+
+@hookspec(firstresult=True)
+def hacfg_classify_failure(failure: Failure) -> Classification | None:
+    """Say why an attempt failed: a :class:`hacfg.agent.classify.Classification` or None.
+
+    ``failure`` has the exit code or signal, whether the agent found it hung, and the last
+    lines of output. The first classifier that answers wins (plugins registered later are
+    asked first, so a site plugin can override the built-in patterns). The cause decides the
+    restart rule: ``environment`` and ``user`` count against ``restart.max``; only
+    ``environment`` restarts without ``restart.unconditional``; ``hang`` never counts.
+    """
+
+
+@hookspec
+def hacfg_checkpoint_layouts() -> Iterable[CheckpointLayout]:
+    """Checkpoint layouts, each a :class:`hacfg.agent.checkpoints.CheckpointLayout`.
+
+    Before every attempt the agent asks each layout for the checkpoints under
+    ``checkpoint.path`` and resumes from the complete one with the highest step (passed to
+    the command as ``HACFG_RESUME_FROM``). A layout must mark partial checkpoints
+    ``complete=False``; they are never chosen.
     """

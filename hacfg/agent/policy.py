@@ -1,0 +1,125 @@
+"""The restart rules of the platform, as a pure function of how an attempt ended and the budgets.
+
+- environment fault: restart in place; counts against ``restart.max``.
+- user error: restart only with ``restart.unconditional``, at most 3 in a row; counts.
+- hang: restart with ``restart.on_hang``, at most 3 in a row; does not count.
+- a streak ends when an attempt makes progress (a newer complete checkpoint).
+- a spent budget for environment faults or hangs asks for a reschedule (exit 138);
+  giving up on a user error exits with the command's own code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+from hacfg import platform as ma
+
+RETRY_ELSEWHERE = 138  # Kubeflow's user-defined retryable code; the volcano target restarts the pod or job
+Cause = Literal["environment", "user", "hang"]
+Action = Literal["proc_restart", "pod_reschedule", "job_reschedule", "give_up"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the agent may do, from the scenario file and command-line overrides."""
+
+    max_restarts: int = 0
+    unconditional: bool = False
+    on_hang: bool = False
+    pod_reschedules: int = 0
+    hang_detect: bool = False
+    hang_timeout: float = timedelta(minutes=ma.DEFAULT_HANG_MINUTES).total_seconds()
+    initial_hang_timeout: float | None = None  # until the first output or heartbeat; default 2x
+    checkpoint_path: Path | None = None
+    precheck: bool = False
+    accelerator: str = "gpu"
+    network: str = "ethernet"
+    nodes: int = 1
+    grace: float = 30.0
+
+    @property
+    def first_hang_timeout(self) -> float:
+        return self.initial_hang_timeout if self.initial_hang_timeout is not None else 2 * self.hang_timeout
+
+
+@dataclass
+class Budgets:
+    """The counters that survive an agent restart."""
+
+    attempt: int = 0  # attempts started
+    restarts: int = 0  # every restart, of any kind (HACFG_RESTART_COUNT)
+    counted: int = 0  # restarts that count against restart.max
+    user_streak: int = 0  # unconditional restarts in a row
+    hang_streak: int = 0  # hang restarts in a row
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    exit_code: int | None = None  # set when the agent stops
+
+
+def decide(cause: Cause, budgets: Budgets, policy: Policy, *, progressed: bool, command_code: int) -> Decision:
+    """Apply one attempt's outcome to ``budgets`` (in place) and say what happens next."""
+    cap = ma.CONSECUTIVE_RESTART_CAP
+    if progressed:
+        budgets.user_streak = budgets.hang_streak = 0
+    if cause == "hang":
+        if policy.on_hang and budgets.hang_streak < cap:
+            budgets.hang_streak += 1
+            return _restart(budgets, f"hang restart {budgets.hang_streak} of {cap} in a row (not counted)")
+        if not policy.on_hang:
+            return _escalate(policy, "hung; restart upon suspension is off") if policy.max_restarts else _give_up("hung; restart upon suspension is off", command_code)
+        return _escalate(policy, f"{cap} hang restarts in a row")
+    if cause == "environment":
+        if budgets.counted < policy.max_restarts:
+            budgets.counted += 1
+            return _restart(budgets, f"environment fault: restart {budgets.counted} of {policy.max_restarts}")
+        if not policy.max_restarts:
+            return _give_up("environment fault; auto restart is off", command_code)
+        return _escalate(policy, f"restart budget of {policy.max_restarts} spent")
+    if not policy.unconditional:
+        return _give_up("user error; unconditional restart is off", command_code)
+    if budgets.user_streak >= cap:
+        return _give_up(f"{cap} unconditional restarts in a row", command_code)
+    if budgets.counted >= policy.max_restarts:
+        return _give_up(f"restart budget of {policy.max_restarts} spent", command_code)
+    budgets.counted += 1
+    budgets.user_streak += 1
+    return _restart(budgets, f"unconditional restart {budgets.user_streak} of {cap} in a row, {budgets.counted} of {policy.max_restarts}")
+
+
+def _restart(budgets: Budgets, reason: str) -> Decision:
+    budgets.restarts += 1
+    return Decision("proc_restart", reason)
+
+
+def _escalate(policy: Policy, reason: str) -> Decision:
+    action: Action = "pod_reschedule" if policy.pod_reschedules else "job_reschedule"
+    return Decision(action, f"{reason}: retry elsewhere", RETRY_ELSEWHERE)
+
+
+def _give_up(reason: str, command_code: int) -> Decision:
+    return Decision("give_up", reason, command_code)
+
+
+def policy_from_config(config) -> Policy:  # noqa: ANN001 - a hacfg.config.HAConfig
+    """The agent's policy for a validated scenario; an ``obs://`` checkpoint path is not local, so not scanned."""
+    path = config.checkpoint.path
+    return Policy(
+        max_restarts=config.restart.max,
+        unconditional=config.restart.unconditional,
+        on_hang=config.restart.on_hang,
+        pod_reschedules=config.restart.pod_reschedules,
+        hang_detect=config.hang.detect,
+        hang_timeout=config.hang.timeout.total_seconds(),
+        checkpoint_path=Path(path) if path and "://" not in path else None,
+        precheck=config.precheck,
+        accelerator=config.job.accelerator,
+        network=config.job.network,
+        nodes=config.job.nodes,
+    )

@@ -1,0 +1,100 @@
+"""The agent's memory: counters in a state file (atomic writes, one agent per directory) and an events log."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from hacfg.agent.policy import Budgets
+from hacfg.fsutil import atomic_write
+from hacfg.source import InputError
+
+STATE_FILE = "state.json"
+LOCK_FILE = "agent.lock"
+PRIVATE = 0o600
+
+
+class StateStore:
+    """Budgets in ``state.json``; ``agent.lock`` keeps a second agent off the same directory."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.path = directory / STATE_FILE
+        self._lock_fd: int | None = None
+        self.recovered: str | None = None  # what was wrong with the state file, if anything
+
+    def acquire(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, PRIVATE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise InputError(f"another hacfg agent (pid {holder}) is running on this state directory", file=str(self.directory)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def load(self) -> tuple[Budgets, bool]:
+        """The saved budgets, and whether an attempt was running when the last agent stopped."""
+        try:
+            data = json.loads(self.path.read_text())
+            budgets = Budgets(**{f.name: int(data[f.name]) for f in dataclasses.fields(Budgets)})
+            return budgets, bool(data.get("running", False))
+        except FileNotFoundError:
+            return Budgets(), False
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            self.recovered = f"state file unreadable ({type(err).__name__}); starting from zero"
+            return Budgets(), False
+
+    def save(self, budgets: Budgets, *, running: bool) -> None:
+        atomic_write(self.path, json.dumps({**dataclasses.asdict(budgets), "running": running}) + "\n", mode=PRIVATE)
+
+
+class EventLog:
+    """One JSON line per event. A full or read-only disk is reported once; supervision goes on."""
+
+    def __init__(self, path: Path, *, echo=None):  # noqa: ANN001 - any callable taking one line
+        self.path = path
+        self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.broken = False
+
+    def write(self, event: str, **fields: Any) -> dict[str, Any]:
+        record = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"), "event": event, **fields}
+        line = json.dumps(record, default=str) + "\n"
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError as err:
+            if not self.broken:
+                self.broken = True
+                self.echo(f"[hacfg] cannot write events to {self.path}: {err.strerror or err}; supervision continues")
+        return record
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Events from a log, skipping lines that are not JSON objects (a torn last line, say)."""
+    events = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            events.append(record)
+    return events

@@ -1,0 +1,267 @@
+"""One attempt: run the command in its own session, relay its output untouched, watch for hangs.
+
+Output is relayed with raw reads and writes (no buffering beyond what a read returns), and the
+last 64 KiB of it is kept for the classifiers. Time is measured with the monotonic clock, so a
+wall-clock jump neither fires nor hides a hang. Signals reach the agent through a wakeup pipe
+and are forwarded to the whole process group; after ``grace`` seconds the group gets SIGKILL.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+TAIL_BYTES = 64 * 1024
+TAIL_LINES = 50
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass
+class AttemptResult:
+    exit_code: int | None
+    signal: int | None
+    hung: bool
+    interrupted: int | None  # the signal the agent itself received, if any
+    tail: tuple[str, ...]
+    duration: float
+
+
+def become_subreaper() -> None:
+    """Orphaned grandchildren reparent to the agent instead of init, so none escapes the cleanup."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _child_setup() -> None:
+    # The child dies with the agent, even when the agent is SIGKILLed.
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        *,
+        hang_timeout: float | None,
+        first_hang_timeout: float | None,
+        heartbeat: Path,
+        grace: float,
+        on_hang: Callable[[tuple[str, ...]], None] = lambda tail: None,
+        on_signal: Callable[[int], None] = lambda signum: None,
+    ):
+        self.argv = argv
+        self.env = env
+        self.hang_timeout = hang_timeout
+        self.first_hang_timeout = first_hang_timeout
+        self.heartbeat = heartbeat
+        self.grace = grace
+        self.on_hang = on_hang
+        self.on_signal = on_signal
+        self.tail = bytearray()
+
+    def run(self) -> AttemptResult:
+        started = time.monotonic()
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        os.set_blocking(wake_read, False)
+        previous = {sig: signal.signal(sig, lambda *_: None) for sig in FORWARDED}
+        previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_child_setup,  # noqa: PLW1509 - the agent is single-threaded while it forks
+            )
+            try:
+                return self._watch(proc, wake_read, started)
+            finally:
+                _kill_group(proc.pid)
+                proc.wait()
+                reap_orphans()
+        finally:
+            signal.set_wakeup_fd(previous_wakeup)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.close(wake_read)
+            os.close(wake_write)
+
+    def _watch(self, proc: subprocess.Popen, wake_read: int, started: float) -> AttemptResult:
+        selector = selectors.DefaultSelector()
+        targets = {proc.stdout.fileno(): sys.stdout.fileno(), proc.stderr.fileno(): sys.stderr.fileno()}
+        for fd in targets:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
+        selector.register(wake_read, selectors.EVENT_READ)
+        last_activity = started
+        seen_activity = False
+        heartbeat_mtime = self._heartbeat_mtime()
+        hung = False
+        interrupted: int | None = None
+        kill_at: float | None = None
+        exited_at: float | None = None
+        while True:
+            now = time.monotonic()
+            timeout = self.hang_timeout if seen_activity else self.first_hang_timeout
+            deadline = None if (timeout is None or kill_at is not None) else last_activity + timeout
+            waits = [t - now for t in (deadline, kill_at) if t is not None]
+            if exited_at is not None:
+                waits.append(0.05)  # drain what a grandchild may still write, briefly
+            elif proc.poll() is not None:
+                exited_at = now
+                continue
+            else:
+                waits.append(1.0)  # notice a child that exits with its pipes still held open
+            events = selector.select(max(0.0, min(waits)))
+            for key, _ in events:
+                fd = key.fd
+                if fd == wake_read:
+                    for signum in _drain_signals(wake_read):
+                        if signum in FORWARDED and interrupted is None:
+                            interrupted = signum
+                            self.on_signal(signum)
+                            _signal_group(proc.pid, signum)
+                            kill_at = time.monotonic() + self.grace
+                    continue
+                chunk = _read(fd)
+                if chunk is None:
+                    continue
+                if not chunk:
+                    selector.unregister(fd)
+                    continue
+                _write_all(targets[fd], chunk)
+                self.tail += chunk
+                if len(self.tail) > 2 * TAIL_BYTES:
+                    del self.tail[:-TAIL_BYTES]
+                last_activity = time.monotonic()
+                seen_activity = True
+            now = time.monotonic()
+            mtime = self._heartbeat_mtime()
+            if mtime != heartbeat_mtime:
+                heartbeat_mtime = mtime
+                last_activity, seen_activity = now, True
+            output_open = any(fd in targets for fd in selector.get_map())
+            if proc.poll() is not None and (not output_open or (exited_at is not None and now - exited_at > 0.2)):
+                break
+            if kill_at is not None and now >= kill_at:
+                _kill_group(proc.pid)
+                kill_at = float("inf")
+            elif deadline is not None and now >= deadline and kill_at is None:
+                hung = True
+                self.on_hang(self.tail_lines())
+                _signal_group(proc.pid, signal.SIGTERM)
+                kill_at = now + self.grace
+        selector.close()
+        code = proc.wait()
+        return AttemptResult(
+            exit_code=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+            hung=hung,
+            interrupted=interrupted,
+            tail=self.tail_lines(),
+            duration=time.monotonic() - started,
+        )
+
+    def tail_lines(self) -> tuple[str, ...]:
+        text = bytes(self.tail[-TAIL_BYTES:]).decode("utf-8", errors="replace")
+        return tuple(line[-1000:] for line in text.splitlines()[-TAIL_LINES:])
+
+    def _heartbeat_mtime(self) -> int | None:
+        try:
+            return os.stat(self.heartbeat).st_mtime_ns
+        except OSError:
+            return None
+
+
+def _read(fd: int) -> bytes | None:
+    """A chunk, b"" at end of file, or None when a spurious wakeup left nothing to read."""
+    try:
+        return os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            time.sleep(0.001)
+            continue
+        except BrokenPipeError:
+            return  # our reader went away; keep supervising
+        view = view[written:]
+
+
+def _drain_signals(fd: int) -> list[int]:
+    try:
+        return list(os.read(fd, 64))
+    except BlockingIOError:
+        return []
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_group(pid: int) -> None:
+    _signal_group(pid, signal.SIGKILL)
+
+
+def reap_orphans() -> None:
+    """Kill and reap descendants that left the group (setsid) and were reparented to us."""
+    me = os.getpid()
+    for _ in range(50):
+        orphans = _children(me)
+        for pid in orphans:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                break
+        if not orphans:
+            return
+        time.sleep(0.01)
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if int(fields[1]) == parent:
+            found.append(int(entry))
+    return found

@@ -1,0 +1,38 @@
+"""Built-in failure classifier: signals, OOM and communication/driver errors are environment faults."""
+
+from __future__ import annotations
+
+import re
+
+from hacfg import hookimpl
+from hacfg.agent.classify import Classification, Failure
+
+OOM_EXIT = 137  # SIGKILL, as the kernel's OOM killer leaves it
+ENVIRONMENT_PATTERNS = re.compile(
+    r"NCCL (?:WARN|ERROR|error)|ncclSystemError|ncclInternalError|ncclRemoteError|HCCL|hccl.*(?:timeout|error)"
+    r"|CUDA error|cudaError|CUBLAS_STATUS|CUDNN_STATUS|device-side assert.*ECC|uncorrectable ECC|ECC error|Xid"
+    r"|Connection reset by peer|connection reset|Broken pipe|Socket Timeout|No route to host"
+    r"|Out of memory: Killed process|Killed process \d+|oom-kill|std::bad_alloc"
+    r"|Bus error|Input/output error|Stale file handle|RDMA|ibv_",
+    re.IGNORECASE,
+)
+TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)\b")
+
+
+@hookimpl(trylast=True)
+def hacfg_classify_failure(failure: Failure) -> Classification | None:
+    if failure.hung:
+        return Classification("hang", "no output and no heartbeat for the hang timeout")
+    if failure.signal is not None:
+        return Classification("environment", f"{failure.describe()}")
+    if failure.exit_code == OOM_EXIT:
+        return Classification("environment", "exit 137: killed, most often by the out-of-memory killer")
+    for line in reversed(failure.tail):
+        match = ENVIRONMENT_PATTERNS.search(line)
+        if match:
+            return Classification("environment", f"{failure.describe()} after {match.group(0)!r} in the output")
+    if any(TRACEBACK.match(line) for line in failure.tail):
+        last = next((line for line in reversed(failure.tail) if EXCEPTION_LINE.match(line)), "an exception")
+        return Classification("user", f"{failure.describe()}: Python exception in the command: {last.strip()[:200]}")
+    return None
