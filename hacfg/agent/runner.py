@@ -78,6 +78,7 @@ class Agent:
             "HACFG_RESTART_COUNT": str(budgets.restarts),
             "HACFG_RESUME_FROM": str(resume.path) if resume else "",
             "HACFG_HEARTBEAT_FILE": str(self.heartbeat),
+            "HACFG_HEARTBEAT_INTERVAL": f"{min(1.0, self.policy.hang_timeout / 4):g}",
         }
         detect = self.policy.hang_detect
         supervisor = Supervisor(

@@ -161,7 +161,7 @@ class Supervisor:
             if kill_at is not None and now >= kill_at:
                 _kill_group(proc.pid)
                 kill_at = float("inf")
-            elif deadline is not None and now >= deadline and kill_at is None:
+            elif timeout is not None and kill_at is None and now >= last_activity + (self.hang_timeout if seen_activity else timeout):
                 hung = True
                 self.on_hang(self.tail_lines())
                 _signal_group(proc.pid, signal.SIGTERM)
