@@ -1,25 +1,29 @@
 """One attempt: run the command in its own session, relay its output untouched, watch for hangs.
 
-Output is relayed with raw reads and writes (no buffering beyond what a read returns), and the
-last 64 KiB of it is kept for the classifiers. Time is measured with the monotonic clock, so a
+Each stream is relayed by its own thread with blocking raw reads and writes (no buffering
+beyond what one read returns), keeping the last 64 KiB for the classifiers; the main thread
+only waits, for the child, a deadline or a signal. Time is measured with the monotonic clock, so a
 wall-clock jump neither fires nor hides a hang. Signals reach the agent through a wakeup pipe
 and are forwarded to the whole process group; after ``grace`` seconds the group gets SIGKILL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
-import selectors
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 TAIL_BYTES = 64 * 1024
+READ_BYTES = 1 << 16  # a pipe's default capacity
 TAIL_LINES = 50
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
@@ -70,13 +74,16 @@ class Supervisor:
         self.on_hang = on_hang
         self.on_signal = on_signal
         self.tail = bytearray()
+        self.tail_lock = threading.Lock()
+        self.output_at: float | None = None  # monotonic time of the latest output, set by the pumps
 
     def run(self) -> AttemptResult:
         started = time.monotonic()
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         os.set_blocking(wake_read, False)
-        previous = {sig: signal.signal(sig, lambda *_: None) for sig in FORWARDED}
+        # SIGCHLD only wakes the wait below: the child's exit is seen at once, not at the next poll.
+        previous = {sig: signal.signal(sig, lambda *_: None) for sig in (*FORWARDED, signal.SIGCHLD)}
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
         try:
             proc = subprocess.Popen(
@@ -86,88 +93,28 @@ class Supervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_child_setup,  # noqa: PLW1509 - the agent is single-threaded while it forks
+                preexec_fn=_child_setup,  # noqa: PLW1509 - no thread runs while the agent forks
             )
+            pumps = [
+                threading.Thread(target=self._pump, args=(proc.stdout, sys.stdout.fileno(), wake_write), daemon=True),
+                threading.Thread(target=self._pump, args=(proc.stderr, sys.stderr.fileno(), wake_write), daemon=True),
+            ]
+            for pump in pumps:
+                pump.start()
             try:
-                return self._watch(proc, wake_read, started)
+                hung, interrupted = self._watch(proc, pumps, wake_read, started)
             finally:
                 _kill_group(proc.pid)
-                proc.wait()
+                code = proc.wait()
                 reap_orphans()
+                for pump in pumps:
+                    pump.join(timeout=5)
         finally:
             signal.set_wakeup_fd(previous_wakeup)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             os.close(wake_read)
             os.close(wake_write)
-
-    def _watch(self, proc: subprocess.Popen, wake_read: int, started: float) -> AttemptResult:
-        selector = selectors.DefaultSelector()
-        targets = {proc.stdout.fileno(): sys.stdout.fileno(), proc.stderr.fileno(): sys.stderr.fileno()}
-        for fd in targets:
-            os.set_blocking(fd, False)
-            selector.register(fd, selectors.EVENT_READ)
-        selector.register(wake_read, selectors.EVENT_READ)
-        last_activity = started
-        seen_activity = False
-        heartbeat_mtime = self._heartbeat_mtime()
-        hung = False
-        interrupted: int | None = None
-        kill_at: float | None = None
-        exited_at: float | None = None
-        while True:
-            now = time.monotonic()
-            timeout = self.hang_timeout if seen_activity else self.first_hang_timeout
-            deadline = None if (timeout is None or kill_at is not None) else last_activity + timeout
-            waits = [t - now for t in (deadline, kill_at) if t is not None]
-            if exited_at is not None:
-                waits.append(0.05)  # drain what a grandchild may still write, briefly
-            elif proc.poll() is not None:
-                exited_at = now
-                continue
-            else:
-                waits.append(1.0)  # notice a child that exits with its pipes still held open
-            events = selector.select(max(0.0, min(waits)))
-            for key, _ in events:
-                fd = key.fd
-                if fd == wake_read:
-                    for signum in _drain_signals(wake_read):
-                        if signum in FORWARDED and interrupted is None:
-                            interrupted = signum
-                            self.on_signal(signum)
-                            _signal_group(proc.pid, signum)
-                            kill_at = time.monotonic() + self.grace
-                    continue
-                chunk = _read(fd)
-                if chunk is None:
-                    continue
-                if not chunk:
-                    selector.unregister(fd)
-                    continue
-                _write_all(targets[fd], chunk)
-                self.tail += chunk
-                if len(self.tail) > 2 * TAIL_BYTES:
-                    del self.tail[:-TAIL_BYTES]
-                last_activity = time.monotonic()
-                seen_activity = True
-            now = time.monotonic()
-            mtime = self._heartbeat_mtime()
-            if mtime != heartbeat_mtime:
-                heartbeat_mtime = mtime
-                last_activity, seen_activity = now, True
-            output_open = any(fd in targets for fd in selector.get_map())
-            if proc.poll() is not None and (not output_open or (exited_at is not None and now - exited_at > 0.2)):
-                break
-            if kill_at is not None and now >= kill_at:
-                _kill_group(proc.pid)
-                kill_at = float("inf")
-            elif timeout is not None and kill_at is None and now >= last_activity + (self.hang_timeout if seen_activity else timeout):
-                hung = True
-                self.on_hang(self.tail_lines())
-                _signal_group(proc.pid, signal.SIGTERM)
-                kill_at = now + self.grace
-        selector.close()
-        code = proc.wait()
         return AttemptResult(
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
@@ -177,8 +124,72 @@ class Supervisor:
             duration=time.monotonic() - started,
         )
 
+    def _watch(self, proc: subprocess.Popen, pumps: list[threading.Thread], wake_read: int, started: float) -> tuple[bool, int | None]:
+        """Wait for the child to end, watching for hangs and signals; (hung, signal received)."""
+        last_activity = started
+        seen_activity = False
+        heartbeat_mtime = self._heartbeat_mtime()
+        hung = False
+        interrupted: int | None = None
+        kill_at: float | None = None
+        exited_at: float | None = None
+        while True:
+            now = time.monotonic()
+            if self.output_at is not None and self.output_at > last_activity:
+                last_activity, seen_activity = self.output_at, True
+            mtime = self._heartbeat_mtime()
+            if mtime != heartbeat_mtime:
+                heartbeat_mtime = mtime
+                last_activity, seen_activity = now, True
+            if proc.poll() is not None:
+                exited_at = exited_at or now
+                # a grandchild may hold the pipes open: drain briefly, then stop waiting
+                if not any(p.is_alive() for p in pumps) or now - exited_at > 0.2:
+                    return hung, interrupted
+            timeout = self.hang_timeout if seen_activity else self.first_hang_timeout
+            if kill_at is not None and now >= kill_at:
+                _kill_group(proc.pid)
+                kill_at = float("inf")
+            elif timeout is not None and kill_at is None and now >= last_activity + timeout:
+                hung = True
+                self.on_hang(self.tail_lines())
+                _signal_group(proc.pid, signal.SIGTERM)
+                kill_at = now + self.grace
+            waits = [0.05 if exited_at else 1.0]  # 1 s: notice an exit while the pipes stay open
+            waits += [t - now for t in (kill_at, last_activity + timeout if timeout and kill_at is None else None) if t is not None]
+            ready, _, _ = select.select([wake_read], [], [], max(0.0, min(waits)))
+            if ready:
+                for signum in _drain_signals(wake_read):
+                    if signum in FORWARDED and interrupted is None:
+                        interrupted = signum
+                        self.on_signal(signum)
+                        _signal_group(proc.pid, signum)
+                        kill_at = time.monotonic() + self.grace
+
+    def _pump(self, source, target: int, wake: int) -> None:  # noqa: ANN001 - the child's pipe (a file object)
+        """Relay one stream with blocking reads into a reused buffer; keep its tail; note the time."""
+        fd = source.fileno()
+        view = memoryview(bytearray(READ_BYTES))
+        while True:
+            try:
+                size = os.readv(fd, [view])
+            except OSError:
+                size = 0
+            if not size:
+                with contextlib.suppress(OSError):
+                    os.write(wake, b"\0")  # end of stream: wake the watcher
+                return
+            chunk = view[:size]
+            _write_all(target, chunk)
+            with self.tail_lock:
+                self.tail += chunk
+                if len(self.tail) > 2 * TAIL_BYTES:
+                    del self.tail[:-TAIL_BYTES]
+            self.output_at = time.monotonic()
+
     def tail_lines(self) -> tuple[str, ...]:
-        text = bytes(self.tail[-TAIL_BYTES:]).decode("utf-8", errors="replace")
+        with self.tail_lock:
+            text = bytes(self.tail[-TAIL_BYTES:]).decode("utf-8", errors="replace")
         return tuple(line[-1000:] for line in text.splitlines()[-TAIL_LINES:])
 
     def _heartbeat_mtime(self) -> int | None:
@@ -186,16 +197,6 @@ class Supervisor:
             return os.stat(self.heartbeat).st_mtime_ns
         except OSError:
             return None
-
-
-def _read(fd: int) -> bytes | None:
-    """A chunk, b"" at end of file, or None when a spurious wakeup left nothing to read."""
-    try:
-        return os.read(fd, 1 << 16)
-    except BlockingIOError:
-        return None
-    except OSError:
-        return b""
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,0 +1,142 @@
+"""The agent's costs, measured in one run: restart latency (vs torchrun), relay throughput (vs a
+plain pipe), CPU while idle-supervising, and hang detection latency (vs the configured timeout).
+
+Run: python bench/agent.py. Targets: restart latency >= 10x lower than torchrun's; relay >= 0.8x
+the plain pipe; idle CPU < 1% of a core; hang detected within timeout + 1 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RESTARTS = 20
+RELAY_MB = 200
+HACFG = [sys.executable, "-m", "hacfg"]
+
+
+def timed(argv: list[str], **kwargs) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+    return time.perf_counter() - start
+
+
+def median_of(runs: int, argv: list[str], **kwargs) -> float:
+    return statistics.median(timed(argv, **kwargs) for _ in range(runs))
+
+
+def restart_latency(tmp: Path) -> tuple[float, float | None]:
+    """Seconds from one child's exit to the next child's start, averaged over RESTARTS restarts."""
+    fail = ["/bin/sh", "-c", "exit 1"]
+    alone = median_of(5, fail)
+    state = tmp / "state"
+
+    # Unconditional restarts stop after 3 in a row, so crash by signal: an environment fault.
+    crash = ["/bin/sh", "-c", "kill -9 $$"]
+
+    def agent_crash() -> float:
+        shutil.rmtree(state, ignore_errors=True)
+        return timed([*HACFG, "agent", "--state-dir", str(state), "--no-precheck", "--max-restarts", str(RESTARTS), "--", *crash])
+
+    startup = median_of(3, [*HACFG, "agent", "--state-dir", str(tmp / "s0"), "--no-precheck", "--", "/bin/true"])
+    agent_total = statistics.median(agent_crash() for _ in range(3))
+    ours = (agent_total - startup - (RESTARTS + 1) * alone) / RESTARTS
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        return ours, None
+    torch_start = median_of(3, [torchrun, "--standalone", "--nproc-per-node=1", "--no-python", "--max-restarts=0", "/bin/true"])
+    torch_total = median_of(3, [torchrun, "--standalone", "--nproc-per-node=1", "--no-python", f"--max-restarts={RESTARTS}", *fail])
+    theirs = (torch_total - torch_start - RESTARTS * alone) / RESTARTS
+    return ours, theirs
+
+
+def relay(tmp: Path) -> tuple[float, float]:
+    """MB/s of RELAY_MB of child output through the agent, and through a plain pipe.
+
+    The reader times from the first byte to the last, so neither side's start-up or exit counts.
+    """
+    writer = tmp / "writer.py"
+    writer.write_text("import os, sys\nchunk = b'x' * 65535 + b'\\n'\nfor _ in range(int(sys.argv[1]) * 16):\n    os.write(1, chunk)\n")
+    reader = tmp / "reader.py"
+    reader.write_text(
+        "import os, sys, time\nbuf = memoryview(bytearray(1 << 20))\nfirst = None\ntotal = 0\nexpected = int(sys.argv[1])\n"
+        "while total < expected:\n    n = os.readv(0, [buf])\n    if not n:\n        break\n    first = first or time.perf_counter()\n    total += n\n"
+        "print(total / (time.perf_counter() - first) / 1e6)\nwhile os.readv(0, [buf]):\n    pass\n"
+    )
+
+    def through(prefix: list[str]) -> float:
+        command = " ".join([*prefix, sys.executable, str(writer), str(RELAY_MB)])
+        rates = []
+        for _ in range(5):
+            out = subprocess.run(["/bin/sh", "-c", f"{command} | {sys.executable} {reader} {RELAY_MB << 20}"], capture_output=True, text=True).stdout
+            rates.append(float(out))
+        return statistics.median(rates)
+
+    return through([*HACFG, "agent", "--state-dir", str(tmp / "relay"), "--no-precheck", "--"]), through([])
+
+
+def idle_cpu(tmp: Path, seconds: float = 5.0) -> float:
+    """Percent of one core the agent uses while its child sleeps (hang detection on)."""
+    proc = subprocess.Popen(
+        [*HACFG, "agent", "--state-dir", str(tmp / "idle"), "--no-precheck", "--hang-timeout", "30m", "--", "sleep", str(seconds + 3)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    time.sleep(1.5)  # past start-up
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    before, started = cpu(), time.monotonic()
+    time.sleep(seconds)
+    used, elapsed = cpu() - before, time.monotonic() - started
+    proc.wait()
+    return 100 * used / elapsed
+
+
+def hang_latency(tmp: Path, timeout: float = 2.0) -> float:
+    """Seconds past the timeout before the agent declares a silent child hung."""
+    state = tmp / "hang"
+    subprocess.run(
+        [*HACFG, "agent", "--state-dir", str(state), "--no-precheck", "--hang-timeout", f"{int(timeout)}s", "--initial-hang-timeout", f"{int(timeout)}s", "--grace", "1", "--", "sleep", "60"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    events = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
+    stamp = {e["event"]: e["time"] for e in events}
+    from datetime import datetime
+
+    def parse(text: str) -> datetime:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    return (parse(stamp["hang"]) - parse(stamp["attempt_start"])).total_seconds() - timeout
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        ours, theirs = restart_latency(tmp)
+        print(f"restart latency   hacfg agent {ours * 1000:8.1f} ms", end="")
+        if theirs is None:
+            print("   torchrun: not installed (pip install torch), no ratio")
+        else:
+            ratio = theirs / ours
+            print(f"   torchrun {theirs * 1000:8.1f} ms   {ratio:6.1f}x lower (target >= 10x): {'ok' if ratio >= 10 else 'MISSED'}")
+        agent_mbs, pipe_mbs = relay(tmp)
+        ratio = agent_mbs / pipe_mbs
+        print(f"relay {RELAY_MB} MB      hacfg agent {agent_mbs:8.0f} MB/s   plain pipe {pipe_mbs:6.0f} MB/s   {ratio:6.2f}x (target >= 0.8x): {'ok' if ratio >= 0.8 else 'MISSED'}")
+        cpu = idle_cpu(tmp)
+        print(f"idle CPU          hacfg agent {cpu:8.2f} % of a core (target < 1%): {'ok' if cpu < 1 else 'MISSED'}")
+        late = hang_latency(tmp)
+        print(f"hang detection    {late:+.3f} s past a 2 s timeout (target <= +1 s): {'ok' if late <= 1 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
