@@ -44,8 +44,14 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
     debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
+    plugin: list[str] = typer.Option([], "--plugin", "-p", help="Also load this importable module as a plugin (repeatable)."),
 ) -> None:
     """Fault tolerance for ML training jobs: build, lint and supervise from one ha.yaml."""
+    if plugin:
+        from hacfg import plugin_manager
+
+        for module_name in plugin:
+            plugin_manager.request(module_name)
 
 
 def _scenario_file(file: str) -> Path:
@@ -130,6 +136,19 @@ def init(
 
 Format = Literal["text", "json", "sarif", "github"]
 SeverityName = Literal["error", "warning", "info"]
+
+
+@app.command("plugins")
+def plugins_command() -> None:
+    """List the loaded plugins: name, distribution and version, and what each provides."""
+    from hacfg import plugin_manager
+
+    manager = plugin_manager.get()
+    for name, info in sorted(manager.infos.items()):
+        version = f" {info.version}" if info.version else ""
+        typer.echo(f"{name:<20} {info.distribution}{version:<10} {info.module}")
+        for line in manager.provides(name):
+            typer.echo(f"{'':<20}   {line}")
 
 
 def _lint_setup(platform: Optional[str]):

@@ -226,7 +226,10 @@ def available_presets() -> dict[str, Path]:
     owners: dict[str, str] = {}
     manager = plugin_manager.get()
     for plugin, presets in manager.results("hacfg_presets"):
-        for name, path in dict(presets).items():
+        if not isinstance(presets, dict):
+            manager.fail(plugin, "hacfg_presets", f"returned {type(presets).__name__}, expected a dict of name -> path")
+            continue
+        for name, path in presets.items():
             if name in found:
                 manager.fail(plugin, "hacfg_presets", f"preset {name!r} is already provided by {owners[name]!r}")
                 continue

@@ -105,9 +105,10 @@ def registry() -> dict[str, RuleSource]:
     """Every rule by ID: the engine's own, then each plugin's. Conflicts are plugin failures."""
     manager = plugin_manager.get()
     found = {r.id: RuleSource(r, "hacfg", "hacfg") for r in ENGINE_RULES}
-    for plugin, rules in manager.results("hacfg_rules"):
-        info = manager.infos.get(plugin)
-        distribution = info.distribution if info else plugin
+    # hacfg's own first, then plugins by name: which of two rivals keeps an ID never depends on install order
+    provided = sorted(manager.results("hacfg_rules"), key=lambda pair: (_distribution(manager, pair[0]) != plugin_manager.BUILTIN_DISTRIBUTION, pair[0]))
+    for plugin, rules in provided:
+        distribution = _distribution(manager, plugin)
         for item in rules:
             if not isinstance(item, Rule):
                 manager.fail(plugin, "hacfg_rules", f"returned {type(item).__name__}, expected a hacfg.rules.Rule (use @rule)")
@@ -118,6 +119,11 @@ def registry() -> dict[str, RuleSource]:
             else:
                 found[item.id] = RuleSource(item, plugin, distribution)
     return dict(sorted(found.items()))
+
+
+def _distribution(manager: plugin_manager.Manager, plugin: str) -> str:
+    info = manager.infos.get(plugin)
+    return info.distribution if info else plugin
 
 
 @dataclass

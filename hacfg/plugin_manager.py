@@ -31,6 +31,16 @@ class PluginInfo:
     version: str
 
 
+PROVIDES = {
+    "hacfg_rules": ("rules", lambda item: item.id),
+    "hacfg_presets": ("presets", str),
+    "hacfg_targets": ("targets", lambda item: item.name),
+    "hacfg_prechecks": ("prechecks", lambda item: item.name),
+    "hacfg_checkpoint_layouts": ("checkpoint layouts", lambda item: item.name),
+    "hacfg_classify_failure": ("failure classifier", None),
+}
+
+
 @dataclass(frozen=True)
 class PluginFailure:
     """A plugin that could not be loaded, or raised inside a hook."""
@@ -82,8 +92,23 @@ class Manager:
     def fail(self, plugin: str, hook: str, err: BaseException | str) -> None:
         self.failures.append(PluginFailure(plugin, hook, err if isinstance(err, str) else _describe(err)))
 
-    def first(self, hook: str, **kwargs: Any) -> tuple[str, Any] | None:
-        return next(self.results(hook, **kwargs), None)
+    def provides(self, name: str) -> list[str]:
+        """What one plugin adds, in words: ``rules: HA001, HA002``, ``failure classifier``."""
+        plugin = self.pm.get_plugin(name)
+        described = []
+        for hook, (label, name_of) in PROVIDES.items():
+            implementation = getattr(plugin, hook, None)
+            if implementation is None:
+                continue
+            if name_of is None:
+                described.append(label)
+                continue
+            try:
+                items = list(implementation())
+                described.append(f"{label}: {', '.join(sorted(str(name_of(item)) for item in items))}")
+            except Exception as err:
+                self.fail(name, hook, err)
+        return described
 
 
 def _describe(err: BaseException) -> str:
@@ -96,6 +121,14 @@ def _entry_points() -> Iterator[importlib.metadata.EntryPoint]:
         if builtin_only and (entry_point.dist is None or entry_point.dist.name != BUILTIN_DISTRIBUTION):
             continue
         yield entry_point
+
+
+_requested: list[str] = []
+
+
+def request(module_name: str) -> None:
+    """Load ``module_name`` as a plugin too (``--plugin``); must come before the first ``get()``."""
+    _requested.append(module_name)
 
 
 def report_failures(echo) -> None:  # noqa: ANN001 - any callable taking one line
@@ -124,4 +157,6 @@ def get() -> Manager:
             manager.failures.append(PluginFailure(name, "load", _describe(err)))
             continue
         manager.add(plugin, info)
+    for module_name in _requested:
+        manager.add_module(module_name)
     return manager

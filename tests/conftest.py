@@ -59,3 +59,27 @@ def write(tmp_path):
         return path
 
     return _write
+
+
+@dataclass
+class Venv:
+    python: Path
+    bin: Path
+
+    def run(self, *args: str | Path, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory) -> Venv:
+    """A fresh virtualenv with hacfg installed from a wheel built from this tree (not editable)."""
+    import venv
+
+    tmp = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp / "dist", REPO], check=True, capture_output=True)
+    wheel = next((tmp / "dist").glob("hacfg-*.whl"))
+    venv.create(tmp / "venv", with_pip=True)
+    env = Venv(tmp / "venv" / "bin" / "python", tmp / "venv" / "bin")
+    installed = env.run(env.python, "-m", "pip", "install", "--quiet", wheel)
+    assert installed.returncode == 0, installed.stderr
+    return env

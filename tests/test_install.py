@@ -1,33 +1,51 @@
-"""A wheel built from this tree carries the presets, schemas and built-in plugins."""
+"""A wheel built from this tree carries the presets, schemas and built-in plugins; plugins install beside it."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import venv
 
 from conftest import REPO
 
 
-def test_wheel_installs_and_builds_from_another_directory(tmp_path):
-    dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", dist, REPO], check=True, capture_output=True)
-    wheel = next(dist.glob("hacfg-*.whl"))
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    python = env_dir / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "--quiet", wheel], check=True, capture_output=True)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-
-    preset = subprocess.run([env_dir / "bin" / "hacfg", "build", "llm-long-term"], cwd=elsewhere, capture_output=True, text=True)
+def test_wheel_installs_and_builds_from_another_directory(wheel_venv, tmp_path):
+    hacfg = wheel_venv.bin / "hacfg"
+    preset = wheel_venv.run(hacfg, "build", "llm-long-term", cwd=tmp_path)
     assert preset.returncode == 0, preset.stderr
     assert json.loads(preset.stdout)["metadata"]["annotations"]["fault-tolerance/pod-retry-num"] == "3"
 
-    (elsewhere / "ha.yaml").write_text("version: 1\nscenario: multi-node\njob: {name: elsewhere}\n")
-    built = subprocess.run([env_dir / "bin" / "hacfg", "build", "ha.yaml"], cwd=elsewhere, capture_output=True, text=True)
+    (tmp_path / "ha.yaml").write_text("version: 1\nscenario: multi-node\njob: {name: elsewhere}\n")
+    built = wheel_venv.run(hacfg, "build", "ha.yaml", cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     assert json.loads(built.stdout)["metadata"]["name"] == "elsewhere"
-    imported = subprocess.run([python, "-c", "import hacfg.build; print(hacfg.build.__file__)"], cwd=elsewhere, capture_output=True, text=True)
+    assert wheel_venv.run(hacfg, "lint", "ha.yaml", cwd=tmp_path).returncode == 0
+    imported = wheel_venv.run(wheel_venv.python, "-c", "import hacfg.build; print(hacfg.build.__file__)", cwd=tmp_path)
     assert "site-packages" in imported.stdout
+
+
+def test_third_party_plugin_package_is_picked_up_with_no_change_to_hacfg(wheel_venv, tmp_path):
+    plugin = REPO / "examples" / "hacfg-plugin-ascend"
+    installed = wheel_venv.run(wheel_venv.python, "-m", "pip", "install", "--quiet", f"{plugin}[test]")
+    assert installed.returncode == 0, installed.stderr
+    hacfg = wheel_venv.bin / "hacfg"
+
+    rules = wheel_venv.run(hacfg, "rules", cwd=tmp_path)
+    assert any(line.startswith("ASC101") and "hacfg-plugin-ascend" in line for line in rules.stdout.splitlines())
+
+    lint = wheel_venv.run(hacfg, "lint", plugin / "tests/fixtures/ASC101/fires.yaml", cwd=tmp_path)
+    assert lint.returncode == 1
+    assert lint.stdout.count("ASC101 error") == 2
+
+    config = tmp_path / "ha.yaml"
+    config.write_text("version: 1\nscenario: single-node\njob: {accelerator: npu}\n")
+    env = {"HACFG_PRECHECK_NPU_DEVICES": str(tmp_path / "davinci[0-9]*"), "HACFG_PRECHECK_ROOT_MIN": "1K", "HACFG_PRECHECK_SHM_MIN": "1K", "VC_WORKER_HOSTS": "localhost"}
+    agent = wheel_venv.run(hacfg, "agent", "--config", config, "--state-dir", tmp_path / "state", "--", "true", cwd=tmp_path, env=env)
+    assert agent.returncode == 138  # no NPU here: the plugin's pre-check stops the job before it starts
+    assert "[hacfg] item=npu-check status=failed value=0 need=>=1" in agent.stderr
+    (tmp_path / "davinci0").touch()
+    agent = wheel_venv.run(hacfg, "agent", "--config", config, "--state-dir", tmp_path / "state2", "--", "true", cwd=tmp_path, env=env)
+    assert agent.returncode == 0, agent.stderr
+    assert "item=npu-check status=passed" in agent.stderr
+
+    own_tests = wheel_venv.run(wheel_venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", plugin / "tests", cwd=tmp_path)
+    assert own_tests.returncode == 0, own_tests.stdout + own_tests.stderr
+    assert "5 passed" in own_tests.stdout

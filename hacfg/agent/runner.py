@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from hacfg import plugin_manager
 from hacfg.agent import checkpoints
 from hacfg.agent.classify import Failure, classify
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
@@ -69,6 +70,7 @@ class Agent:
     def _attempt(self, budgets: Budgets) -> int | None:
         """Run one attempt; the agent's exit code when it is the last, else None."""
         resume = checkpoints.newest_complete(self.policy.checkpoint_path)
+        self._plugin_failures()
         budgets.attempt += 1
         self.store.save(budgets, running=True)
         self.events.write("attempt_start", resume_from=str(resume.path) if resume else None, **self._counters(budgets))
@@ -117,6 +119,7 @@ class Agent:
             self.events.write("attempt_exit", cause="success", **exit_fields, **self._counters(budgets))
             return 0
         verdict = classify(failure)
+        self._plugin_failures()
         decision = decide(verdict.cause, budgets, self.policy, progressed=progressed, command_code=failure.code)
         self.store.save(budgets, running=False)
         self.events.write("attempt_exit", cause=verdict.cause, reason=verdict.reason, classifier=verdict.classifier, **exit_fields)
@@ -136,7 +139,16 @@ class Agent:
             self.echo(result.line())
             self.events.write("precheck", item=result.name, status=result.status, value=result.value, need=result.need, detail=result.detail)
             ok = ok and result.status != "failed"
+        self._plugin_failures()
         return ok
+
+    def _plugin_failures(self) -> None:
+        """A plugin that broke is one line and one event, once; the agent carries on without it."""
+        manager = plugin_manager.get()
+        for failure in manager.failures:
+            self.echo(f"[hacfg] {failure}")
+            self.events.write("plugin_failure", plugin=failure.plugin, hook=failure.hook, error=failure.error)
+        manager.failures.clear()
 
     def _after_agent_restart(self, budgets: Budgets) -> int | None:
         """The last agent stopped mid-attempt (a pod restart): an environment fault, counted as one."""

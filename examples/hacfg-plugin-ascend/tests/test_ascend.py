@@ -1,0 +1,32 @@
+"""The plugin's own tests, written with hacfg's rule test kit (a pytest plugin)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hacfg.agent.policy import Policy
+from hacfg.agent.prechecks import PrecheckContext, PrecheckSettings
+from hacfg.testing import check_rule_catalogue, fixtures_for
+from hacfg_plugin_ascend import NpuCheck, operator_retry_needs_pytorch_full_card
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("fixture", fixtures_for(FIXTURES), ids=lambda p: p.name)
+def test_fixtures(hacfg_lint_fixture, fixture):
+    hacfg_lint_fixture(fixture)
+
+
+def test_catalogue():
+    check_rule_catalogue([operator_retry_needs_pytorch_full_card], FIXTURES, id_pattern=r"ASC\d{3}")
+
+
+def test_npu_check(tmp_path):
+    ctx = PrecheckContext(Policy(accelerator="npu"), PrecheckSettings(), {"HACFG_PRECHECK_NPU_DEVICES": str(tmp_path / "davinci[0-9]*")})
+    assert NpuCheck().run(ctx)[0].status == "failed"
+    (tmp_path / "davinci0").touch()
+    assert NpuCheck().run(ctx)[0].status == "passed"
+    gpu = PrecheckContext(Policy(accelerator="gpu"), PrecheckSettings(), {})
+    assert NpuCheck().run(gpu)[0].status == "skipped"
