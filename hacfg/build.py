@@ -58,14 +58,11 @@ def schema_file(name: str) -> Path:
 def targets() -> dict[str, Target]:
     found: dict[str, Target] = {}
     manager = plugin_manager.get()
-    for plugin, provided in manager.results("hacfg_targets"):
-        for target in provided:
-            if not isinstance(target, Target):
-                manager.fail(plugin, "hacfg_targets", f"returned {type(target).__name__}, expected a hacfg.build.Target")
-            elif target.name in found:
-                manager.fail(plugin, "hacfg_targets", f"target {target.name!r} is already provided")
-            else:
-                found[target.name] = target
+    for plugin, target in manager.items("hacfg_targets", Target):
+        if target.name in found:
+            manager.fail(plugin, "hacfg_targets", f"target {target.name!r} is already provided")
+        else:
+            found[target.name] = target
     return found
 
 

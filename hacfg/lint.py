@@ -106,18 +106,15 @@ def registry() -> dict[str, RuleSource]:
     manager = plugin_manager.get()
     found = {r.id: RuleSource(r, "hacfg", "hacfg") for r in ENGINE_RULES}
     # hacfg's own first, then plugins by name: which of two rivals keeps an ID never depends on install order
-    provided = sorted(manager.results("hacfg_rules"), key=lambda pair: (_distribution(manager, pair[0]) != plugin_manager.BUILTIN_DISTRIBUTION, pair[0]))
-    for plugin, rules in provided:
+    provided = sorted(manager.items("hacfg_rules", Rule), key=lambda pair: (_distribution(manager, pair[0]) != plugin_manager.BUILTIN_DISTRIBUTION, pair[0]))
+    for plugin, item in provided:
         distribution = _distribution(manager, plugin)
-        for item in rules:
-            if not isinstance(item, Rule):
-                manager.fail(plugin, "hacfg_rules", f"returned {type(item).__name__}, expected a hacfg.rules.Rule (use @rule)")
-            elif item.id in found:
-                manager.fail(plugin, "hacfg_rules", f"rule {item.id} is already provided by {found[item.id].distribution}")
-            elif item.id.startswith(BUILTIN_PREFIX) and distribution != plugin_manager.BUILTIN_DISTRIBUTION:
-                manager.fail(plugin, "hacfg_rules", f"rule {item.id}: the {BUILTIN_PREFIX} prefix is hacfg's own; pick a prefix for your plugin")
-            else:
-                found[item.id] = RuleSource(item, plugin, distribution)
+        if item.id in found:
+            manager.fail(plugin, "hacfg_rules", f"rule {item.id} is already provided by {found[item.id].distribution}")
+        elif item.id.startswith(BUILTIN_PREFIX) and distribution != plugin_manager.BUILTIN_DISTRIBUTION:
+            manager.fail(plugin, "hacfg_rules", f"rule {item.id}: the {BUILTIN_PREFIX} prefix is hacfg's own; pick a prefix for your plugin")
+        else:
+            found[item.id] = RuleSource(item, plugin, distribution)
     return dict(sorted(found.items()))
 
 

@@ -89,6 +89,19 @@ class Manager:
             if result is not None:
                 yield impl.plugin_name, result
 
+    def items(self, hook: str, kind: type, **kwargs: Any) -> Iterator[tuple[str, Any]]:
+        """``(plugin, item)`` for every item the hook's implementations return, each checked to be a ``kind``."""
+        for plugin, provided in self.results(hook, **kwargs):
+            try:
+                entries = list(provided)
+            except TypeError:
+                entries = [provided]
+            for item in entries:
+                if isinstance(item, kind):
+                    yield plugin, item
+                else:
+                    self.fail(plugin, hook, f"returned {type(item).__name__}, expected a {kind.__module__}.{kind.__qualname__}")
+
     def fail(self, plugin: str, hook: str, err: BaseException | str) -> None:
         self.failures.append(PluginFailure(plugin, hook, err if isinstance(err, str) else _describe(err)))
 

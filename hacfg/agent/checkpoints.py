@@ -38,15 +38,7 @@ def step_of(name: str) -> int | None:
 
 
 def layouts() -> list[CheckpointLayout]:
-    manager = plugin_manager.get()
-    found = []
-    for plugin, provided in manager.results("hacfg_checkpoint_layouts"):
-        for layout in provided:
-            if isinstance(layout, CheckpointLayout):
-                found.append(layout)
-            else:
-                manager.fail(plugin, "hacfg_checkpoint_layouts", f"returned {type(layout).__name__}, expected a CheckpointLayout")
-    return found
+    return [layout for _, layout in plugin_manager.get().items("hacfg_checkpoint_layouts", CheckpointLayout)]
 
 
 def newest_complete(root: Path | None) -> Checkpoint | None:

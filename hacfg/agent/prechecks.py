@@ -88,15 +88,7 @@ class Precheck:
 
 
 def prechecks() -> list[Precheck]:
-    manager = plugin_manager.get()
-    found = []
-    for plugin, provided in manager.results("hacfg_prechecks"):
-        for check in provided:
-            if isinstance(check, Precheck):
-                found.append(check)
-            else:
-                manager.fail(plugin, "hacfg_prechecks", f"returned {type(check).__name__}, expected a Precheck")
-    return found
+    return [check for _, check in plugin_manager.get().items("hacfg_prechecks", Precheck)]
 
 
 def run_prechecks(ctx: PrecheckContext) -> list[PrecheckResult]:
