@@ -252,3 +252,29 @@ def test_pre_commit_hook_fails_on_bad_and_passes_on_good(tmp_path):
 
 def test_rules_reference_page_is_current(cli):
     assert cli("rules", "-f", "markdown").out == (REPO / "docs/rules.md").read_text(), "run: hacfg rules -f markdown > docs/rules.md"
+
+
+def test_a_terminal_gets_the_source_line_and_a_caret(tmp_path):
+    import os
+    import pty
+
+    (tmp_path / "job.json").write_text(BAD_BODY)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "hacfg", "lint", "job.json"], cwd=tmp_path, stdout=follower, stderr=subprocess.DEVNULL)
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the child is done
+            break
+        if not chunk:
+            break
+        output += chunk
+    proc.wait(timeout=60)
+    lines = output.decode().replace("\r\n", "\n").splitlines()
+    assert lines[:3] == [
+        "job.json:6:40: HA007 error annotation fault-tolerance/job-retry-num must be a string, not 3: quote it",
+        '   6 |       "fault-tolerance/job-retry-num": 3,',
+        " " * 46 + "^",
+    ]

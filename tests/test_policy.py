@@ -105,3 +105,21 @@ def test_checkpoint_layouts_choose_the_newest_complete(tmp_path):
     assert newest_complete(tmp_path).path == tmp_path / "iter_0000270"
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("900")  # points at nothing: iter_0000270 is no longer vouched for
     assert newest_complete(tmp_path).path == tmp_path / "global_step260"
+
+
+def test_accelerator_activity_counts_only_when_it_changes():
+    from hacfg.agent.accelerator import UtilizationProbe
+
+    samples = iter([[100, 100], [100, 100], [100, 99], [100, 100]])
+    stuck = UtilizationProbe(lambda: next(samples))
+    for _ in range(4):
+        stuck.poll()
+    assert not stuck.changing()  # a rank stuck in a collective reads a flat 100%
+    working = iter([[30, 90], [85, 91], [40, 90]])
+    busy = UtilizationProbe(lambda: next(working))
+    for _ in range(3):
+        busy.poll()
+    assert busy.changing()
+    broken = UtilizationProbe(lambda: 1 / 0)
+    broken.poll()
+    assert not broken.changing()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hacfg import plugin_manager
 from hacfg.agent import checkpoints
+from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.classify import Failure, classify
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
 from hacfg.agent.prechecks import PrecheckContext, PrecheckSettings, run_prechecks
@@ -92,6 +93,7 @@ class Agent:
             grace=self.policy.grace,
             on_hang=lambda tail: self._hang(budgets, tail),
             on_signal=lambda signum: self.events.write("signal", signal=signal.Signals(signum).name, attempt=budgets.attempt),
+            accelerator=nvml_probe() if detect and self.policy.accelerator == "gpu" else None,
         )
         try:
             result = supervisor.run()

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hacfg.agent.accelerator import UtilizationProbe
+
 TAIL_BYTES = 64 * 1024
 READ_BYTES = 1 << 16  # a pipe's default capacity
 TAIL_LINES = 50
@@ -64,6 +66,7 @@ class Supervisor:
         grace: float,
         on_hang: Callable[[tuple[str, ...]], None] = lambda tail: None,
         on_signal: Callable[[int], None] = lambda signum: None,
+        accelerator: UtilizationProbe | None = None,
     ):
         self.argv = argv
         self.env = env
@@ -73,6 +76,7 @@ class Supervisor:
         self.grace = grace
         self.on_hang = on_hang
         self.on_signal = on_signal
+        self.accelerator = accelerator
         self.tail = bytearray()
         self.tail_lock = threading.Lock()
         self.output_at: float | None = None  # monotonic time of the latest output, set by the pumps
@@ -147,6 +151,11 @@ class Supervisor:
                 if not any(p.is_alive() for p in pumps) or now - exited_at > 0.2:
                     return hung, interrupted
             timeout = self.hang_timeout if seen_activity else self.first_hang_timeout
+            if self.accelerator is not None and timeout is not None:
+                self.accelerator.poll()
+                if now >= last_activity + timeout and self.accelerator.changing():
+                    last_activity = now  # quiet, but the accelerators are working: not hung yet
+                    self.accelerator.reset()
             if kill_at is not None and now >= kill_at:
                 _kill_group(proc.pid)
                 kill_at = float("inf")
@@ -155,7 +164,7 @@ class Supervisor:
                 self.on_hang(self.tail_lines())
                 _signal_group(proc.pid, signal.SIGTERM)
                 kill_at = now + self.grace
-            waits = [0.05 if exited_at else 1.0]  # 1 s: notice an exit while the pipes stay open
+            waits = [0.05 if exited_at else 1.0]  # 1 s: sample accelerators, notice an exit with the pipes held open
             waits += [t - now for t in (kill_at, last_activity + timeout if timeout and kill_at is None else None) if t is not None]
             ready, _, _ = select.select([wake_read], [], [], max(0.0, min(waits)))
             if ready:
