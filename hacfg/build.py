@@ -48,6 +48,9 @@ class Target:
         """``document`` merged into an existing one, keeping everything it does not set."""
         return deep_merge(existing, document)
 
+    def serialize(self, document: dict[str, Any]) -> str:
+        return dump(document, self.format)
+
 
 def schema_file(name: str) -> Path:
     """A schema shipped in hacfg's ``schemas/`` folder."""
@@ -87,15 +90,27 @@ def compile_config(loaded: Loaded, target: Target, *, only: str | None = None, i
     _validate(document, target, built, loaded, into)
     if only is not None and into is None:
         document = target.part(document, only)
-    return dump(document, target.format), built.notes
+    return target.serialize(document), built.notes
 
 
 def dump(document: Any, fmt: str) -> str:
     if fmt == "yaml":
-        import yaml
-
-        return yaml.safe_dump(document, sort_keys=False, default_flow_style=False, allow_unicode=True)
+        return dump_yaml(document)
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def dump_yaml(*documents: Any) -> str:
+    """Block-style YAML in key order; multi-line strings (a file in a ConfigMap) as literal blocks."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, string)
+    return yaml.dump_all(documents, Dumper=Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, explicit_start=len(documents) > 1)
 
 
 def _validate(document: dict[str, Any], target: Target, built: Build, loaded: Loaded, into: Document | None) -> None:

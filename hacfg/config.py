@@ -312,3 +312,16 @@ def json_schema() -> dict[str, Any]:
     """The JSON Schema of the scenario format, as committed in ``schemas/hacfg.schema.json``."""
     schema = HAConfig.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def scenario_document(config: HAConfig) -> dict[str, Any]:
+    """The config, fully merged, as a scenario file needing no preset: what a pod is given."""
+
+    def spell(value: Any) -> Any:
+        if isinstance(value, timedelta):
+            return format_duration(value)
+        if isinstance(value, dict):
+            return {k: spell(v) for k, v in value.items()}
+        return value
+
+    return spell(config.model_dump(exclude_none=True, exclude={"extends"}))

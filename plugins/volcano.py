@@ -1,0 +1,113 @@
+"""Volcano target: a ``batch.volcano.sh/v1alpha1`` Job for any Kubernetes cluster.
+
+The container runs the user's command under ``hacfg agent``, which applies the in-place
+restart rules itself; Volcano only handles what the agent cannot: exit 138 ("retry
+elsewhere") restarts the pod (with pod reschedules) or the whole job, an evicted pod restarts
+the job, and any other failure ends it. ``maxRetry`` is ``restart.max``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hacfg import hookimpl
+from hacfg.agent.policy import RETRY_ELSEWHERE
+from hacfg.build import Build, Target, dump_yaml, schema_file
+from hacfg.config import HAConfig, scenario_document
+
+CONFIG_DIR = "/etc/hacfg"
+CONFIG_FILE = "ha.yaml"
+TASK = "worker"
+DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
+_CARDS = re.compile(r"(?:^|\.)(\d*)xlarge$")  # modelarts.pool.visual.{,2,4,8,16}xlarge: 1/2/4/8/16 cards
+
+
+def lifecycle_policies(config: HAConfig) -> list[dict[str, Any]]:
+    """Exit-code policies first, so 138 is never mistaken for an ordinary failure."""
+    retry = "RestartPod" if config.restart.pod_reschedules else "RestartJob"
+    return [
+        {"exitCode": RETRY_ELSEWHERE, "action": retry},
+        {"event": "PodEvicted", "action": "RestartJob"},
+        {"event": "PodFailed", "action": "AbortJob"},  # the agent already applied the in-place rules
+    ]
+
+
+class Volcano(Target):
+    name = "volcano"
+    description = "Volcano Job (batch.volcano.sh/v1alpha1) plus the ConfigMap holding the scenario (YAML)"
+    schema = schema_file("volcano-job.schema.json")
+    format = "yaml"
+
+    def build(self, config: HAConfig) -> Build:
+        built = Build({})
+        job = config.job
+        name = config.name.lower().replace("_", "-")  # Kubernetes names are DNS labels
+        if name != config.name:
+            built.notes.append(f"job name {config.name!r} becomes {name!r}: Kubernetes names are lower case, with '-'")
+        if not job.image:
+            built.notes.append("job.image is not set: the pod needs an image with hacfg installed; set job.image")
+        command = ["hacfg", "agent", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}", "--", "/bin/sh", "-c", job.command or "true"]
+        container: dict[str, Any] = {"name": TASK, "image": job.image or "REPLACE-WITH-YOUR-IMAGE", "command": command}
+        if job.environment:
+            container["env"] = [{"name": key, "value": value} for key, value in job.environment.items()]
+        cards = self._cards(config, built)
+        if cards:
+            container["resources"] = {"limits": {DEVICE_RESOURCE[job.accelerator]: cards}}
+        container["volumeMounts"] = [{"name": "hacfg-config", "mountPath": CONFIG_DIR, "readOnly": True}]
+        if config.checkpoint.path and "://" not in config.checkpoint.path:
+            built.notes.append(f"mount shared storage at {config.checkpoint.path} (checkpoint.path) in every pod")
+        config_map = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-hacfg"},
+            "data": {CONFIG_FILE: dump_yaml(scenario_document(config))},
+        }
+        volcano_job = {
+            "apiVersion": "batch.volcano.sh/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": name},
+            "spec": {
+                "schedulerName": "volcano",
+                "minAvailable": job.nodes,
+                "maxRetry": config.restart.max,
+                "plugins": {"svc": [], "env": []},  # /etc/volcano/*.host and VC_* variables, read by the dns pre-check
+                "policies": lifecycle_policies(config),
+                "tasks": [
+                    {
+                        "name": TASK,
+                        "replicas": job.nodes,
+                        "template": {
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [container],
+                                "volumes": [{"name": "hacfg-config", "configMap": {"name": f"{name}-hacfg"}}],
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+        built.document = {"apiVersion": "v1", "kind": "List", "items": [config_map, volcano_job]}
+        built.origins[("items", 1, "spec", "minAvailable")] = ("job", "nodes")
+        built.origins[("items", 1, "spec", "maxRetry")] = ("restart", "max")
+        return built
+
+    @staticmethod
+    def _cards(config: HAConfig, built: Build) -> int | None:
+        if config.job.accelerator == "cpu":
+            return None
+        match = _CARDS.search(config.job.flavor or "")
+        if match is None:
+            built.notes.append(f"no card count for flavor {config.job.flavor!r}: set resources.limits[{DEVICE_RESOURCE[config.job.accelerator]!r}] yourself")
+            return None
+        return int(match.group(1) or 1)
+
+    def serialize(self, document: dict[str, Any]) -> str:
+        """One YAML document per object, as ``kubectl apply -f`` reads them."""
+        return dump_yaml(*document["items"])
+
+
+@hookimpl
+def hacfg_targets() -> list[Target]:
+    return [Volcano()]

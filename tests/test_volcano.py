@@ -1,0 +1,77 @@
+"""The Volcano target: a Job that validates against Volcano's CRD, with policies from the same intent."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import REPO
+from hacfg.config import load_config
+
+CRD = yaml.safe_load((REPO / "tests/data/volcano-batch.volcano.sh_jobs.yaml").read_text())
+JOB_SCHEMA = next(v for v in CRD["spec"]["versions"] if v["name"] == "v1alpha1")["schema"]["openAPIV3Schema"]
+
+
+def build(cli, path):
+    result = cli("build", "--target", "volcano", path)
+    assert result.code == 0, result.err
+    config_map, job = yaml.safe_load_all(result.out)
+    return config_map, job, result
+
+
+def test_job_validates_against_the_volcano_crd(cli):
+    from jsonschema import Draft202012Validator
+
+    _, job, _ = build(cli, REPO / "examples/llama-pretrain/ha.yaml")
+    assert [e.message for e in Draft202012Validator(JOB_SCHEMA).iter_errors(job)] == []
+    assert (job["apiVersion"], job["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
+
+
+def test_shape_follows_the_scenario(cli):
+    config_map, job, result = build(cli, REPO / "examples/llama-pretrain/ha.yaml")
+    spec = job["spec"]
+    assert (spec["schedulerName"], spec["minAvailable"], spec["maxRetry"]) == ("volcano", 4, 8)
+    [task] = spec["tasks"]
+    assert (task["name"], task["replicas"]) == ("worker", 4)
+    pod = task["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == ["hacfg", "agent", "--config", "/etc/hacfg/ha.yaml", "--", "/bin/sh", "-c", "bash run.sh"]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": 8}}  # an 8xlarge flavor has 8 cards
+    assert container["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    assert pod["volumes"] == [{"name": "hacfg-config", "configMap": {"name": config_map["metadata"]["name"]}}]
+    assert pod["restartPolicy"] == "Never"
+    assert "mount shared storage at /mnt/sfs/llama/ckpt" in result.err
+
+
+def test_the_pod_gets_the_same_intent_without_the_preset(cli, tmp_path):
+    config_map, _, _ = build(cli, REPO / "examples/llama-pretrain/ha.yaml")
+    delivered = tmp_path / "ha.yaml"
+    delivered.write_text(config_map["data"]["ha.yaml"])
+    assert load_config(delivered).config == load_config(REPO / "examples/llama-pretrain/ha.yaml").config
+
+
+@pytest.mark.parametrize(("pod_reschedules", "action"), [(2, "RestartPod"), (0, "RestartJob")])
+def test_exit_138_restarts_the_pod_or_the_job(cli, write, pod_reschedules, action):
+    path = write("ha.yaml", f"version: 1\nscenario: multi-node\njob: {{name: t, image: img}}\nrestart: {{max: 4, pod_reschedules: {pod_reschedules}}}\n")
+    _, job, _ = build(cli, path)
+    assert job["spec"]["policies"] == [
+        {"exitCode": 138, "action": action},
+        {"event": "PodEvicted", "action": "RestartJob"},
+        {"event": "PodFailed", "action": "AbortJob"},
+    ]
+    assert job["spec"]["maxRetry"] == 4
+
+
+def test_kubernetes_names_and_missing_pieces_are_reported(cli, write):
+    path = write("ha.yaml", "version: 1\nscenario: single-node\njob: {name: My_Job, accelerator: npu, flavor: custom}\n")
+    config_map, job, result = build(cli, path)
+    assert job["metadata"]["name"] == "my-job" and config_map["metadata"]["name"] == "my-job-hacfg"
+    assert "job.image is not set" in result.err
+    assert "no card count for flavor 'custom'" in result.err
+
+
+def test_shipped_schema_embeds_the_crd_unchanged():
+    shipped = json.loads((REPO / "schemas/volcano-job.schema.json").read_text())
+    assert shipped["$defs"]["job"] == JOB_SCHEMA
