@@ -1,0 +1,64 @@
+"""The same resumable job in PyTorch: a linear model, SGD with momentum, step_N/ checkpoints.
+
+Model and optimizer state go through ``torch.save`` inside ``hacfg.checkpoint.save_step``;
+each step's batch comes from a generator seeded with (seed, step), so resumed runs end with
+the same weights as uninterrupted ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import torch
+
+from hacfg.checkpoint import resume_dir, save_step
+from hacfg.heartbeat import beat
+
+FEATURES, SAMPLES, BATCH = 32, 4096, 64
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--every", type=int, default=20)
+    parser.add_argument("--checkpoints", type=Path, default=Path("ckpt"))
+    parser.add_argument("--out", type=Path, default=Path("final.pt"))
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+
+    torch.use_deterministic_algorithms(True)
+    data = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(SAMPLES, FEATURES, generator=data, dtype=torch.float64)
+    y = x @ torch.randn(FEATURES, generator=data, dtype=torch.float64)
+    model = torch.nn.Linear(FEATURES, 1, bias=False, dtype=torch.float64)
+    torch.nn.init.zeros_(model.weight)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    start = 0
+    found = resume_dir()
+    if found is not None:
+        state = torch.load(found / "state.pt")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = state["step"]
+    print(f"pid {os.getpid()} attempt {os.environ.get('HACFG_ATTEMPT', '-')} starts at step {start}", flush=True)
+
+    for step in range(start, args.steps):
+        batch = torch.randint(0, SAMPLES, (BATCH,), generator=torch.Generator().manual_seed(args.seed * 1_000_003 + step))
+        loss = torch.mean((model(x[batch]).squeeze(1) - y[batch]) ** 2)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        beat()
+        if (step + 1) % args.every == 0:
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1}
+            save_step(args.checkpoints, step + 1, lambda folder, s=state: torch.save(s, folder / "state.pt"))
+            print(f"step {step + 1} loss {loss.item():.6f} saved", flush=True)
+
+    torch.save(model.state_dict(), args.out)
+    print(f"done: weights in {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The resumable-training example under `hacfg agent`, with faults injected from outside the script."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+
+EXAMPLE = REPO / "examples" / "resumable-training"
+PRECHECKS_PASS = {
+    "HACFG_PRECHECK_ROOT_MIN": "1K",
+    "HACFG_PRECHECK_SHM_MIN": "1K",
+    "HACFG_PRECHECK_CACHE_PATH": "/nonexistent-cache",
+    "VC_WORKER_HOSTS": "localhost",
+}
+
+
+def run_with_faults(tmp_path, script: str, faults: list[str], train_args: list[str], seed: int = 1234):
+    """Run ``script`` under the agent; after each attempt's first checkpoint, inject the next fault."""
+    config = tmp_path / "ha.yaml"
+    config.write_text(
+        "version: 1\nscenario: single-node\njob: {accelerator: cpu}\n"
+        f"checkpoint: {{path: {tmp_path / 'ckpt'}, resume: true}}\nrestart: {{max: 3, on_hang: true}}\nprecheck: true\n"
+    )
+    argv = [sys.executable, "-m", "hacfg", "agent", "--config", str(config), "--hang-timeout", "1s", "--initial-hang-timeout", "30s", "--grace", "1",
+            "--", sys.executable, str(EXAMPLE / script), "--checkpoints", str(tmp_path / "ckpt"), *train_args]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **PRECHECKS_PASS, "PYTHONPATH": str(REPO)})
+    rng = random.Random(seed)
+    pending, pid, injected = list(faults), None, []
+    for line in agent.stdout:
+        if line.startswith("pid "):
+            pid = int(line.split()[1])
+        elif line.endswith("saved\n") and pending and pid is not None:
+            time.sleep(rng.uniform(0, 0.05))  # somewhere inside the next few steps
+            fault = pending.pop(0)
+            os.kill(pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+            injected.append((fault, line.split()[1]))
+            pid = None
+    agent.wait(timeout=120)
+    events = [json.loads(line) for line in (tmp_path / "ckpt" / ".hacfg" / "events.jsonl").read_text().splitlines()]
+    return agent, events, injected
+
+
+def test_numpy_training_survives_a_kill_and_a_hang_bit_identical(tmp_path):
+    args = ["--steps", "240", "--every", "20", "--step-time", "0.005"]
+    reference = tmp_path / "reference.npy"
+    subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--checkpoints", str(tmp_path / "ref-ckpt"), "--out", str(reference), *args],
+                   check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    final = tmp_path / "final.npy"
+    agent, events, injected = run_with_faults(tmp_path, "train.py", ["kill", "hang"], [*args, "--out", str(final)])
+
+    assert agent.returncode == 0, agent.stderr.read()
+    assert [fault for fault, _ in injected] == ["kill", "hang"]
+    assert final.read_bytes() == reference.read_bytes()  # bit-identical weights
+
+    assert {e["status"] for e in events if e["event"] == "precheck"} <= {"passed", "skipped"}
+    exits = [(e.get("signal"), e["cause"]) for e in events if e["event"] == "attempt_exit"]
+    assert exits == [("SIGKILL", "environment"), ("SIGKILL", "hang"), (None, "success")]
+    assert [e["event"] for e in events].count("hang") == 1
+    decisions = [e for e in events if e["event"] == "decision"]
+    assert [d["action"] for d in decisions] == ["proc_restart", "proc_restart"]
+    last = decisions[-1]
+    assert (last["counted"], last["hang_streak"], last["restarts"]) == (1, 1, 2)  # the hang did not count
+    starts = [e["resume_from"] for e in events if e["event"] == "attempt_start"]
+    assert starts[0] is None and all(s and "/step_" in s for s in starts[1:])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_torch_training_survives_a_kill_bit_identical(tmp_path):
+    import torch
+
+    args = ["--steps", "120", "--every", "20"]
+    reference = tmp_path / "reference.pt"
+    subprocess.run([sys.executable, str(EXAMPLE / "train_torch.py"), "--checkpoints", str(tmp_path / "ref-ckpt"), "--out", str(reference), *args],
+                   check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    final = tmp_path / "final.pt"
+    agent, events, injected = run_with_faults(tmp_path, "train_torch.py", ["kill"], [*args, "--out", str(final)])
+    assert agent.returncode == 0, agent.stderr.read()
+    assert injected and torch.equal(torch.load(final)["weight"], torch.load(reference)["weight"])
+    assert [e["cause"] for e in events if e["event"] == "attempt_exit"] == ["environment", "success"]
