@@ -338,8 +338,9 @@ def precheck_command(
 def events_command(
     file: Path = typer.Argument(Path(".hacfg/events.jsonl"), help="The agent's event log."),
     fmt: Literal["table", "json"] = typer.Option("table", "--format", "-f"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the attempts as a timeline (.svg or .png)."),
 ) -> None:
-    """Show the agent's recovery events as a table."""
+    """Show the agent's recovery events as a table (and a timeline picture)."""
     import json
 
     from hacfg.agent.state import read_events
@@ -350,7 +351,15 @@ def events_command(
         records = read_events(file)
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", file=str(file)) from None
-    _write(json.dumps(records, indent=2) + "\n" if fmt == "json" else table(records), None)
+    from hacfg.agent.timeline import effective_ratio
+
+    ratio = f"effective training time: {effective_ratio(records):.1%} of the wall time (attempts that made progress)"
+    _write(json.dumps(records, indent=2) + "\n" if fmt == "json" else f"{table(records)}\n{ratio}\n", None)
+    if plot is not None:
+        from hacfg.agent.timeline import plot as draw
+
+        draw(records, str(plot))
+        typer.echo(f"wrote {plot}", err=True)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

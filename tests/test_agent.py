@@ -205,6 +205,7 @@ def test_events_table(tmp_path, cli):
     agent(tmp_path, "--max-restarts", "1", child="crash.py")
     table = cli("events", tmp_path / "state" / "events.jsonl").out.splitlines()
     assert table[0].split() == ["time", "attempt", "restarts", "event", "detail"]
-    rows = [line.split()[3] for line in table[1:]]
+    assert table[-1].startswith("effective training time: ")
+    rows = [line.split()[3] for line in table[1:-2]]
     assert rows == ["agent_start", "attempt_start", "attempt_exit", "decision", "attempt_start", "attempt_exit", "decision", "agent_exit"]
     assert "proc_restart: environment fault: restart 1 of 1" in table[4]

@@ -87,3 +87,24 @@ def test_torch_training_survives_a_kill_bit_identical(tmp_path):
     assert agent.returncode == 0, agent.stderr.read()
     assert injected and torch.equal(torch.load(final)["weight"], torch.load(reference)["weight"])
     assert [e["cause"] for e in events if e["event"] == "attempt_exit"] == ["environment", "success"]
+
+
+def test_the_run_renders_as_a_timeline(tmp_path, cli):
+    args = ["--steps", "100", "--every", "20", "--step-time", "0.005"]
+    agent, _, _ = run_with_faults(tmp_path, "train.py", ["kill"], [*args, "--out", str(tmp_path / "final.npy")])
+    assert agent.returncode == 0
+    events = tmp_path / "ckpt" / ".hacfg" / "events.jsonl"
+    png, svg = tmp_path / "timeline.png", tmp_path / "timeline.svg"
+    result = cli("events", events, "--plot", png)
+    assert result.code == 0, result.err
+    ratio = float(result.out.splitlines()[-1].split(": ")[1].split("%")[0])
+    assert 0 < ratio < 100  # the killed attempt's time after its last checkpoint was lost
+    from matplotlib import image
+
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = image.imread(png).shape
+    assert height > 100 and width > 500
+    assert cli("events", events, "--plot", svg).code == 0
+    import xml.etree.ElementTree as ElementTree
+
+    assert ElementTree.parse(svg).getroot().tag.endswith("svg")
