@@ -134,6 +134,22 @@ def init(
     typer.echo(f"wrote {output}", err=True)
 
 
+@app.command("import")
+def import_command(
+    body: Path = typer.Argument(..., help="A ModelArts create-training-job request body (JSON or YAML)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the scenario file here instead of stdout."),
+    platform: PlatformName = typer.Option("huaweicloud", "--platform", help="Platform whose limits apply."),
+) -> None:
+    """Turn an existing request body into a scenario file, keeping what it cannot express."""
+    from hacfg.importer import import_body
+    from hacfg.source import load
+
+    text, notes = import_body(load(body), platform=platform)
+    for note in notes:
+        _note(note)
+    _write(text, output)
+
+
 Format = Literal["text", "json", "sarif", "github"]
 SeverityName = Literal["error", "warning", "info"]
 

@@ -137,6 +137,10 @@ class HAConfig(_Section):
     hang: Hang = Field(default_factory=Hang)
     operator_retry: bool = Field(False, description="fault-tolerance/hccl_op_retry (Ascend supernode pools only).")
     precheck: bool = Field(True, description="Environment pre-check before the command starts.")
+    passthrough: dict[str, Any] = Field(
+        default_factory=dict,
+        description="ModelArts request fields hacfg does not model (hacfg import puts them here); merged verbatim into the modelarts output.",
+    )
 
     @property
     def name(self) -> str:

@@ -40,3 +40,10 @@ ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MAX_ENV_PAIRS = 100
 MAX_ENV_NAME = 8192
 MAX_ENV_VALUE = 4096
+
+
+def annotation_string(value: object) -> str:
+    """How a JSON scalar reads as an annotation value: ``3`` -> ``"3"``, ``true`` -> ``"true"``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -48,12 +48,17 @@ class ModelArts(Target):
             resource["pool_id"] = job.pool
             built.origins[("spec", "resource", "pool_id")] = ("job", "pool")
         built.origins[("metadata", "name")] = ("job", "name")
-        built.document = {
-            "kind": "job",
-            "metadata": {"name": config.name, "annotations": annotations},
-            "algorithm": algorithm,
-            "spec": {"resource": resource},
-        }
+        built.document = deep_merge(
+            {
+                "kind": "job",
+                "metadata": {"name": config.name, "annotations": annotations},
+                "algorithm": algorithm,
+                "spec": {"resource": resource},
+            },
+            config.passthrough,
+        )
+        for path in _leaves(config.passthrough):
+            built.origins[path] = ("passthrough", *path)
         return built
 
     @staticmethod
@@ -120,6 +125,12 @@ class ModelArts(Target):
         if config.job.name is None and isinstance(metadata, dict) and "name" in metadata and "metadata" in document:
             document = deep_merge(document, {"metadata": {"name": metadata["name"]}})
         return deep_merge(existing, document)
+
+
+def _leaves(tree: Any, path: tuple = ()) -> list[tuple]:
+    if isinstance(tree, dict) and tree:
+        return [leaf for key, value in tree.items() for leaf in _leaves(value, (*path, key))]
+    return [path] if path else []
 
 
 @hookimpl

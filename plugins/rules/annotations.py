@@ -13,12 +13,6 @@ TRUTHY = ("true", "yes", "on", "1", "y")
 FALSY = ("false", "no", "off", "0", "n")
 
 
-def _as_string(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 @rule("HA007", "annotation-not-string", "error", kinds=("job",))
 def annotation_not_string(ctx: LintContext):
     """An annotation value is not a string.
@@ -45,7 +39,7 @@ def annotation_not_string(ctx: LintContext):
         path = annotation_path(key)
         fix = None
         if isinstance(value, bool | int | float):
-            quoted = json.dumps(_as_string(value))
+            quoted = json.dumps(ma.annotation_string(value))
             fix = Fix(path, quoted, f"quote the value: {quoted}")
         yield Problem(path, f"annotation {key} must be a string, not {json.dumps(value)}: quote it", fix=fix)
 

@@ -1,0 +1,179 @@
+"""`hacfg import`: an existing ModelArts request body becomes a scenario file.
+
+Every value hacfg models goes to its key, with a comment naming where it came from; every
+other field, and every value the platform would not read as meant (``"True"``, ``"false"``
+written out, a name it rejects), goes verbatim into ``passthrough``, which the modelarts target
+merges back. So ``hacfg build`` of the imported file gives the body's annotations and
+environment back exactly, and the rest of the body with them. Annotation values that are not
+strings are read as their string form, as ``hacfg fix`` would write them.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import re
+from typing import Any
+
+from hacfg import platform as ma
+from hacfg.source import Document, InputError, dotted
+
+_COUNT = re.compile(r"[0-9]+")
+_NAME = re.compile(ma.JOB_NAME_PATTERN)
+COMMENT_COLUMN = 36
+
+
+class _Importer:
+    def __init__(self, body: dict[str, Any], platform: str):
+        self.body = body
+        self.platform = platform
+        self.values: dict[tuple, tuple[Any, str]] = {}  # scenario path -> (value, where it came from)
+        self.passthrough = copy.deepcopy(body)
+        self.notes: list[str] = []
+
+    def take(self, path: tuple, value: Any, source: tuple) -> None:
+        self.values[path] = (value, f"from {dotted(source)}")
+        _remove(self.passthrough, source)
+
+    def run(self) -> None:
+        body = self.body
+        self._annotations(_get(body, ("metadata", "annotations")))
+        name = _get(body, ("metadata", "name"))
+        if isinstance(name, str) and _NAME.fullmatch(name):
+            self.take(("job", "name"), name, ("metadata", "name"))
+        nodes = _get(body, ("spec", "resource", "node_count"))
+        self.values[("job", "nodes")] = (1, "not set in the request")  # never a preset's node count
+        if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1:
+            self.take(("job", "nodes"), nodes, ("spec", "resource", "node_count"))
+        for field, source in (("image", ("algorithm", "engine", "image_url")), ("command", ("algorithm", "command")),
+                              ("flavor", ("spec", "resource", "flavor_id")), ("pool", ("spec", "resource", "pool_id"))):
+            value = _get(body, source)
+            if isinstance(value, str) and value:
+                self.take(("job", field), value, source)
+        self._environments(_get(body, ("algorithm", "environments")))
+        if body.get("kind") == "job":
+            _remove(self.passthrough, ("kind",))
+        _prune(self.passthrough)
+
+    def _annotations(self, annotations: Any) -> None:
+        # Explicit values, so nothing of the scenario's preset leaks into what the body said.
+        defaults = {("restart", "max"): 0, ("restart", "unconditional"): False, ("restart", "on_hang"): False,
+                    ("restart", "pod_reschedules"): 0, ("operator_retry",): False}
+        for path, value in defaults.items():
+            self.values[path] = (value, "not set in the request")
+        if not isinstance(annotations, dict):
+            return
+        low, high = ma.RETRY_LIMITS[self.platform]
+        for key, raw in annotations.items():
+            source = ("metadata", "annotations", key)
+            if not isinstance(raw, str) and isinstance(raw, bool | int | float):
+                self.notes.append(f"{dotted(source)}: {raw!r} is not a string; read as {ma.annotation_string(raw)!r}")
+                annotations = {**annotations, key: ma.annotation_string(raw)}
+                _set(self.passthrough, source, ma.annotation_string(raw))
+            value = annotations[key]
+            if key == ma.JOB_RETRY_NUM and isinstance(value, str) and _COUNT.fullmatch(value) and low <= int(value) <= high and value == str(int(value)):
+                self.take(("restart", "max"), int(value), source)
+            elif key == ma.POD_RETRY_NUM and isinstance(value, str) and _COUNT.fullmatch(value) and int(value) >= 1 and value == str(int(value)):
+                self.take(("restart", "pod_reschedules"), int(value), source)
+            elif value == "true" and key in _SWITCHES:
+                self.take(_SWITCHES[key], True, source)
+
+    def _environments(self, environments: Any) -> None:
+        if not isinstance(environments, dict):
+            return
+        for key, value in environments.items():
+            source = ("algorithm", "environments", key)
+            if not isinstance(key, str) or not isinstance(value, str):
+                continue
+            if key == ma.HANG_DETECT_TIME and _COUNT.fullmatch(value) and value == str(int(value)) and int(value) not in (0, ma.DEFAULT_HANG_MINUTES):
+                self.take(("hang", "timeout"), f"{int(value)}m", source)
+            elif key == ma.PRECHECK_SWITCH and value == "0":
+                self.take(("precheck",), False, source)
+            else:
+                self.take(("job", "environment", key), value, source)
+
+    def scenario(self) -> dict[str, Any]:
+        nodes = self.values[("job", "nodes")][0]
+        pod_reschedules = self.values.get(("restart", "pod_reschedules"), (0, ""))[0]
+        scenario = "llm-long-term" if pod_reschedules else "multi-node" if nodes > 1 else "single-node"
+        tree: dict[str, Any] = {"version": 1, "scenario": scenario}
+        if self.platform != "huaweicloud":
+            tree["platform"] = self.platform
+        for path, (value, _) in sorted(self.values.items(), key=lambda item: _ORDER.index(item[0][0])):
+            _set(tree, path, value)
+        if self.passthrough:
+            tree["passthrough"] = self.passthrough
+        return tree
+
+
+_SWITCHES = {ma.UNCONDITIONAL_RETRY: ("restart", "unconditional"), ma.HANG_RETRY: ("restart", "on_hang"), ma.HCCL_OP_RETRY: ("operator_retry",)}
+_ORDER = ["job", "checkpoint", "restart", "hang", "operator_retry", "precheck"]
+
+
+def import_body(document: Document, *, platform: str = "huaweicloud") -> tuple[str, list[str]]:
+    """The scenario file's text, and notes about values read differently from how they were written."""
+    if not isinstance(document.data, dict) or not ({"kind", "metadata"} & set(document.data)):
+        raise InputError("not a ModelArts request body (no top-level kind or metadata)", document.span(()))
+    importer = _Importer(document.data, platform)
+    importer.run()
+    return _render(importer, document.path), importer.notes
+
+
+def _render(importer: _Importer, source_name: str) -> str:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    def commented(tree: Any, path: tuple = ()) -> Any:
+        if not isinstance(tree, dict):
+            return tree
+        node = CommentedMap()
+        for key, value in tree.items():
+            node[key] = commented(value, (*path, key)) if path[:1] != ("passthrough",) and key != "passthrough" else value
+            origin = importer.values.get((*path, key))
+            if origin is not None and not isinstance(value, dict):
+                node.yaml_add_eol_comment(origin[1], key, column=COMMENT_COLUMN)
+        return node
+
+    tree = commented(importer.scenario())
+    if "passthrough" in tree:
+        tree.yaml_set_comment_before_after_key(
+            "passthrough", before="Request fields hacfg does not model, kept verbatim: hacfg build merges them back."
+        )
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = 4096
+    out = io.StringIO()
+    out.write(f"# Imported from {source_name} by hacfg import.\n")
+    out.write("# Set checkpoint.path (and interval, resume): a request body does not say where checkpoints live.\n")
+    yaml.dump(tree, out)
+    return out.getvalue()
+
+
+def _get(tree: Any, path: tuple) -> Any:
+    for key in path:
+        if not isinstance(tree, dict) or key not in tree:
+            return None
+        tree = tree[key]
+    return tree
+
+
+def _set(tree: dict, path: tuple, value: Any) -> None:
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
+def _remove(tree: Any, path: tuple) -> None:
+    parent = _get(tree, path[:-1]) if len(path) > 1 else tree
+    if isinstance(parent, dict):
+        parent.pop(path[-1], None)
+
+
+def _prune(tree: Any) -> None:
+    """Drop mappings the import emptied (an annotations map all of whose keys were modelled)."""
+    if isinstance(tree, dict):
+        for key in list(tree):
+            _prune(tree[key])
+            if isinstance(tree[key], dict) and not tree[key] and key in ("annotations", "environments", "engine", "resource", "metadata", "algorithm", "spec"):
+                del tree[key]
+

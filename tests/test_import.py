@@ -1,0 +1,79 @@
+"""`hacfg import`: request bodies become scenario files, and build(import(body)) gives them back."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import REPO
+from hacfg import platform as ma
+from hacfg.config import validate, with_presets
+from hacfg.importer import import_body
+from hacfg.plugins.modelarts import ModelArts
+from hacfg.source import load, parse
+
+FIXTURE_BODIES = sorted(path for path in (REPO / "tests" / "rules").rglob("*.yaml") if "\nkind: job" in "\n" + path.read_text())
+
+
+def rebuilt(body_path, tmp_path):
+    """build(import(body)) without the output schema check, so invalid bodies round-trip too."""
+    text, _ = import_body(load(body_path))
+    imported = tmp_path / "ha.yaml"
+    imported.write_text(text)
+    return ModelArts().build(validate(with_presets(parse(text, str(imported)))).config).document
+
+
+@pytest.mark.parametrize("preset", ["single-node", "multi-node", "llm-long-term"])
+def test_presets_round_trip_whole_bodies(cli, tmp_path, preset):
+    body = tmp_path / "job.json"
+    body.write_text(cli("build", preset).out)
+    imported = tmp_path / "ha.yaml"
+    assert cli("import", body, "-o", imported).code == 0
+    assert cli("build", imported).out == body.read_text()
+
+
+@pytest.mark.parametrize("body", FIXTURE_BODIES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_fixture_bodies_keep_their_annotations_and_environment(tmp_path, body):
+    original = load(body).data
+    document = rebuilt(body, tmp_path)
+    expected_annotations = {k: ma.annotation_string(v) for k, v in original["metadata"].get("annotations", {}).items()}
+    assert document["metadata"]["annotations"] == expected_annotations
+    assert document["algorithm"].get("environments", {}) == original.get("algorithm", {}).get("environments", {})
+
+
+def test_everything_else_survives_in_passthrough(cli, tmp_path):
+    body = {
+        "kind": "job",
+        "metadata": {"name": "legacy-job", "description": "kept", "annotations": {
+            "fault-tolerance/job-retry-num": "4", "fault-tolerance/hang-retry": "false", "jupyter-lab/enable": "true"}},
+        "algorithm": {"code_dir": "obs://b/code/", "boot_file": "obs://b/code/train.py", "parameters": [{"name": "lr", "value": "0.1"}],
+                      "environments": {"MA_HANG_DETECT_TIME": "30", "MA_DETECT_TRAIN_INJECT_CODE": "0", "A": "1"}},
+        "spec": {"resource": {"flavor_id": "modelarts.pool.visual.xlarge", "node_count": 2, "pool_id": "pool-1"},
+                 "log_export_path": {"obs_url": "/bucket/logs/"}, "volumes": [{"obs": {"obs_path": "obs://b/ckpt", "local_path": "/ckpt"}}]},
+    }
+    source = tmp_path / "job.json"
+    source.write_text(json.dumps(body))
+    imported = tmp_path / "ha.yaml"
+    assert cli("import", source, "-o", imported).code == 0
+    text = imported.read_text()
+    assert re.search(r'\n  max: 4 +# from metadata\.annotations\."fault-tolerance/job-retry-num"\n', text)
+    assert re.search(r"\nprecheck: false +# from algorithm\.environments\.MA_DETECT_TRAIN_INJECT_CODE\n", text)
+    assert "# Request fields hacfg does not model, kept verbatim" in text
+    assert json.loads(cli("build", imported).out) == body
+
+
+def test_non_string_values_are_read_as_fix_would_write_them(cli, tmp_path):
+    source = tmp_path / "job.json"
+    source.write_text('{"kind": "job", "metadata": {"name": "n", "annotations": {"fault-tolerance/job-retry-num": 3, "fault-tolerance/hang-retry": true}}}')
+    result = cli("import", source)
+    assert "restart" in result.out and "on_hang: true" in result.out
+    assert "metadata.annotations.\"fault-tolerance/job-retry-num\": 3 is not a string; read as '3'" in result.err
+
+
+def test_not_a_request_body(cli, tmp_path):
+    source = tmp_path / "ha.yaml"
+    source.write_text("version: 1\nscenario: single-node\n")
+    result = cli("import", source)
+    assert (result.code, "not a ModelArts request body" in result.err) == (2, True)
