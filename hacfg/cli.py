@@ -89,7 +89,7 @@ def build(
     target: str = typer.Option("modelarts", "--target", "-t", help="Compile target (see `hacfg plugins`)."),
     platform: Optional[PlatformName] = typer.Option(None, "--platform", help="Override the file's platform (limits differ)."),
     only: Optional[str] = typer.Option(None, "--only", help="Print one part of the output, e.g. 'annotations'."),
-    into: Optional[Path] = typer.Option(None, "--into", help="Merge into this existing request body (in place unless -o)."),
+    into: Optional[Path] = typer.Option(None, "--into", readable=False, help="Merge into this existing request body (in place unless -o)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout (atomically)."),
 ) -> None:
     """Compile a scenario file into a validated job request."""
@@ -136,7 +136,7 @@ def init(
 
 @app.command("import")
 def import_command(
-    body: Path = typer.Argument(..., help="A ModelArts create-training-job request body (JSON or YAML)."),
+    body: Path = typer.Argument(..., readable=False, help="A ModelArts create-training-job request body (JSON or YAML)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the scenario file here instead of stdout."),
     platform: PlatformName = typer.Option("huaweicloud", "--platform", help="Platform whose limits apply."),
 ) -> None:
@@ -180,7 +180,7 @@ def _lint_setup(platform: Optional[str]):
 
 @app.command("lint")
 def lint_command(
-    paths: list[Path] = typer.Argument(None, help="Files and directories (default: the current directory)."),
+    paths: list[Path] = typer.Argument(None, readable=False, help="Files and directories (default: the current directory)."),
     fmt: Optional[Format] = typer.Option(None, "--format", "-f", help="text (default; github under GitHub Actions), json, sarif, github."),
     fail_on: Optional[SeverityName] = typer.Option(None, "--fail-on", help="Exit 1 on findings at or above this severity (default: error)."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings."),
@@ -203,7 +203,7 @@ def lint_command(
 
 @app.command("fix")
 def fix_command(
-    paths: list[Path] = typer.Argument(None, help="Files and directories (default: the current directory)."),
+    paths: list[Path] = typer.Argument(None, readable=False, help="Files and directories (default: the current directory)."),
     show_diff: bool = typer.Option(False, "--diff", help="Print the changes as a unified diff instead of writing them."),
     platform: Optional[PlatformName] = typer.Option(None, "--platform"),
 ) -> None:
@@ -304,7 +304,7 @@ def _state_dir(state_dir: Optional[Path], policy) -> Path:
 @app.command("agent", context_settings={"allow_interspersed_args": False})
 def agent_command(
     command: list[str] = typer.Argument(..., help="The command to supervise, after --: hacfg agent -- python train.py"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="The scenario file (restart budgets, hang timeout, checkpoints)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", readable=False, help="The scenario file (restart budgets, hang timeout, checkpoints)."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Where counters live (default: CHECKPOINT/.hacfg, else ./.hacfg)."),
     events: Optional[Path] = typer.Option(None, "--events", help="The JSON-lines event log (default: STATE_DIR/events.jsonl)."),
     max_restarts: Optional[int] = typer.Option(None, "--max-restarts", min=0, help="Overrides restart.max."),
@@ -336,7 +336,7 @@ def agent_command(
 
 @app.command("precheck")
 def precheck_command(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="The scenario file (accelerator and network decide which checks apply)."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", readable=False, help="The scenario file (accelerator and network decide which checks apply)."),
 ) -> None:
     """Run the environment pre-checks alone; exit 138 when one fails, as the agent would."""
     from hacfg.agent.policy import RETRY_ELSEWHERE
@@ -352,7 +352,7 @@ def precheck_command(
 
 @app.command("events")
 def events_command(
-    file: Path = typer.Argument(Path(".hacfg/events.jsonl"), help="The agent's event log."),
+    file: Path = typer.Argument(Path(".hacfg/events.jsonl"), readable=False, help="The agent's event log."),
     fmt: Literal["table", "json"] = typer.Option("table", "--format", "-f"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the attempts as a timeline (.svg or .png)."),
 ) -> None:

@@ -26,6 +26,7 @@ LogicalPath = tuple[Key, ...]
 # An alias bomb ("billion laughs") is a small graph that expands to a huge tree.
 MAX_NODES = 100_000
 MAX_DEPTH = 200
+MAX_BYTES = 16 << 20  # scenario files and request bodies are kilobytes; refuse before parsing a monster
 
 _PLAIN = "!plain"
 _STANDARD_TAG = "tag:yaml.org,2002:"
@@ -107,11 +108,14 @@ def load(path: str | Path) -> Document:
     """Read and parse one file; every problem is an :class:`InputError`."""
     name = str(path)
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
     except IsADirectoryError:
         raise InputError("is a directory, not a file", file=name) from None
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", file=name) from None
+    if len(raw) > MAX_BYTES:
+        raise InputError(f"file is larger than {MAX_BYTES >> 20} MiB; hacfg reads scenario files and request bodies", Span(name, 1, 1, 1, 1))
     return parse(decode(raw, name), name)
 
 
@@ -157,8 +161,12 @@ def parse(text: str, name: str) -> Document:
         if mark is None:
             raise InputError(message, file=name) from None
         raise InputError(message, _mark_span(name, mark, mark)) from None
+    except yaml.reader.ReaderError as err:
+        line, column = _line_col(text_for_yaml, err.position)
+        character = err.character if isinstance(err.character, int) else ord(err.character)
+        raise InputError(f"control character 0x{character:02x} is not allowed in YAML", Span(name, line, column, line, column + 1)) from None
     except yaml.YAMLError as err:
-        raise InputError(f"invalid YAML: {err}", file=name) from None
+        raise InputError(f"invalid YAML: {str(err).splitlines()[0]}", file=name) from None
     except RecursionError:
         raise InputError(f"nesting deeper than {MAX_DEPTH} levels", file=name) from None
     finally:

@@ -83,3 +83,13 @@ def wheel_venv(tmp_path_factory) -> Venv:
     installed = env.run(env.python, "-m", "pip", "install", "--quiet", wheel)
     assert installed.returncode == 0, installed.stderr
     return env
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", help="Run the property-based tests with many more examples.")
+
+
+@pytest.fixture(scope="session")
+def examples(request) -> int:
+    """How many examples each property-based test runs: thousands in CI, far more with --slow."""
+    return 20000 if request.config.getoption("--slow") else 1000

@@ -15,7 +15,7 @@ class Failure:
 
     exit_code: int | None  # None when killed by a signal
     signal: int | None
-    tail: tuple[str, ...]  # the last lines of output, stdout and stderr interleaved
+    tail: tuple[str, ...]  # the last lines of stdout, then of stderr
     hung: bool = False
 
     @property

@@ -132,7 +132,7 @@ class Agent:
     def _hang(self, budgets: Budgets, tail: tuple[str, ...]) -> None:
         timeout = self.policy.hang_timeout
         self.echo(f"[hacfg] attempt {budgets.attempt} hung: no output and no heartbeat for {timeout:g}s; stopping it")
-        self.events.write("hang", attempt=budgets.attempt, timeout=timeout, last_output=list(tail[-10:]))
+        self.events.write("hang", attempt=budgets.attempt, timeout=timeout, last_output=[line[-500:] for line in tail[-10:]])
 
     def _prechecks_pass(self) -> bool:
         ctx = PrecheckContext(self.policy, PrecheckSettings.from_environment(), dict(os.environ))

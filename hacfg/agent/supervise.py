@@ -77,7 +77,7 @@ class Supervisor:
         self.on_hang = on_hang
         self.on_signal = on_signal
         self.accelerator = accelerator
-        self.tail = bytearray()
+        self.tails: dict[int, bytearray] = {}  # per stream: interleaving two floods would garble both
         self.tail_lock = threading.Lock()
         self.output_at: float | None = None  # monotonic time of the latest output, set by the pumps
 
@@ -191,15 +191,20 @@ class Supervisor:
             chunk = view[:size]
             _write_all(target, chunk)
             with self.tail_lock:
-                self.tail += chunk
-                if len(self.tail) > 2 * TAIL_BYTES:
-                    del self.tail[:-TAIL_BYTES]
+                tail = self.tails.setdefault(target, bytearray())
+                tail += chunk
+                if len(tail) > 2 * TAIL_BYTES:
+                    del tail[:-TAIL_BYTES]
             self.output_at = time.monotonic()
 
     def tail_lines(self) -> tuple[str, ...]:
+        """The last lines of stdout, then of stderr (where errors usually are)."""
+        lines: list[str] = []
         with self.tail_lock:
-            text = bytes(self.tail[-TAIL_BYTES:]).decode("utf-8", errors="replace")
-        return tuple(line[-1000:] for line in text.splitlines()[-TAIL_LINES:])
+            for fd in sorted(self.tails):
+                text = bytes(self.tails[fd][-TAIL_BYTES:]).decode("utf-8", errors="replace")
+                lines += text.splitlines()[-TAIL_LINES:]
+        return tuple(lines)
 
     def _heartbeat_mtime(self) -> int | None:
         try:

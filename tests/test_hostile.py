@@ -1,0 +1,101 @@
+"""Hostile input: every file gives one clear line with its position, in bounded time and memory."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+HOSTILE = REPO / "tests" / "hostile"
+MEMORY_LIMIT = 1 << 30  # the whole hacfg process, parser included
+
+
+def lint(*paths, cwd=None, prefix=()) -> subprocess.CompletedProcess:
+    def limits():
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+    return subprocess.run([*prefix, sys.executable, "-m", "hacfg", "lint", *map(str, paths)], capture_output=True, text=True,
+                          timeout=30, preexec_fn=limits, cwd=cwd)
+
+
+EXPECTED = {
+    "billion-laughs.yaml": ":1:55: HA100 error document expands", "binary.yaml": ":2:118: HA100 error invalid UTF-8 byte 0x80",
+    "utf16.yaml": ":1:1: HA100 error file is UTF-16", "invalid-utf8.yaml": ":3:17: HA100 error invalid UTF-8 byte 0xe9",
+    "nul-bytes.yaml": ":2:22: HA100 error NUL character", "tabs.yaml": ":4:1: HA100 error",
+    "duplicate-keys.yaml": ":5:3: HA100 error duplicate key 'max' (first defined at line 4)",
+    "python-tag.yaml": ":2:11: HA100 error YAML tag !!python/object/apply:os.system is not allowed",
+    "merge-keys.yaml": ":5:3: HA100 error YAML merge keys (<<) are not supported", "anchors-across-documents.yaml": ":3:1: HA100 error",
+    "multi-document.yaml": ":3:1: HA100 error", "empty.yaml": ":1:1: HA102 error", "only-comments.yaml": ":1:1: HA102 error",
+    "not-a-mapping.yaml": ":1:1: HA102 error", "unterminated.json": ":1:41: HA100 error invalid JSON",
+    "recursive-alias.yaml": ":3:6: HA100 error recursive alias",
+    "control-character.yaml": ":2:22: HA100 error control character 0x08 is not allowed in YAML",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_hostile_file(name):
+    result = lint(HOSTILE / name)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith(f"{HOSTILE / name}{EXPECTED[name]}"), first
+    assert not os.path.exists("/tmp/hacfg-pwned")
+
+
+def test_billion_laughs_is_refused_without_expanding():
+    result = lint(HOSTILE / "billion-laughs.yaml")
+    assert "more than 100000 nodes (alias bomb?)" in result.stdout
+
+
+def test_ten_thousand_deep_nesting(tmp_path):
+    (tmp_path / "deep.yaml").write_text("a: " + "[" * 10000 + "]" * 10000 + "\n")
+    (tmp_path / "deep-map.yaml").write_text("".join(" " * i + "k:\n" for i in range(3000)))
+    result = lint(tmp_path / "deep.yaml", tmp_path / "deep-map.yaml")
+    assert result.stdout.count("HA100 error nesting deeper than 200 levels") == 2, result.stdout + result.stderr
+
+
+def test_a_50_megabyte_file_is_refused_before_parsing(tmp_path):
+    big = tmp_path / "big.yaml"
+    with big.open("w") as handle:
+        handle.write("version: 1\nscenario: single-node\njob:\n  environment:\n")
+        for i in range(1_000_000):
+            handle.write(f"    VAR_{i}: {'x' * 40}\n")
+    assert big.stat().st_size > 50 << 20
+    result = lint(big)
+    assert result.stdout.startswith(f"{big}:1:1: HA100 error file is larger than 16 MiB")
+
+
+def test_a_directory_named_like_a_file(tmp_path):
+    (tmp_path / "ha.yaml").mkdir()
+    result = lint(tmp_path / "ha.yaml")
+    assert result.returncode == 0  # a directory is walked, and this one holds nothing to lint
+    assert run_build(tmp_path / "ha.yaml").stderr == f"{tmp_path}/ha.yaml: is a directory, not a file\n"
+
+
+def run_build(path):
+    return subprocess.run([sys.executable, "-m", "hacfg", "build", str(path)], capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv to drop root's DAC override")
+def test_unreadable_file(tmp_path):
+    secret = tmp_path / "ha.yaml"
+    secret.write_text("version: 1\nscenario: single-node\n")
+    secret.chmod(0)
+    drop = ("setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search")
+    result = lint(secret, prefix=drop)
+    assert (result.returncode, result.stderr) == (2, f"{secret}: cannot read: Permission denied\n")
+
+
+def test_symlink_loop(tmp_path):
+    (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
+    result = lint(tmp_path / "loop.yaml")
+    assert (result.returncode, result.stderr) == (2, f"{tmp_path}/loop.yaml: cannot read: Too many levels of symbolic links\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "back").symlink_to(tmp_path, target_is_directory=True)
+    assert lint(tmp_path / "sub").returncode == 0  # directory walks do not follow links
