@@ -17,6 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import Verdict, verdicts_table  # noqa: E402
+
 RESTARTS = 20
 RELAY_MB = 200
 HACFG = [sys.executable, "-m", "hacfg"]
@@ -119,23 +122,27 @@ def hang_latency(tmp: Path, timeout: float = 2.0) -> float:
     return (parse(stamp["hang"]) - parse(stamp["attempt_start"])).total_seconds() - timeout
 
 
-def main() -> None:
+def verdicts() -> list[Verdict]:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         ours, theirs = restart_latency(tmp)
-        print(f"restart latency   hacfg agent {ours * 1000:8.1f} ms", end="")
-        if theirs is None:
-            print("   torchrun: not installed (pip install torch), no ratio")
-        else:
-            ratio = theirs / ours
-            print(f"   torchrun {theirs * 1000:8.1f} ms   {ratio:6.1f}x lower (target >= 10x): {'ok' if ratio >= 10 else 'MISSED'}")
         agent_mbs, pipe_mbs = relay(tmp)
-        ratio = agent_mbs / pipe_mbs
-        print(f"relay {RELAY_MB} MB      hacfg agent {agent_mbs:8.0f} MB/s   plain pipe {pipe_mbs:6.0f} MB/s   {ratio:6.2f}x (target >= 0.8x): {'ok' if ratio >= 0.8 else 'MISSED'}")
         cpu = idle_cpu(tmp)
-        print(f"idle CPU          hacfg agent {cpu:8.2f} % of a core (target < 1%): {'ok' if cpu < 1 else 'MISSED'}")
         late = hang_latency(tmp)
-        print(f"hang detection    {late:+.3f} s past a 2 s timeout (target <= +1 s): {'ok' if late <= 1 else 'MISSED'}")
+    if theirs is None:
+        restart = Verdict("restart latency", f"{ours * 1000:.1f}ms", "torchrun: not installed", None, ">= 10x lower", None)
+    else:
+        restart = Verdict("restart latency", f"{ours * 1000:.1f}ms", f"torchrun {theirs * 1000:.1f}ms", theirs / ours, ">= 10x lower", theirs / ours >= 10)
+    return [
+        restart,
+        Verdict(f"relay {RELAY_MB} MB", f"{agent_mbs:.0f} MB/s", f"plain pipe {pipe_mbs:.0f} MB/s", agent_mbs / pipe_mbs, ">= 0.8x pipe", agent_mbs / pipe_mbs >= 0.8),
+        Verdict("idle CPU", f"{cpu:.2f}% of a core", "-", None, "< 1%", cpu < 1),
+        Verdict("hang detection latency", f"{late:+.3f}s", "2s timeout", None, "<= timeout + 1s", late <= 1),
+    ]
+
+
+def main() -> None:
+    print(verdicts_table(verdicts()))
 
 
 if __name__ == "__main__":

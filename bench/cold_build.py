@@ -9,13 +9,21 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import require, table, time_command  # noqa: E402
+from common import Verdict, ms, require, table, time_command  # noqa: E402
 
 TARGET = 1.5
+EXAMPLE = str(Path(__file__).parent.parent / "examples/llama-pretrain/ha.yaml")
+
+
+def verdicts(file: str = EXAMPLE) -> list[Verdict]:
+    yamllint = time_command("yamllint FILE", [require("yamllint"), file])
+    build = time_command("hacfg build FILE", [require("hacfg"), "build", file])
+    ratio = build.median / yamllint.median
+    return [Verdict("cold build, one file", ms(build), f"yamllint {ms(yamllint)}", ratio, f"<= {TARGET}x yamllint", ratio <= TARGET)]
 
 
 def main() -> None:
-    file = sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).parent.parent / "examples/llama-pretrain/ha.yaml")
+    file = sys.argv[1] if len(sys.argv) > 1 else EXAMPLE
     rows = [
         time_command("python -c pass", [sys.executable, "-c", "pass"]),
         time_command("yamllint FILE", [require("yamllint"), file]),

@@ -41,6 +41,33 @@ def require(tool: str) -> str:
     return path
 
 
+@dataclass
+class Verdict:
+    """One benchmark's outcome: what was measured, against what, and whether it met its target."""
+
+    name: str
+    measured: str
+    peer: str
+    ratio: float | None
+    target: str
+    ok: bool | None  # None: could not be measured here (say why in ``peer``)
+
+    def row(self) -> str:
+        ratio = f"{self.ratio:.2f}x" if self.ratio is not None else "-"
+        status = {True: "ok", False: "MISSED", None: "n/a"}[self.ok]
+        return f"{self.name:<28} {self.measured:>20} {self.peer:>34} {ratio:>8}  {self.target:<18} {status}"
+
+
+def verdicts_table(verdicts: list[Verdict]) -> str:
+    header = f"{'benchmark':<28} {'hacfg':>20} {'peer':>34} {'ratio':>8}  {'target':<18} status"
+    return "\n".join([header, *(v.row() for v in verdicts)])
+
+
+def ms(timing: Timing) -> str:
+    """Median, with min and max, in milliseconds."""
+    return f"{timing.median * 1000:.0f}ms ({min(timing.runs) * 1000:.0f}-{max(timing.runs) * 1000:.0f})"
+
+
 def table(rows: list[Timing], baseline: Timing) -> str:
     lines = [f"{'command':<34} {'median':>9} {'min':>9} {'max':>9} {'ratio':>7}"]
     for row in rows:

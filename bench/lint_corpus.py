@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import require, table, time_command  # noqa: E402
+from common import Verdict, ms, require, time_command, verdicts_table  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("single-node", "multi-node", "llm-long-term")
@@ -57,37 +57,38 @@ def scenario_file(rng: random.Random, index: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def verdicts(files: int = 500, repeat: int = 5) -> list[Verdict]:
+    rng = random.Random(42)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "corpus"
+        corpus.mkdir()
+        for i in range(files):
+            (corpus / f"job{i:04d}.ha.yaml").write_text(scenario_file(rng, i))
+        paths = sorted(str(p) for p in corpus.iterdir())
+        schema = str(REPO / "schemas/hacfg.schema.json")
+        yamllint, hacfg, checker = require("yamllint"), require("hacfg"), require("check-jsonschema")
+        peers = [
+            time_command(f"yamllint ({files} files)", [yamllint, str(corpus)], repeat=repeat),
+            time_command(f"check-jsonschema ({files})", [checker, "--schemafile", schema, *paths], repeat=repeat),
+        ]
+        ours = time_command(f"hacfg lint ({files} files)", [hacfg, "lint", str(corpus)], repeat=repeat)
+        faster = min(peers, key=lambda t: t.median)
+        one_peer = time_command("yamllint FILE", [yamllint, paths[0]])
+        one = time_command("hacfg lint FILE", [hacfg, "lint", paths[0]])
+    corpus_ratio = ours.median / faster.median
+    cold_ratio = one.median / one_peer.median
+    return [
+        Verdict(f"lint corpus, {files} files", ms(ours), f"{faster.label.split()[0]} {ms(faster)}", corpus_ratio, "<= 0.33x faster peer", corpus_ratio <= 1 / 3),
+        Verdict("cold lint, one file", ms(one), f"yamllint {ms(one_peer)}", cold_ratio, "<= 1.0x yamllint", cold_ratio <= 1.0),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=500)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    rng = random.Random(42)
-    with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "corpus"
-        corpus.mkdir()
-        for i in range(args.files):
-            (corpus / f"job{i:04d}.ha.yaml").write_text(scenario_file(rng, i))
-        files = sorted(str(p) for p in corpus.iterdir())
-        schema = str(REPO / "schemas/hacfg.schema.json")
-        yamllint, hacfg, checker = require("yamllint"), require("hacfg"), require("check-jsonschema")
-        corpus_rows = [
-            time_command(f"yamllint ({args.files} files)", [yamllint, str(corpus)], repeat=args.repeat),
-            time_command(f"check-jsonschema ({args.files})", [checker, "--schemafile", schema, *files], repeat=args.repeat),
-            time_command(f"hacfg lint ({args.files} files)", [hacfg, "lint", str(corpus)], repeat=args.repeat),
-        ]
-        faster = min(corpus_rows[:2], key=lambda t: t.median)
-        print(table(corpus_rows, baseline=faster))
-        corpus_ratio = corpus_rows[2].median / faster.median
-        print(f"\nhacfg lint / {faster.label} = {corpus_ratio:.2f}x (target <= 0.33x): {'ok' if corpus_ratio <= 1 / 3 else 'MISSED'}\n")
-        one = files[0]
-        cold_rows = [
-            time_command("yamllint FILE", [yamllint, one]),
-            time_command("hacfg lint FILE", [hacfg, "lint", one]),
-        ]
-        print(table(cold_rows, baseline=cold_rows[0]))
-        cold_ratio = cold_rows[1].median / cold_rows[0].median
-        print(f"\nhacfg lint FILE / yamllint FILE = {cold_ratio:.2f}x (target <= 1.0x): {'ok' if cold_ratio <= 1.0 else 'MISSED'}")
+    print(verdicts_table(verdicts(args.files, args.repeat)))
 
 
 if __name__ == "__main__":
