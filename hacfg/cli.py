@@ -167,7 +167,7 @@ def plugins_command() -> None:
             typer.echo(f"{'':<20}   {line}")
 
 
-def _lint_setup(platform: Optional[str]):
+def _lint_setup():
     """Settings checked against the installed rules, and the rule registry."""
     from hacfg import lint
     from hacfg.settings import find_settings
@@ -191,7 +191,7 @@ def lint_command(
     from hacfg import lint, report
     from hacfg.rules import SEVERITIES
 
-    settings, rules = _lint_setup(platform)
+    settings, rules = _lint_setup()
     result = lint.lint_paths(paths or [], settings, platform=platform)
     chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     _write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output)
@@ -211,7 +211,7 @@ def fix_command(
     from hacfg import fix, lint
     from hacfg.fsutil import atomic_write
 
-    settings, rules = _lint_setup(platform)
+    settings, rules = _lint_setup()
     result = lint.lint_paths(paths or [], settings, platform=platform)
     by_file: dict[str, list] = {}
     for finding in result.findings:

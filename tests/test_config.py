@@ -87,7 +87,7 @@ def test_every_error_is_reported_with_its_position(write):
         hang: {timeout: 30}
     """)
     assert errors_of(path) == [
-        "{}:2:11: scenario: Input should be 'single-node', 'multi-node' or 'llm-long-term'; did you mean 'multi-node'?".format(path),
+        f"{path}:2:11: scenario: Input should be 'single-node', 'multi-node' or 'llm-long-term'; did you mean 'multi-node'?",
         f"{path}:4:10: job.nodes: Input should be greater than or equal to 1",
         f"{path}:5:3: unknown key 'acelerator' in job; did you mean 'accelerator'?",
         f"{path}:7:18: restart.unconditional: Input should be a valid boolean",

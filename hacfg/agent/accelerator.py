@@ -29,7 +29,7 @@ class UtilizationProbe:
     def changing(self) -> bool:
         if len(self.history) < 2:
             return False
-        return any(max(series) - min(series) > FLAT_WITHIN for series in zip(*self.history))
+        return any(max(series) - min(series) > FLAT_WITHIN for series in zip(*self.history, strict=False))
 
     def reset(self) -> None:
         self.history.clear()

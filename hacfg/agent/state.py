@@ -7,7 +7,7 @@ import fcntl
 import json
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ class EventLog:
         self.broken = False
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
-        record = {"time": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"), "event": event, **fields}
+        record = {"time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"), "event": event, **fields}
         line = json.dumps(record, default=str) + "\n"
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE)

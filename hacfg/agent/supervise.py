@@ -234,10 +234,8 @@ def _drain_signals(fd: int) -> list[int]:
 
 
 def _signal_group(pid: int, signum: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _kill_group(pid: int) -> None:
@@ -250,10 +248,8 @@ def reap_orphans() -> None:
     for _ in range(50):
         orphans = _children(me)
         for pid in orphans:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)

@@ -40,7 +40,7 @@ def table(events: list[dict[str, Any]]) -> str:
         rows.append((time_text, attempt, restarts, str(event.get("event", "?")), describe(event)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows
     ) + "\n"
 
 
