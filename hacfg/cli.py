@@ -44,7 +44,7 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
     debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
-    plugin: list[str] = typer.Option([], "--plugin", "-p", help="Also load this importable module as a plugin (repeatable)."),
+    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="MODULE", help="Also load this importable module as a plugin (repeatable)."),
 ) -> None:
     """Fault tolerance for ML training jobs: build, lint and supervise from one ha.yaml."""
     if plugin:
