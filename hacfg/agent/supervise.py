@@ -93,7 +93,7 @@ class Supervisor:
             proc = subprocess.Popen(
                 self.argv,
                 env=self.env,
-                stdin=subprocess.DEVNULL,
+                stdin=None,  # inherited: input can still be piped to the command
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
