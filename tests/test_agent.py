@@ -208,3 +208,9 @@ def test_events_table(tmp_path, cli):
     rows = [line.split()[3] for line in table[1:-2]]
     assert rows == ["agent_start", "attempt_start", "attempt_exit", "decision", "attempt_start", "attempt_exit", "decision", "agent_exit"]
     assert "proc_restart: environment fault: restart 1 of 1" in table[4]
+
+
+def test_input_piped_to_the_agent_reaches_the_command(tmp_path):
+    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--", "cat"]
+    result = subprocess.run(argv, input="piped input\n", capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout) == (0, "piped input\n")
