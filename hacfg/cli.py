@@ -378,11 +378,22 @@ def events_command(
         typer.echo(f"wrote {plot}", err=True)
 
 
+def _claim_standard_streams() -> None:
+    """Open /dev/null on a closed fd 0, 1 or 2, so no file or pipe hacfg opens later takes its number
+    (and reaches a supervised command as its stdin)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.set_inheritable(os.open(os.devnull, os.O_RDWR), True)  # the lowest free number: this one
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """Run the CLI and map every outcome onto the documented exit codes."""
     from hacfg.config import ConfigInvalid
     from hacfg.source import InputError
 
+    _claim_standard_streams()
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args or os.environ.get("HACFG_DEBUG", "") not in ("", "0")
     try:

@@ -214,3 +214,10 @@ def test_input_piped_to_the_agent_reaches_the_command(tmp_path):
     argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--", "cat"]
     result = subprocess.run(argv, input="piped input\n", capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout) == (0, "piped input\n")
+
+
+def test_a_closed_stdin_does_not_leak_the_agents_own_pipes(tmp_path):
+    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--",
+            sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, preexec_fn=lambda: os.close(0))
+    assert (result.returncode, result.stdout) == (0, "''\n")
