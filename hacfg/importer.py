@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from hacfg import platform as ma
-from hacfg.source import Document, InputError, dotted
+from hacfg.source import Document, InputError, dotted, lookup
 
 _COUNT = re.compile(r"[0-9]+")
 _NAME = re.compile(ma.JOB_NAME_PATTERN)
@@ -37,20 +37,20 @@ class _Importer:
 
     def run(self) -> None:
         body = self.body
-        self._annotations(_get(body, ("metadata", "annotations")))
-        name = _get(body, ("metadata", "name"))
+        self._annotations(lookup(body, ("metadata", "annotations")))
+        name = lookup(body, ("metadata", "name"))
         if isinstance(name, str) and _NAME.fullmatch(name):
             self.take(("job", "name"), name, ("metadata", "name"))
-        nodes = _get(body, ("spec", "resource", "node_count"))
+        nodes = lookup(body, ("spec", "resource", "node_count"))
         self.values[("job", "nodes")] = (1, "not set in the request")  # never a preset's node count
         if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1:
             self.take(("job", "nodes"), nodes, ("spec", "resource", "node_count"))
         for field, source in (("image", ("algorithm", "engine", "image_url")), ("command", ("algorithm", "command")),
                               ("flavor", ("spec", "resource", "flavor_id")), ("pool", ("spec", "resource", "pool_id"))):
-            value = _get(body, source)
+            value = lookup(body, source)
             if isinstance(value, str) and value:
                 self.take(("job", field), value, source)
-        self._environments(_get(body, ("algorithm", "environments")))
+        self._environments(lookup(body, ("algorithm", "environments")))
         if body.get("kind") == "job":
             _remove(self.passthrough, ("kind",))
         _prune(self.passthrough)
@@ -149,14 +149,6 @@ def _render(importer: _Importer, source_name: str) -> str:
     return out.getvalue()
 
 
-def _get(tree: Any, path: tuple) -> Any:
-    for key in path:
-        if not isinstance(tree, dict) or key not in tree:
-            return None
-        tree = tree[key]
-    return tree
-
-
 def _set(tree: dict, path: tuple, value: Any) -> None:
     for key in path[:-1]:
         tree = tree.setdefault(key, {})
@@ -164,7 +156,7 @@ def _set(tree: dict, path: tuple, value: Any) -> None:
 
 
 def _remove(tree: Any, path: tuple) -> None:
-    parent = _get(tree, path[:-1]) if len(path) > 1 else tree
+    parent = lookup(tree, path[:-1]) if len(path) > 1 else tree
     if isinstance(parent, dict):
         parent.pop(path[-1], None)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from hacfg import platform as ma
-from hacfg.source import Document, LogicalPath
+from hacfg.source import Document, LogicalPath, lookup
 
 if TYPE_CHECKING:
     from hacfg.config import HAConfig
@@ -140,12 +140,7 @@ class JobBody:
         self.environments = _mapping(self.get(self.ENVIRONMENTS))
 
     def get(self, path: LogicalPath) -> Any:
-        node: Any = self.data
-        for key in path:
-            if not isinstance(node, dict) or key not in node:
-                return None
-            node = node[key]
-        return node
+        return lookup(self.data, path)
 
     def flag(self, key: str) -> bool:
         """An annotation switched on (``"true"``, or the mistakes HA007/HA015 report)."""

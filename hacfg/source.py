@@ -74,6 +74,15 @@ def dotted(path: LogicalPath) -> str:
     return "".join(parts)
 
 
+def lookup(tree: Any, path: LogicalPath) -> Any:
+    """The value at ``path`` in nested mappings, or None where any step is missing or not a mapping."""
+    for key in path:
+        if not isinstance(tree, dict) or key not in tree:
+            return None
+        tree = tree[key]
+    return tree
+
+
 def did_you_mean(word: object, choices: list[str]) -> str:
     """``; did you mean 'max'?`` when one choice is close, else nothing."""
     import difflib

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 
+import pytest
+
 from conftest import REPO
 
 CHILDREN = REPO / "tests" / "children"
@@ -105,14 +107,15 @@ def test_no_grandchild_survives_an_attempt(tmp_path):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3], f"pid {pid} survived"
 
 
-def test_sigterm_to_the_agent_is_forwarded_to_the_group(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: signal.Signals(s).name)
+def test_signals_to_the_agent_are_forwarded_to_the_group(tmp_path, signum):
     argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--", sys.executable, str(CHILDREN / "wait_for_term.py")]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     out, _ = proc.communicate(timeout=30)
-    assert out == "got SIGTERM\n"
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert out == f"got {signal.Signals(signum).name}\n"
+    assert proc.returncode == 128 + signum
     assert [e["event"] for e in events(tmp_path)][-3:] == ["signal", "attempt_exit", "agent_exit"]
 
 

@@ -17,6 +17,10 @@ from hacfg.source import load, parse
 FIXTURE_BODIES = sorted(path for path in (REPO / "tests" / "rules").rglob("*.yaml") if "\nkind: job" in "\n" + path.read_text())
 
 
+def test_the_fixture_bodies_are_found():
+    assert len(FIXTURE_BODIES) >= 15  # a glob that silently matched nothing would skip the round trip
+
+
 def rebuilt(body_path, tmp_path):
     """build(import(body)) without the output schema check, so invalid bodies round-trip too."""
     text, _ = import_body(load(body_path))
