@@ -295,17 +295,11 @@ def _agent_policy(config: Optional[Path], **overrides):
     return replace(policy, **changes)
 
 
-def _state_dir(state_dir: Optional[Path], policy) -> Path:
-    if state_dir is not None:
-        return state_dir
-    return policy.checkpoint_path / ".hacfg" if policy.checkpoint_path else Path(".hacfg")
-
-
 @app.command("agent", context_settings={"allow_interspersed_args": False})
 def agent_command(
     command: list[str] = typer.Argument(..., help="The command to supervise, after --: hacfg agent -- python train.py"),
     config: Optional[Path] = typer.Option(None, "--config", "-c", readable=False, help="The scenario file (restart budgets, hang timeout, checkpoints)."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Where counters live (default: CHECKPOINT/.hacfg, else ./.hacfg)."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Where counters live (default: CHECKPOINT/.hacfg/node-RANK, else ./.hacfg/node-RANK)."),
     events: Optional[Path] = typer.Option(None, "--events", help="The JSON-lines event log (default: STATE_DIR/events.jsonl)."),
     max_restarts: Optional[int] = typer.Option(None, "--max-restarts", min=0, help="Overrides restart.max."),
     unconditional: Optional[bool] = typer.Option(None, "--unconditional/--no-unconditional", help="Overrides restart.unconditional."),
@@ -315,9 +309,17 @@ def agent_command(
     checkpoint_path: Optional[str] = typer.Option(None, "--checkpoint-path", help="Overrides checkpoint.path."),
     no_precheck: bool = typer.Option(False, "--no-precheck", help="Skip the environment pre-checks."),
     grace: Optional[float] = typer.Option(None, "--grace", min=0, help="Seconds between SIGTERM and SIGKILL (default 30)."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, help="Nodes in the job (default: job.nodes, VC_WORKER_NUM or MA_NUM_HOSTS)."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", min=0, help="This node's rank (default: NODE_RANK or VC_TASK_INDEX)."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT", help="Node 0's agent store (default: MASTER_ADDR or the first VC_WORKER_HOSTS, port 29400)."),
+    rdzv_timeout: float = typer.Option(900, "--rdzv-timeout", min=1, help="Seconds to wait for every node to join."),
+    standalone: bool = typer.Option(False, "--standalone", help="One node on its own, whatever the job's size."),
 ) -> None:
-    """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events."""
-    from hacfg.agent.runner import Agent
+    """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events.
+
+    With several nodes, the agents form one group through torch's c10d store (hosted by node 0's
+    agent): a failure anywhere restarts every node from the same checkpoint, with one budget."""
+    from hacfg.agent.runner import run_agent
 
     policy = _agent_policy(
         config,
@@ -330,8 +332,19 @@ def agent_command(
         precheck=False if no_precheck else None,
         grace=grace,
     )
-    directory = _state_dir(state_dir, policy)
-    raise typer.Exit(Agent(command, policy, directory, events or directory / "events.jsonl").run())
+    code = run_agent(
+        command,
+        policy,
+        state_dir=state_dir,
+        events=events,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_timeout=rdzv_timeout,
+        standalone=standalone,
+        config_nodes=policy.nodes if config else None,
+    )
+    raise typer.Exit(code)
 
 
 @app.command("precheck")

@@ -68,7 +68,7 @@ def test_progress_between_failures_resets_the_streak(tmp_path):
     assert result.returncode == 0
     assert attempts(result)[:2] == ["attempt 1 resumed - saved checkpoint-10", f"attempt 2 resumed {ckpt}/checkpoint-10 saved checkpoint-20"]
     assert len(attempts(result)) == 6  # five unconditional restarts, more than 3, because each made progress
-    assert decisions(tmp_path) == ["proc_restart"] * 5
+    assert decisions(tmp_path) == ["proc_restart"] * 5 + ["success"]
 
 
 def test_hung_child_is_killed_restarted_not_counted_three_in_a_row(tmp_path):
@@ -116,7 +116,8 @@ def test_signals_to_the_agent_are_forwarded_to_the_group(tmp_path, signum):
     out, _ = proc.communicate(timeout=30)
     assert out == f"got {signal.Signals(signum).name}\n"
     assert proc.returncode == 128 + signum
-    assert [e["event"] for e in events(tmp_path)][-3:] == ["signal", "attempt_exit", "agent_exit"]
+    assert [e["event"] for e in events(tmp_path)][-4:] == ["signal", "attempt_exit", "decision", "agent_exit"]
+    assert events(tmp_path)[-2]["action"] == "stop"
 
 
 def test_output_is_relayed_byte_for_byte(tmp_path):
@@ -141,7 +142,7 @@ def test_killed_agent_continues_its_counters(tmp_path):
     second.terminate()
     second.communicate(timeout=30)
     recovered = [e for e in events(tmp_path) if e["event"] == "decision"]
-    assert recovered[0]["action"] == "proc_restart" and "agent restarted mid-attempt" in recovered[0]["reason"]
+    assert recovered[0]["action"] == "proc_restart" and "previous agent stopped during an attempt" in recovered[0]["cause_reason"]
 
 
 def test_second_agent_on_one_state_dir_refuses(tmp_path):
@@ -200,7 +201,7 @@ def test_config_file_sets_the_policy(tmp_path):
                             capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 138
     assert attempts(result) == ["attempt 1 restarts 0", "attempt 2 restarts 1"]
-    assert (tmp_path / "ckpt" / ".hacfg" / "events.jsonl").exists()  # the state lives with the checkpoints
+    assert (tmp_path / "ckpt" / ".hacfg" / "node-0" / "events.jsonl").exists()  # the state lives with the checkpoints, per node
 
 
 def test_events_table(tmp_path, cli):

@@ -51,8 +51,8 @@ def test_a_hundred_random_kills_exact_counters_no_zombie_no_leaked_fd(tmp_path):
     assert max(fds) == min(fds), f"file descriptors leaked: {fds[0]} -> {fds[-1]}"
     events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
     decisions = [e for e in events if e["event"] == "decision"]
-    assert len(decisions) == 100 and {d["action"] for d in decisions} == {"proc_restart"}
-    assert (decisions[-1]["counted"], decisions[-1]["restarts"], decisions[-1]["attempt"]) == (100, 100, 100)
+    assert len(decisions) == 101 and {d["action"] for d in decisions[:-1]} == {"proc_restart"} and decisions[-1]["action"] == "success"
+    assert (decisions[-1]["counted"], decisions[-1]["restarts"], decisions[-1]["attempt"]) == (100, 100, 101)
 
 
 def test_a_full_disk_for_events_is_reported_once_and_supervision_goes_on(tmp_path):

@@ -46,7 +46,7 @@ def run_with_faults(tmp_path, script: str, faults: list[str], train_args: list[s
             injected.append((fault, line.split()[1]))
             pid = None
     agent.wait(timeout=120)
-    events = [json.loads(line) for line in (tmp_path / "ckpt" / ".hacfg" / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in (tmp_path / "ckpt" / ".hacfg" / "node-0" / "events.jsonl").read_text().splitlines()]
     return agent, events, injected
 
 
@@ -67,7 +67,7 @@ def test_numpy_training_survives_a_kill_and_a_hang_bit_identical(tmp_path):
     assert exits == [("SIGKILL", "environment"), ("SIGKILL", "hang"), (None, "success")]
     assert [e["event"] for e in events].count("hang") == 1
     decisions = [e for e in events if e["event"] == "decision"]
-    assert [d["action"] for d in decisions] == ["proc_restart", "proc_restart"]
+    assert [d["action"] for d in decisions] == ["proc_restart", "proc_restart", "success"]
     last = decisions[-1]
     assert (last["counted"], last["hang_streak"], last["restarts"]) == (1, 1, 2)  # the hang did not count
     starts = [e["resume_from"] for e in events if e["event"] == "attempt_start"]
@@ -93,7 +93,7 @@ def test_the_run_renders_as_a_timeline(tmp_path, cli):
     args = ["--steps", "100", "--every", "20", "--step-time", "0.005"]
     agent, _, _ = run_with_faults(tmp_path, "train.py", ["kill"], [*args, "--out", str(tmp_path / "final.npy")])
     assert agent.returncode == 0
-    events = tmp_path / "ckpt" / ".hacfg" / "events.jsonl"
+    events = tmp_path / "ckpt" / ".hacfg" / "node-0" / "events.jsonl"
     png, svg = tmp_path / "timeline.png", tmp_path / "timeline.svg"
     result = cli("events", events, "--plot", png)
     assert result.code == 0, result.err

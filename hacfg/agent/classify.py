@@ -34,6 +34,7 @@ class Classification:
     cause: Cause
     reason: str
     classifier: str = ""
+    peer: bool = False  # the failure follows from another rank's (connection closed by a peer, say)
 
 
 def classify(failure: Failure) -> Classification:
@@ -41,6 +42,6 @@ def classify(failure: Failure) -> Classification:
     manager = plugin_manager.get()
     for plugin, answer in manager.results("hacfg_classify_failure", failure=failure):
         if isinstance(answer, Classification):
-            return Classification(answer.cause, answer.reason, answer.classifier or plugin)
+            return Classification(answer.cause, answer.reason, answer.classifier or plugin, answer.peer)
         manager.fail(plugin, "hacfg_classify_failure", f"returned {type(answer).__name__}, expected a Classification")
     return Classification("user", f"{failure.describe()}, not recognised as an environment fault", "default")

@@ -1,9 +1,13 @@
-"""The agent loop: pre-checks, then attempt -> classify -> decide, until success or a final decision.
+"""The agent loop: pre-checks, then rounds of plan -> attempt -> verdict, until one is final.
 
 States, in the order an agent passes through them, each recorded as an event:
 ``agent_start`` -> ``precheck`` (each result) -> ``attempt_start`` -> [``hang``] ->
 ``attempt_exit`` (code or signal, cause, progress) -> ``decision`` (``proc_restart``,
-``pod_reschedule``, ``job_reschedule`` or ``give_up``) -> ... -> ``agent_exit``.
+``pod_reschedule``, ``job_reschedule``, ``give_up``, ``stop`` or ``success``) -> ... -> ``agent_exit``.
+
+A round's plan and verdict come from :class:`~hacfg.agent.rounds.LocalRounds` on one node and
+from :class:`~hacfg.agent.group.Group` on several, so every node of a job starts each round
+from the same checkpoint and ends it with the same decision.
 """
 
 from __future__ import annotations
@@ -14,13 +18,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from hacfg import plugin_manager
-from hacfg.agent import checkpoints
 from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.classify import Failure, classify
-from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
+from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import PrecheckContext, PrecheckSettings, run_prechecks
+from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Verdict, resume_visible
 from hacfg.agent.state import EventLog, StateStore
 from hacfg.agent.supervise import Supervisor, become_subreaper
 
@@ -32,54 +37,83 @@ def _say(line: str) -> None:
 
 
 class Agent:
-    def __init__(self, command: list[str], policy: Policy, state_dir: Path, events: Path, *, echo: Callable[[str], None] = _say):
+    def __init__(
+        self,
+        command: list[str],
+        policy: Policy,
+        state_dir: Path,
+        events: Path,
+        *,
+        rounds: Any = None,  # LocalRounds, or hacfg.agent.group.Group for a node of a group
+        node: int | None = None,  # this node's rank in a group
+        echo: Callable[[str], None] = _say,
+    ):
         self.command = command
         self.policy = policy
+        self.rounds = rounds or LocalRounds(policy)
+        self.rank = node or 0
         self.store = StateStore(state_dir)
         self.heartbeat = state_dir / HEARTBEAT_FILE
         self.echo = echo
-        self.events = EventLog(events, echo=echo)
+        self.events = EventLog(events, echo=echo, node=node)
 
     def run(self) -> int:
+        from hacfg.agent.group import GroupLost
+
         self.store.acquire()
         try:
-            code = self._run()
+            return self._run()
+        except GroupLost as err:
+            self.echo(f"[hacfg] {err}; exiting {RETRY_ELSEWHERE} so the platform restarts the job")
+            self.events.write("decision", action="job_reschedule", cause="environment", reason=str(err))
+            self.events.write("agent_exit", exit_code=RETRY_ELSEWHERE)
+            return RETRY_ELSEWHERE
         finally:
+            self.rounds.close()
             self.store.release()
-        return code
 
     def _run(self) -> int:
-        budgets, interrupted_before = self.store.load()
+        state = self.store.load()
         if self.store.recovered:
             self.echo(f"[hacfg] {self.store.recovered}")
             self.events.write("state_recovered", detail=self.store.recovered)
-        self.events.write("agent_start", pid=os.getpid(), command=self.command, **self._counters(budgets))
-        if interrupted_before:
-            stop = self._after_agent_restart(budgets)
-            if stop is not None:
-                return self._exit(stop, budgets)
-        if self.policy.precheck and not self._prechecks_pass():
-            action = "pod_reschedule" if self.policy.pod_reschedules else "job_reschedule"
-            self.events.write("decision", action=action, reason="pre-check failed: retry elsewhere", **self._counters(budgets))
-            return self._exit(RETRY_ELSEWHERE, budgets)
+        self.events.write("agent_start", pid=os.getpid(), command=self.command, **self._counters(state.budgets))
+        if state.running:
+            self.echo("[hacfg] the previous agent stopped during an attempt; counting it as an environment fault")
+        precheck_failure = self._prechecks() if self.policy.precheck else None
+        verdict = self.rounds.recover(state)
+        if verdict is not None:
+            state = self._apply(verdict)
+            if verdict.exit_code is not None:
+                return self._exit(verdict.exit_code, state.budgets)
         become_subreaper()
         while True:
-            code = self._attempt(budgets)
-            if code is not None:
-                return self._exit(code, budgets)
+            start = self.rounds.begin(state, precheck_failure)
+            precheck_failure = None
+            if isinstance(start, Plan):
+                state = NodeState(start.budgets, start.round, running=True)
+                self.store.save(state)
+                verdict = self.rounds.end(self._attempt(start))
+            else:
+                verdict = start
+            state = self._apply(verdict)
+            if verdict.exit_code is not None:
+                return self._exit(verdict.exit_code, state.budgets)
 
-    def _attempt(self, budgets: Budgets) -> int | None:
-        """Run one attempt; the agent's exit code when it is the last, else None."""
-        resume = checkpoints.newest_complete(self.policy.checkpoint_path)
-        self._plugin_failures()
-        budgets.attempt += 1
-        self.store.save(budgets, running=True)
-        self.events.write("attempt_start", resume_from=str(resume.path) if resume else None, **self._counters(budgets))
+    def _attempt(self, plan: Plan) -> Outcome:
+        """Run the workers of one round on this node; how they ended."""
+        budgets = plan.budgets
+        self.events.write("attempt_start", round=plan.round, resume_from=plan.resume_from, **self._counters(budgets))
+        unseen = resume_visible(plan)
+        if unseen:
+            self.echo(f"[hacfg] {unseen}")
+            self.events.write("attempt_exit", round=plan.round, cause="environment", reason=unseen, exit_code=None)
+            return Outcome(self.rank, "environment", unseen, RETRY_ELSEWHERE)
         env = {
             **os.environ,
             "HACFG_ATTEMPT": str(budgets.attempt),
             "HACFG_RESTART_COUNT": str(budgets.restarts),
-            "HACFG_RESUME_FROM": str(resume.path) if resume else "",
+            "HACFG_RESUME_FROM": plan.resume_from or "",
             "HACFG_HEARTBEAT_FILE": str(self.heartbeat),
             "HACFG_HEARTBEAT_INTERVAL": f"{min(1.0, self.policy.hang_timeout / 4):g}",
         }
@@ -96,53 +130,71 @@ class Agent:
             accelerator=nvml_probe() if detect and self.policy.accelerator == "gpu" else None,
         )
         try:
-            result = supervisor.run()
+            with self.rounds.watch(supervisor.request_stop):
+                result = supervisor.run()
         except OSError as err:  # the command could not be started at all
             self.echo(f"[hacfg] cannot run {self.command[0]!r}: {err.strerror or err}")
-            self.store.save(budgets, running=False)
-            self.events.write("attempt_exit", exit_code=127, cause="user", reason=f"cannot start: {err}", **self._counters(budgets))
-            return 127
+            self.events.write("attempt_exit", round=plan.round, exit_code=127, cause="user", reason=f"cannot start: {err}")
+            return Outcome(self.rank, "user", f"cannot start {self.command[0]!r}: {err.strerror or err}", 127)
         failure = Failure(result.exit_code, result.signal, result.tail, result.hung)
-        after = checkpoints.newest_complete(self.policy.checkpoint_path)
-        progressed = after is not None and (resume is None or after.step > resume.step)
         exit_fields = {
+            "round": plan.round,
             "exit_code": result.exit_code,
             "signal": signal.Signals(result.signal).name if result.signal else None,
             "duration": round(result.duration, 3),
-            "progressed": progressed,
-            "checkpoint": str(after.path) if after else None,
         }
         if result.interrupted is not None:
-            self.store.save(budgets, running=False)
-            self.events.write("attempt_exit", cause="stopped", reason=f"agent received {signal.Signals(result.interrupted).name}", **exit_fields, **self._counters(budgets))
-            return 128 + result.interrupted
+            reason = f"agent received {signal.Signals(result.interrupted).name}"
+            self.events.write("attempt_exit", cause=STOPPED, reason=reason, **exit_fields)
+            return Outcome(self.rank, STOPPED, reason, 128 + result.interrupted)
         if result.exit_code == 0 and not result.hung:
-            self.store.save(budgets, running=False)
-            self.events.write("attempt_exit", cause="success", **exit_fields, **self._counters(budgets))
-            return 0
+            self.events.write("attempt_exit", cause=SUCCESS, **exit_fields)
+            return Outcome(self.rank, SUCCESS, "finished", 0)
+        if result.stop_reason is not None:  # the round ended elsewhere first
+            self.events.write("attempt_exit", cause="peer", reason=result.stop_reason, **exit_fields)
+            return Outcome(self.rank, "environment", result.stop_reason, failure.code, peer=True)
         verdict = classify(failure)
         self._plugin_failures()
-        decision = decide(verdict.cause, budgets, self.policy, progressed=progressed, command_code=failure.code)
-        self.store.save(budgets, running=False)
-        self.events.write("attempt_exit", cause=verdict.cause, reason=verdict.reason, classifier=verdict.classifier, **exit_fields)
-        self.events.write("decision", action=decision.action, reason=decision.reason, **self._counters(budgets))
-        self.echo(f"[hacfg] attempt {budgets.attempt} {failure.describe()} ({verdict.cause}: {verdict.reason}): {decision.action}, {decision.reason}")
-        return decision.exit_code
+        self.events.write("attempt_exit", cause=verdict.cause, reason=verdict.reason, classifier=verdict.classifier, peer=verdict.peer, **exit_fields)
+        return Outcome(self.rank, verdict.cause, verdict.reason, failure.code, peer=verdict.peer)
+
+    def _apply(self, verdict: Verdict) -> NodeState:
+        """Persist the round's verdict and record it, identically on every node."""
+        state = NodeState(verdict.budgets, verdict.round, running=False)
+        self.store.save(state)
+        self.events.write(
+            "decision",
+            round=verdict.round,
+            cause=verdict.cause,
+            cause_node=verdict.rank,
+            action=verdict.action,
+            reason=verdict.detail,
+            cause_reason=verdict.reason,
+            progressed=verdict.progressed,
+            checkpoint=verdict.resume_from,
+            **self._counters(verdict.budgets),
+        )
+        if verdict.action != SUCCESS:
+            where = f" on node {verdict.rank}" if self.events.node is not None else ""
+            self.echo(f"[hacfg] attempt {verdict.budgets.attempt} {verdict.cause}{where} ({verdict.reason}): {verdict.action}, {verdict.detail}")
+        return state
 
     def _hang(self, budgets: Budgets, tail: tuple[str, ...]) -> None:
         timeout = self.policy.hang_timeout
         self.echo(f"[hacfg] attempt {budgets.attempt} hung: no output and no heartbeat for {timeout:g}s; stopping it")
         self.events.write("hang", attempt=budgets.attempt, timeout=timeout, last_output=[line[-500:] for line in tail[-10:]])
 
-    def _prechecks_pass(self) -> bool:
+    def _prechecks(self) -> str | None:
+        """Run the pre-checks; what failed, or None."""
         ctx = PrecheckContext(self.policy, PrecheckSettings.from_environment(), dict(os.environ))
-        ok = True
+        failed = []
         for result in run_prechecks(ctx):
             self.echo(result.line())
             self.events.write("precheck", item=result.name, status=result.status, value=result.value, need=result.need, detail=result.detail)
-            ok = ok and result.status != "failed"
+            if result.status == "failed":
+                failed.append(result.name)
         self._plugin_failures()
-        return ok
+        return f"{', '.join(failed)} failed" if failed else None
 
     def _plugin_failures(self) -> None:
         """A plugin that broke is one line and one event, once; the agent carries on without it."""
@@ -152,16 +204,6 @@ class Agent:
             self.events.write("plugin_failure", plugin=failure.plugin, hook=failure.hook, error=failure.error)
         manager.failures.clear()
 
-    def _after_agent_restart(self, budgets: Budgets) -> int | None:
-        """The last agent stopped mid-attempt (a pod restart): an environment fault, counted as one."""
-        self.echo("[hacfg] the previous agent stopped during an attempt; counting it as an environment fault")
-        if not self.policy.max_restarts:
-            return None
-        decision = decide("environment", budgets, self.policy, progressed=False, command_code=RETRY_ELSEWHERE)
-        self.store.save(budgets, running=False)
-        self.events.write("decision", action=decision.action, reason=f"agent restarted mid-attempt; {decision.reason}", **self._counters(budgets))
-        return decision.exit_code
-
     def _exit(self, code: int, budgets: Budgets) -> int:
         self.events.write("agent_exit", exit_code=code, **self._counters(budgets))
         return code
@@ -170,3 +212,44 @@ class Agent:
         counters = asdict(budgets)
         counters["max_restarts"] = self.policy.max_restarts
         return counters
+
+
+def default_state_dir(policy: Policy, node: int) -> Path:
+    """Per node, so agents sharing the checkpoint storage never share a lock or a log."""
+    base = policy.checkpoint_path / ".hacfg" if policy.checkpoint_path else Path(".hacfg")
+    return base / f"node-{node}"
+
+
+def run_agent(
+    command: list[str],
+    policy: Policy,
+    *,
+    state_dir: Path | None = None,
+    events: Path | None = None,
+    nnodes: int | None = None,
+    node_rank: int | None = None,
+    rdzv_endpoint: str | None = None,
+    rdzv_timeout: float = 900.0,
+    standalone: bool = False,
+    config_nodes: int | None = None,
+    echo: Callable[[str], None] = _say,
+) -> int:
+    """Supervise ``command`` on this node: alone, or as one node of a group formed through torch's store."""
+    from hacfg.agent import group
+
+    spec = None if standalone else group.resolve_spec(
+        nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, timeout=rdzv_timeout, config_nodes=config_nodes, env=dict(os.environ)
+    )
+    rounds: Any = LocalRounds(policy)
+    if spec is not None:
+        store_class = group.torch_store()
+        if store_class is None:
+            echo(f"[hacfg] node {spec.rank} of {spec.nnodes}: torch is not installed, so the nodes cannot restart together in place; "
+                 f"any restart exits {RETRY_ELSEWHERE} and the platform restarts the whole job")
+            rounds = LocalRounds(policy, in_place=False)
+        else:
+            echo(f"[hacfg] node {spec.rank} of {spec.nnodes}: group store at {spec.host}:{spec.port}" + (" (hosted here)" if spec.leader else ""))
+            rounds = group.Group(spec, policy, store_class, echo=echo)
+    node = spec.rank if spec is not None else None
+    directory = state_dir or default_state_dir(policy, node or 0)
+    return Agent(command, policy, directory, events or directory / "events.jsonl", rounds=rounds, node=node, echo=echo).run()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import os
@@ -11,7 +10,7 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
-from hacfg.agent.policy import Budgets
+from hacfg.agent.rounds import NodeState
 from hacfg.fsutil import atomic_write
 from hacfg.source import InputError
 
@@ -21,7 +20,7 @@ PRIVATE = 0o600
 
 
 class StateStore:
-    """Budgets in ``state.json``; ``agent.lock`` keeps a second agent off the same directory."""
+    """The node's state in ``state.json``; ``agent.lock`` keeps a second agent off the same directory."""
 
     def __init__(self, directory: Path):
         self.directory = directory
@@ -47,32 +46,33 @@ class StateStore:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    def load(self) -> tuple[Budgets, bool]:
-        """The saved budgets, and whether an attempt was running when the last agent stopped."""
+    def load(self) -> NodeState:
+        """The saved state, including whether an attempt was running when the last agent stopped."""
         try:
-            data = json.loads(self.path.read_text())
-            budgets = Budgets(**{f.name: int(data[f.name]) for f in dataclasses.fields(Budgets)})
-            return budgets, bool(data.get("running", False))
+            return NodeState.from_json(json.loads(self.path.read_text()))
         except FileNotFoundError:
-            return Budgets(), False
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            return NodeState()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             self.recovered = f"state file unreadable ({type(err).__name__}); starting from zero"
-            return Budgets(), False
+            return NodeState()
 
-    def save(self, budgets: Budgets, *, running: bool) -> None:
-        atomic_write(self.path, json.dumps({**dataclasses.asdict(budgets), "running": running}) + "\n", mode=PRIVATE)
+    def save(self, state: NodeState) -> None:
+        atomic_write(self.path, json.dumps(state.to_json()) + "\n", mode=PRIVATE)
 
 
 class EventLog:
     """One JSON line per event. A full or read-only disk is reported once; supervision goes on."""
 
-    def __init__(self, path: Path, *, echo=None):  # noqa: ANN001 - any callable taking one line
+    def __init__(self, path: Path, *, echo=None, node: int | None = None):  # noqa: ANN001 - any callable taking one line
         self.path = path
+        self.node = node  # a group's node rank, written into every record so several logs merge
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
         self.broken = False
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"), "event": event, **fields}
+        if self.node is not None:
+            record["node"] = self.node
         line = json.dumps(record, default=str) + "\n"
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE)

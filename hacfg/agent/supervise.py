@@ -38,6 +38,7 @@ class AttemptResult:
     signal: int | None
     hung: bool
     interrupted: int | None  # the signal the agent itself received, if any
+    stop_reason: str | None  # why the agent was asked to stop the command (the round ended elsewhere)
     tail: tuple[str, ...]
     duration: float
 
@@ -80,6 +81,16 @@ class Supervisor:
         self.tails: dict[int, bytearray] = {}  # per stream: interleaving two floods would garble both
         self.tail_lock = threading.Lock()
         self.output_at: float | None = None  # monotonic time of the latest output, set by the pumps
+        self.stop_reason: str | None = None
+        self._wake: int | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the command as for a signal (SIGTERM, then SIGKILL after the grace); any thread may call it."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            if self._wake is not None:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake, b"\0")
 
     def run(self) -> AttemptResult:
         started = time.monotonic()
@@ -89,6 +100,7 @@ class Supervisor:
         # SIGCHLD only wakes the wait below: the child's exit is seen at once, not at the next poll.
         previous = {sig: signal.signal(sig, lambda *_: None) for sig in (*FORWARDED, signal.SIGCHLD)}
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+        self._wake = wake_write
         try:
             proc = subprocess.Popen(
                 self.argv,
@@ -106,7 +118,7 @@ class Supervisor:
             for pump in pumps:
                 pump.start()
             try:
-                hung, interrupted = self._watch(proc, pumps, wake_read, started)
+                hung, interrupted, stopped = self._watch(proc, pumps, wake_read, started)
             finally:
                 _kill_group(proc.pid)
                 code = proc.wait()
@@ -114,6 +126,7 @@ class Supervisor:
                 for pump in pumps:
                     pump.join(timeout=5)
         finally:
+            self._wake = None
             signal.set_wakeup_fd(previous_wakeup)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -124,12 +137,14 @@ class Supervisor:
             signal=-code if code < 0 else None,
             hung=hung,
             interrupted=interrupted,
+            stop_reason=self.stop_reason if stopped else None,
             tail=self.tail_lines(),
             duration=time.monotonic() - started,
         )
 
-    def _watch(self, proc: subprocess.Popen, pumps: list[threading.Thread], wake_read: int, started: float) -> tuple[bool, int | None]:
-        """Wait for the child to end, watching for hangs and signals; (hung, signal received)."""
+    def _watch(self, proc: subprocess.Popen, pumps: list[threading.Thread], wake_read: int, started: float) -> tuple[bool, int | None, bool]:
+        """Wait for the child to end, watching for hangs, signals and stop requests;
+        (hung, signal received, stopped on request)."""
         last_activity = started
         seen_activity = False
         heartbeat_mtime = self._heartbeat_mtime()
@@ -137,8 +152,13 @@ class Supervisor:
         interrupted: int | None = None
         kill_at: float | None = None
         exited_at: float | None = None
+        stopped = False
         while True:
             now = time.monotonic()
+            if self.stop_reason is not None and not stopped and kill_at is None and proc.poll() is None:
+                stopped = True
+                _signal_group(proc.pid, signal.SIGTERM)
+                kill_at = now + self.grace
             if self.output_at is not None and self.output_at > last_activity:
                 last_activity, seen_activity = self.output_at, True
             mtime = self._heartbeat_mtime()
@@ -149,7 +169,7 @@ class Supervisor:
                 exited_at = exited_at or now
                 # a grandchild may hold the pipes open: drain briefly, then stop waiting
                 if not any(p.is_alive() for p in pumps) or now - exited_at > 0.2:
-                    return hung, interrupted
+                    return hung, interrupted, stopped
             timeout = self.hang_timeout if seen_activity else self.first_hang_timeout
             if self.accelerator is not None and timeout is not None:
                 self.accelerator.poll()

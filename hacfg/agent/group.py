@@ -1,0 +1,421 @@
+"""The agents of one job as one group, through torch's c10d ``TCPStore`` hosted by node 0's agent.
+
+Node 0's agent is the leader: it plans every round and judges it, the others follow, so a job has
+one resume checkpoint, one set of counters and one verdict per round. Keys in the store:
+
+==================  ==========================================================================
+``hello/<rank>``    each agent, on connecting: the state it persisted (merged after a restart)
+``ready``           the leader, once every node said hello
+``current``         the round the leader is in
+``r<N>/join/<r>``   node r is ready for round N: its workers of round N-1 are stopped
+``r<N>/plan``       the leader: attempt, counters and resume checkpoint, or a final verdict
+``r<N>/stop``       anyone: round N is over, stop your workers (the first failure seen)
+``r<N>/seq``        a counter that orders the reports
+``r<N>/out/<r>``    how node r's workers ended
+``r<N>/decision``   the leader: the round's verdict
+``r<N>/ack/<r>``    node r read a final verdict (the leader keeps the store up until then)
+``alive/<r>``       a counter node r bumps while a round runs (keep-alive)
+==================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from hacfg.agent.policy import RETRY_ELSEWHERE, Policy
+from hacfg.agent.rounds import NodeState, Outcome, Plan, Verdict, judge, plan_round, precheck_verdict
+from hacfg.source import InputError
+
+DEFAULT_PORT = 29400  # torchrun's c10d rendezvous port
+POLL = 0.1  # seconds between looks at the round's stop key: how fast a failure elsewhere is seen
+KEEPALIVE_EVERY = 1.0
+KEEPALIVE_TIMEOUT = 15.0  # a node silent this long is lost (torchrun: 3 missed 5 s heartbeats)
+ACK_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Where this node stands in the job: torchrun's ``--nnodes``, ``--node-rank``, ``--rdzv-endpoint``."""
+
+    nnodes: int
+    rank: int
+    host: str
+    port: int
+    timeout: float = 900.0  # torchrun's --rdzv-timeout default
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+
+def resolve_spec(
+    *,
+    nnodes: int | None,
+    node_rank: int | None,
+    endpoint: str | None,
+    timeout: float,
+    config_nodes: int | None,
+    env: dict[str, str],
+) -> GroupSpec | None:
+    """The group from flags, else the job's environment (ModelArts, Volcano, torchrun's variables);
+    None for a one-node job."""
+    count = nnodes or config_nodes or _int(env, "VC_WORKER_NUM", "MA_NUM_HOSTS", "WORLD_SIZE_NODES") or 1
+    if count <= 1:
+        return None
+    rank = node_rank if node_rank is not None else _int(env, "NODE_RANK", "VC_TASK_INDEX", "GROUP_RANK")
+    if rank is None:
+        raise InputError(f"a {count}-node job needs this node's rank: pass --node-rank or set NODE_RANK (VC_TASK_INDEX on ModelArts and Volcano)")
+    if not 0 <= rank < count:
+        raise InputError(f"--node-rank {rank} is outside a {count}-node job (0 to {count - 1})")
+    host, port = _endpoint(endpoint, env)
+    return GroupSpec(count, rank, host, port, timeout)
+
+
+def _int(env: dict[str, str], *names: str) -> int | None:
+    for name in names:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def _endpoint(endpoint: str | None, env: dict[str, str]) -> tuple[str, int]:
+    """``HOST[:PORT]``; by default node 0's address on torchrun's rendezvous port, never the training's."""
+    if endpoint:
+        host, _, port_text = endpoint.rpartition(":") if ":" in endpoint else (endpoint, "", "")
+        if port_text and not port_text.isdigit():
+            raise InputError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT")
+        if port_text:
+            return host.strip("[]"), int(port_text)
+    else:
+        host = env.get("MASTER_ADDR") or env.get("VC_WORKER_HOSTS", "").split(",")[0].strip()
+        if not host:
+            raise InputError("a multi-node job needs node 0's address: pass --rdzv-endpoint HOST:PORT or set MASTER_ADDR (VC_WORKER_HOSTS on Volcano)")
+    training_port = _int(env, "MASTER_PORT")
+    return host, DEFAULT_PORT + 1 if training_port == DEFAULT_PORT else DEFAULT_PORT
+
+
+def torch_store() -> Any | None:
+    """torch's ``TCPStore`` class, or None in an image without torch."""
+    quiet = "TORCH_CPP_LOG_LEVEL" not in os.environ
+    if quiet:  # c10d logs every retried connection with a C++ backtrace; our messages say what matters
+        os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        from torch.distributed import TCPStore
+    except ImportError:
+        return None
+    finally:
+        if quiet:  # read at import; the workers keep the user's own setting
+            del os.environ["TORCH_CPP_LOG_LEVEL"]
+    return TCPStore
+
+
+class GroupLost(Exception):
+    """The group's store went away (node 0's agent stopped) and did not come back in time."""
+
+
+class Group:
+    """This node's view of the group; the same calls as :class:`hacfg.agent.rounds.LocalRounds`."""
+
+    def __init__(self, spec: GroupSpec, policy: Policy, store_class: Any, *, echo: Callable[[str], None]):
+        self.spec = spec
+        self.policy = policy
+        self.store_class = store_class
+        self.echo = echo
+        self.store: Any = None
+        self.plan: Plan | None = None
+        self.state = NodeState()
+
+    # -- connecting ---------------------------------------------------------------------------
+
+    def recover(self, state: NodeState) -> Verdict | None:
+        """Join the group; the verdict of a round this node was part of and has not applied, if any."""
+        self.state = state
+        self._connect()
+        return self._catch_up()
+
+    def _connect(self) -> None:
+        deadline = time.monotonic() + self.spec.timeout
+        while True:
+            try:
+                self.store = self.store_class(
+                    self.spec.host,
+                    self.spec.port,
+                    None,
+                    self.spec.leader,
+                    timedelta(seconds=self.spec.timeout),
+                    wait_for_workers=False,
+                )
+                self.store.set(f"hello/{self.spec.rank}", json.dumps(self.state.to_json()))
+                if self.spec.leader:
+                    self._open()
+                self._wait(["ready"], deadline - time.monotonic())
+                return
+            except _network_errors() as err:
+                if time.monotonic() >= deadline:
+                    raise GroupLost(f"cannot reach the group's store at {self.spec.host}:{self.spec.port}: {_first_line(err)}") from None
+                time.sleep(0.5)
+
+    def _reconnect(self, err: BaseException) -> None:
+        self.echo(f"[hacfg] lost the group's store ({_first_line(err)}); reconnecting to {self.spec.host}:{self.spec.port}")
+        self.store = None
+        self._connect()
+
+    def _open(self) -> None:
+        """The leader on a new store: wait for every node, merge what they persisted, and judge a
+        round that the store's restart interrupted."""
+        keys = [f"hello/{rank}" for rank in range(self.spec.nnodes)]
+        if not self._wait(keys, self.spec.timeout):
+            raise GroupLost(f"nodes {self._missing(keys)} did not join within {self.spec.timeout:g}s")
+        hellos = [NodeState.from_json(json.loads(self.store.get(key))) for key in keys]
+        newest = max(hellos, key=lambda s: s.round)
+        interrupted = [rank for rank, s in enumerate(hellos) if s.running and s.round == newest.round]
+        self.store.set("current", str(newest.round if interrupted else newest.round + 1))
+        if interrupted:
+            rank = interrupted[0]
+            plan = Plan(newest.round, newest.budgets, resume_step=self._newest_step())
+            reason = f"the agent of node {rank} stopped during round {newest.round} (the group's store restarted)"
+            verdict = judge(plan, [Outcome(rank, "environment", reason, RETRY_ELSEWHERE)], self.policy)
+            self.store.set(f"r{newest.round}/decision", json.dumps(verdict.to_json()))
+        self.store.set("ready", "1")
+
+    def _catch_up(self) -> Verdict | None:
+        """Line this node's state up with the group's current round after (re)connecting."""
+        current = int(self.store.get("current"))
+        prefix = f"r{current}"
+        if self.store.check([f"{prefix}/decision"]):
+            verdict = self._decision(current)
+            was_in_it = self.state.running and self.state.round == current
+            self.state.round = current
+            return verdict if was_in_it else None
+        if self.store.check([f"{prefix}/plan"]) and not self.store.check([f"{prefix}/out/{self.spec.rank}"]):
+            # this node was in the round and lost its workers with its agent
+            self.plan = Plan.from_json(json.loads(self.store.get(f"{prefix}/plan")))
+            self.state.round = current
+            reason = f"the agent of node {self.spec.rank} restarted during round {current}"
+            return self.end(Outcome(self.spec.rank, "environment", reason, RETRY_ELSEWHERE))
+        self.state.round = max(current - 1, 0)
+        return None
+
+    # -- a round --------------------------------------------------------------------------------
+
+    def begin(self, state: NodeState, precheck_failure: str | None = None) -> Plan | Verdict:
+        """Join the next round; the leader plans it once every node is ready."""
+        while True:
+            try:
+                return self._begin(precheck_failure)
+            except _network_errors() as err:
+                self._reconnect(err)
+                self._catch_up()
+
+    def _begin(self, precheck_failure: str | None) -> Plan | Verdict:
+        number = self.state.round + 1
+        prefix = f"r{number}"
+        if self.spec.leader:
+            self.store.set("current", str(number))
+        self.store.set(f"{prefix}/join/{self.spec.rank}", json.dumps({"precheck": precheck_failure}))
+        if self.spec.leader:
+            published = self._lead(number, self.state)
+        else:
+            published = self._get(f"{prefix}/plan", self.spec.timeout + 30)
+        self.state.round = number
+        if "verdict" in published:
+            verdict = Verdict.from_json(published["verdict"])
+            self._acknowledge(verdict)
+            return verdict
+        self.plan = Plan.from_json(published)
+        self.state = NodeState(self.plan.budgets, number, running=True)
+        return self.plan
+
+    def _lead(self, number: int, state: NodeState) -> dict[str, Any]:
+        keys = [f"r{number}/join/{rank}" for rank in range(self.spec.nnodes)]
+        if not self._wait(keys, self.spec.timeout):
+            reason = f"nodes {self._missing(keys)} did not join round {number} within {self.spec.timeout:g}s"
+            verdict = Verdict(number, "environment", reason, 0, "job_reschedule", "the job cannot form: retry elsewhere", state.budgets, RETRY_ELSEWHERE)
+            return self._publish_final(number, verdict)
+        for rank, key in enumerate(keys):
+            failure = json.loads(self.store.get(key)).get("precheck")
+            if failure:
+                return self._publish_final(number, precheck_verdict(number, state.budgets, self.policy, f"node {rank}: {failure}", rank))
+        plan = plan_round(number, state.budgets, self.policy)
+        self.store.set(f"r{number}/plan", json.dumps(plan.to_json()))
+        return plan.to_json()
+
+    def _publish_final(self, number: int, verdict: Verdict) -> dict[str, Any]:
+        published = {"verdict": verdict.to_json()}
+        self.store.set(f"r{number}/decision", json.dumps(verdict.to_json()))
+        self.store.set(f"r{number}/plan", json.dumps(published))
+        return published
+
+    @contextlib.contextmanager
+    def watch(self, stop: Callable[[str], None]) -> Iterator[None]:
+        """While the workers run: call ``stop(reason)`` once the round ends elsewhere (or the group is lost)."""
+        assert self.plan is not None
+        done = threading.Event()
+        monitor = threading.Thread(target=self._monitor, args=(self.plan.round, stop, done), daemon=True, name="hacfg-group")
+        monitor.start()
+        try:
+            yield
+        finally:
+            done.set()
+            monitor.join(timeout=5)
+
+    def _monitor(self, number: int, stop: Callable[[str], None], done: threading.Event) -> None:
+        try:
+            store = self.store.clone()  # a connection of its own: the main thread may call the store too
+        except _network_errors():
+            stop("lost the group's store")
+            return
+        stop_key, alive = f"r{number}/stop", f"alive/{self.spec.rank}"
+        beat_at = 0.0
+        seen: dict[int, tuple[int, float]] = {}
+        stopped = False
+        while not done.wait(POLL):
+            try:
+                now = time.monotonic()
+                if now >= beat_at:
+                    beat_at = now + KEEPALIVE_EVERY
+                    store.add(alive, 1)
+                    if self.spec.leader and not stopped:
+                        self._check_alive(store, number, seen, now)
+                if not stopped and store.check([stop_key]):
+                    stopped = True
+                    ended = json.loads(store.get(stop_key))
+                    stop(f"round {number} ended by node {ended['rank']}: {ended['reason']}")
+            except _network_errors():
+                if not stopped:
+                    stop("lost the group's store (node 0's agent stopped)")
+                return
+
+    def _check_alive(self, store: Any, number: int, seen: dict[int, tuple[int, float]], now: float) -> None:
+        """The leader ends the round for a node whose agent went silent."""
+        for rank in range(1, self.spec.nnodes):
+            count = store.add(f"alive/{rank}", 0)
+            last = seen.get(rank)
+            if last is None or last[0] != count:
+                seen[rank] = (count, now)
+            elif now - last[1] > KEEPALIVE_TIMEOUT:
+                reason = f"node {rank} lost: its agent sent no keep-alive for {KEEPALIVE_TIMEOUT:g}s"
+                store.compare_set(f"r{number}/stop", "", json.dumps({"rank": rank, "reason": reason}))
+
+    def end(self, outcome: Outcome) -> Verdict:
+        """Report how this node's workers ended; the round's verdict once every node has."""
+        assert self.plan is not None
+        while True:
+            try:
+                verdict = self._end(outcome)
+                break
+            except _network_errors() as err:
+                self._reconnect(err)
+                if self.store.check([f"r{self.plan.round}/decision"]):  # the new leader judged the round
+                    verdict = self._decision(self.plan.round)
+                    break
+        self.state = NodeState(verdict.budgets, self.plan.round, running=False)
+        return verdict
+
+    def _end(self, outcome: Outcome) -> Verdict:
+        assert self.plan is not None
+        number = self.plan.round
+        prefix = f"r{number}"
+        if outcome.cause != "success":
+            self.store.compare_set(f"{prefix}/stop", "", json.dumps({"rank": self.spec.rank, "reason": outcome.reason}))
+        seq = self.store.add(f"{prefix}/seq", 1)
+        report = Outcome(**{**outcome.to_json(), "seq": seq})
+        self.store.set(f"{prefix}/out/{self.spec.rank}", json.dumps(report.to_json()))
+        if self.spec.leader:
+            verdict = judge(self.plan, self._outcomes(number), self.policy)
+            self.store.set(f"{prefix}/decision", json.dumps(verdict.to_json()))
+            self._linger(verdict)
+            return verdict
+        return self._decision(number)
+
+    def _outcomes(self, number: int) -> list[Outcome]:
+        """Every node's report; a node that neither reports nor keeps alive is recorded as lost."""
+        keys = [f"r{number}/out/{rank}" for rank in range(self.spec.nnodes)]
+        deadline = time.monotonic() + self.policy.grace + KEEPALIVE_TIMEOUT + 10
+        seen: dict[int, tuple[int, float]] = {}
+        while not self.store.check(keys) and time.monotonic() < deadline:
+            stale = [rank for rank in self._missing(keys) if self._silent(rank, seen)]
+            if stale and len(stale) == len(self._missing(keys)):
+                break
+            time.sleep(POLL)
+        outcomes = []
+        for rank, key in enumerate(keys):
+            if self.store.check([key]):
+                outcomes.append(Outcome.from_json(json.loads(self.store.get(key))))
+            else:
+                outcomes.append(Outcome(rank, "environment", f"node {rank} did not report how round {number} ended (its agent is gone)", RETRY_ELSEWHERE, seq=1 << 30))
+        return outcomes
+
+    def _silent(self, rank: int, seen: dict[int, tuple[int, float]]) -> bool:
+        count, now = self.store.add(f"alive/{rank}", 0), time.monotonic()
+        last = seen.setdefault(rank, (count, now))
+        if last[0] != count:
+            seen[rank] = (count, now)
+            return False
+        return now - last[1] > KEEPALIVE_TIMEOUT
+
+    def _decision(self, number: int) -> Verdict:
+        verdict = Verdict.from_json(self._get(f"r{number}/decision", self.policy.grace + KEEPALIVE_TIMEOUT + 60))
+        self._acknowledge(verdict)
+        return verdict
+
+    def _acknowledge(self, verdict: Verdict) -> None:
+        if verdict.exit_code is not None and not self.spec.leader:
+            self.store.set(f"r{verdict.round}/ack/{self.spec.rank}", "1")
+        elif self.spec.leader:
+            self._linger(verdict)
+
+    def _linger(self, verdict: Verdict) -> None:
+        """The store lives in the leader: after a final verdict, keep it up until every node has read it."""
+        if verdict.exit_code is None:
+            return
+        keys = [f"r{verdict.round}/ack/{rank}" for rank in range(1, self.spec.nnodes)]
+        self._wait(keys, ACK_TIMEOUT)
+
+    def close(self) -> None:
+        self.store = None
+
+    # -- store helpers ----------------------------------------------------------------------------
+
+    def _wait(self, keys: list[str], seconds: float) -> bool:
+        """Whether every key exists within ``seconds``; a lost store raises."""
+        try:
+            self.store.wait(keys, timedelta(seconds=max(seconds, 0.001)))
+        except _network_errors():
+            raise
+        except RuntimeError:  # DistStoreError: the wait timed out
+            return False
+        return True
+
+    def _get(self, key: str, seconds: float) -> dict[str, Any]:
+        if not self._wait([key], seconds):
+            raise GroupLost(f"no {key.split('/')[-1]} from node 0 within {seconds:g}s")
+        return json.loads(self.store.get(key))
+
+    def _missing(self, keys: list[str]) -> list[int]:
+        return [int(key.rsplit("/", 1)[1]) for key in keys if not self.store.check([key])]
+
+    def _newest_step(self) -> int | None:
+        from hacfg.agent import checkpoints
+
+        found = checkpoints.newest_complete(self.policy.checkpoint_path)
+        return found.step if found else None
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    from torch.distributed import DistNetworkError
+
+    return (DistNetworkError, ConnectionError)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]

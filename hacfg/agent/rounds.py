@@ -1,0 +1,184 @@
+"""Rounds: one start of the workers on every node, ended by one verdict for the whole job.
+
+A round is planned (attempt number, counters, the checkpoint to resume from), run, and judged.
+On one node the agent plans and judges by itself (:class:`LocalRounds`); in a group of nodes
+the leader does it for everyone (:mod:`hacfg.agent.group`). Both use the same two functions,
+:func:`plan_round` and :func:`judge`, so one node and many follow one set of rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hacfg.agent import checkpoints
+from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
+
+SUCCESS = "success"
+STOPPED = "stopped"
+
+
+@dataclass
+class NodeState:
+    """What one node's agent persists: the job's counters and where it is in the rounds."""
+
+    budgets: Budgets = field(default_factory=Budgets)
+    round: int = 0  # the last round this node started (0: none yet)
+    running: bool = False  # its workers were running in ``round`` when the state was written
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.budgets), "round": self.round, "running": self.running}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NodeState:
+        budgets = Budgets(**{f.name: int(data[f.name]) for f in dataclasses.fields(Budgets)})
+        return cls(budgets, int(data.get("round", budgets.attempt)), bool(data.get("running", False)))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One round as every node starts it: the same numbers and the same checkpoint on every rank."""
+
+    round: int
+    budgets: Budgets
+    resume_step: int | None = None
+    resume_from: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"round": self.round, "budgets": dataclasses.asdict(self.budgets), "resume_step": self.resume_step, "resume_from": self.resume_from}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        return cls(int(data["round"]), Budgets(**data["budgets"]), data.get("resume_step"), data.get("resume_from"))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one node's workers ended in a round."""
+
+    rank: int
+    cause: str  # success | environment | user | hang | stopped
+    reason: str
+    code: int = 0  # the shell's view: exit code, or 128 + signal
+    peer: bool = False  # a consequence of another node's failure: recorded, never the round's cause
+    seq: int = 0  # the order in which the group heard the reports
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Outcome:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The round's one cause and one decision, identical on every node."""
+
+    round: int
+    cause: str
+    reason: str
+    rank: int  # the node where the cause was seen
+    action: str  # success | stop | proc_restart | pod_reschedule | job_reschedule | give_up
+    detail: str
+    budgets: Budgets
+    exit_code: int | None = None  # set when every agent stops
+    progressed: bool = False
+    resume_from: str | None = None  # the newest complete checkpoint once the round ended
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "budgets": dataclasses.asdict(self.budgets)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Verdict:
+        return cls(**{**data, "budgets": Budgets(**data["budgets"])})
+
+
+def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
+    """The next round: one more attempt, resuming from the newest complete checkpoint.
+
+    Called only once every worker of the previous round has stopped, so no save is in flight.
+    """
+    budgets = dataclasses.replace(budgets, attempt=budgets.attempt + 1)
+    found = checkpoints.newest_complete(policy.checkpoint_path)
+    return Plan(number, budgets, found.step if found else None, str(found.path) if found else None)
+
+
+def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
+    """The round's verdict from every node's outcome: the first failure reported that is not a
+    consequence of another is the cause; the restart rules apply to it once."""
+    budgets = dataclasses.replace(plan.budgets)
+    after = checkpoints.newest_complete(policy.checkpoint_path)
+    progressed = after is not None and (plan.resume_step is None or after.step > plan.resume_step)
+    common = {"round": plan.round, "progressed": progressed, "resume_from": str(after.path) if after else None}
+    failures = sorted((o for o in outcomes if o.cause != SUCCESS), key=lambda o: (o.peer, o.seq, o.rank))
+    if not failures:
+        return Verdict(cause=SUCCESS, reason="every worker finished", rank=0, action=SUCCESS, detail="done", budgets=budgets, exit_code=0, **common)
+    first = failures[0]
+    if first.cause == STOPPED:
+        return Verdict(cause=STOPPED, reason=first.reason, rank=first.rank, action="stop", detail="the agent was told to stop", budgets=budgets, exit_code=first.code, **common)
+    cause = "environment" if first.peer else first.cause  # only consequences were seen: the peer is gone
+    decision = decide(cause, budgets, policy, progressed=progressed, command_code=first.code)  # type: ignore[arg-type]
+    return Verdict(cause=cause, reason=first.reason, rank=first.rank, action=decision.action, detail=decision.reason, budgets=budgets, exit_code=decision.exit_code, **common)
+
+
+def precheck_verdict(number: int, budgets: Budgets, policy: Policy, reason: str, rank: int = 0) -> Verdict:
+    """A failed pre-check: this hardware is not fit, so the job is retried elsewhere (exit 138)."""
+    action = "pod_reschedule" if policy.pod_reschedules else "job_reschedule"
+    return Verdict(number, "environment", f"pre-check failed: {reason}", rank, action, "pre-check failed: retry elsewhere", budgets, RETRY_ELSEWHERE)
+
+
+def without_in_place_restart(verdict: Verdict, why: str) -> Verdict:
+    """For a job whose nodes cannot restart together: hand a restart to the platform (exit 138)."""
+    if verdict.action != "proc_restart":
+        return verdict
+    return dataclasses.replace(verdict, action="job_reschedule", detail=f"{verdict.detail}; {why}: the platform restarts the whole job", exit_code=RETRY_ELSEWHERE)
+
+
+class LocalRounds:
+    """One node on its own: it plans and judges its rounds itself."""
+
+    def __init__(self, policy: Policy, *, in_place: bool = True):
+        self.policy = policy
+        self.in_place = in_place  # False: several nodes but no group, so every restart is the platform's
+        self.plan: Plan | None = None
+
+    def recover(self, state: NodeState) -> Verdict | None:
+        """The last agent stopped mid-attempt (a pod restart): an environment fault, counted as one."""
+        if not (state.running and self.policy.max_restarts):
+            return None
+        found = checkpoints.newest_complete(self.policy.checkpoint_path)
+        plan = Plan(state.round, state.budgets, resume_step=found.step if found else None)
+        reason = "the previous agent stopped during an attempt"
+        return self._local(judge(plan, [Outcome(0, "environment", reason, RETRY_ELSEWHERE)], self.policy))
+
+    def begin(self, state: NodeState, precheck_failure: str | None = None) -> Plan | Verdict:
+        if precheck_failure:
+            return precheck_verdict(state.round + 1, state.budgets, self.policy, precheck_failure)
+        self.plan = plan_round(state.round + 1, state.budgets, self.policy)
+        return self.plan
+
+    @contextlib.contextmanager
+    def watch(self, stop: Callable[[str], None]) -> Iterator[None]:
+        yield  # nothing else can end a one-node round
+
+    def end(self, outcome: Outcome) -> Verdict:
+        assert self.plan is not None
+        return self._local(judge(self.plan, [outcome], self.policy))
+
+    def _local(self, verdict: Verdict) -> Verdict:
+        return verdict if self.in_place else without_in_place_restart(verdict, "no group store for the nodes")
+
+    def close(self) -> None:
+        pass
+
+
+def resume_visible(plan: Plan) -> str | None:
+    """Why this node cannot resume from the plan's checkpoint (storage not shared), or None."""
+    if plan.resume_from is None or Path(plan.resume_from).exists():
+        return None
+    return f"cannot see the checkpoint {plan.resume_from} chosen for the job: checkpoint.path must be storage every node shares"

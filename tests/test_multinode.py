@@ -1,0 +1,264 @@
+"""Multi-node recovery with real processes: N emulated nodes on 127.0.0.1, each `hacfg agent` around
+real torch DDP (gloo on CPU), the agents grouped through torch's TCPStore.
+
+Every fault must end with one verdict on every node, every rank resuming from the same step, the
+same counters everywhere, final weights bit-identical to a fault-free run, and no process left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import REPO  # noqa: E402
+
+TRAIN = REPO / "tests" / "children" / "ddp_train.py"
+STEPS, EVERY = 16, 4
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Job:
+    """An N-node job: one agent process per node, all on this machine."""
+
+    root: Path
+    nnodes: int
+    options: tuple[str, ...] = ()
+    faults: tuple[str, ...] = ()
+    torchrun: bool = False
+    precheck: bool = False
+    node_env: dict[int, dict[str, str]] = field(default_factory=dict)
+    agents: dict[int, subprocess.Popen] = field(default_factory=dict)
+    logs: dict[int, list[Path]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rdzv_port, self.master_port = free_port(), free_port()
+        self.ckpt, self.out = self.root / "ckpt", self.root / "out"
+
+    def command(self, rank: int) -> list[str]:
+        train = [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(STEPS), "--every", str(EVERY)]
+        train += [f"--fault={spec}" for spec in self.faults]
+        if self.torchrun:
+            train = ["-m", "torch.distributed.run", "--nnodes", str(self.nnodes), "--node-rank", str(rank), "--nproc-per-node", "1",
+                     "--master-addr", "127.0.0.1", "--master-port", str(self.master_port), "--max-restarts", "0", *train]
+        return [sys.executable, "-m", "hacfg", "agent", "--nnodes", str(self.nnodes), "--node-rank", str(rank),
+                "--rdzv-endpoint", f"127.0.0.1:{self.rdzv_port}", "--rdzv-timeout", "60", "--checkpoint-path", str(self.ckpt),
+                *(() if self.precheck else ("--no-precheck",)), "--max-restarts", "3", "--grace", "5", "--initial-hang-timeout", "120s", *self.options,
+                "--", sys.executable, *train]
+
+    def start(self, rank: int) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.master_port),
+               "WORLD_SIZE": str(self.nnodes), "NODE_RANK": str(rank), **self.node_env.get(rank, {})}
+        env.pop("RANK", None)
+        log = self.root / f"node{rank}-{len(self.logs.get(rank, []))}.log"
+        self.logs.setdefault(rank, []).append(log)
+        self.agents[rank] = subprocess.Popen(self.command(rank), stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def run(self, timeout: float = 240) -> dict[int, int]:
+        for rank in range(self.nnodes):
+            self.start(rank)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 240) -> dict[int, int]:
+        deadline = time.monotonic() + timeout
+        codes = {}
+        for rank, agent in self.agents.items():
+            try:
+                codes[rank] = agent.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill()
+                pytest.fail(f"node {rank} did not finish:\n{self.output(rank)[-4000:]}")
+        return codes
+
+    def wait_for(self, rank: int, text: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output(rank):
+            if time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"node {rank} never printed {text!r}:\n{self.output(rank)[-4000:]}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        for agent in self.agents.values():
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+
+    def output(self, rank: int) -> str:
+        return "".join(log.read_text(errors="replace") for log in self.logs.get(rank, []))
+
+    def events(self, rank: int) -> list[dict]:
+        path = self.ckpt / ".hacfg" / f"node-{rank}" / "events.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def decisions(self, rank: int) -> list[dict]:
+        return [e for e in self.events(rank) if e["event"] == "decision"]
+
+    def resumed(self, rank: int) -> list[int]:
+        """The step each attempt of this rank's worker started from."""
+        return [int(line.split()[5]) for line in self.output(rank).splitlines() if line.startswith(f"rank {rank} attempt ") and " resumed " in line]
+
+    def weights(self, rank: int) -> dict:
+        return torch.load(self.out / f"rank{rank}.pt", weights_only=True)
+
+
+def same_verdict_everywhere(job: Job) -> list[dict]:
+    """Every node recorded the same rounds, causes, decisions and counters; returns node 0's."""
+    keys = ("round", "cause", "cause_node", "action", "reason", "attempt", "restarts", "counted", "user_streak", "hang_streak")
+    reference = [{k: d.get(k) for k in keys} for d in job.decisions(0)]
+    for rank in range(1, job.nnodes):
+        assert [{k: d.get(k) for k in keys} for d in job.decisions(rank)] == reference, f"node {rank} disagrees with node 0"
+    starts = {rank: [(e["round"], e["resume_from"]) for e in job.events(rank) if e["event"] == "attempt_start"] for rank in range(job.nnodes)}
+    assert all(s == starts[0] for s in starts.values()), starts
+    return job.decisions(0)
+
+
+def assert_no_process_left(job: Job) -> None:
+    marker = str(job.ckpt).encode()
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes() and b" Z " not in (entry / "stat").read_bytes():
+                    left.append(entry.name)
+            except OSError:
+                continue
+    assert not left, f"processes left: {left}"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[int, dict]:
+    """Final weights of fault-free 2- and 4-node runs."""
+    weights = {}
+    for nnodes in (2, 4):
+        job = Job(tmp_path_factory.mktemp(f"reference{nnodes}"), nnodes)
+        assert job.run() == {rank: 0 for rank in range(nnodes)}, job.output(0)
+        weights[nnodes] = job.weights(0)
+        for rank in range(nnodes):
+            assert_weights_equal(job.weights(rank), weights[nnodes])
+    return weights
+
+
+def assert_weights_equal(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for name in want:
+        assert torch.equal(got[name], want[name]), f"{name} differs"
+
+
+def assert_recovered(job: Job, codes: dict[int, int], reference: dict) -> list[dict]:
+    assert codes == {rank: 0 for rank in range(job.nnodes)}, "\n".join(job.output(r)[-3000:] for r in codes)
+    decisions = same_verdict_everywhere(job)
+    for rank in range(job.nnodes):
+        assert job.resumed(rank) == job.resumed(0), f"rank {rank} resumed from {job.resumed(rank)}, rank 0 from {job.resumed(0)}"
+        assert_weights_equal(job.weights(rank), reference[job.nnodes])
+    assert_no_process_left(job)
+    return decisions
+
+
+@pytest.mark.parametrize("nnodes", [2, 4])
+def test_a_killed_worker_restarts_every_node_from_one_checkpoint(tmp_path, reference, nnodes):
+    job = Job(tmp_path, nnodes, faults=(f"kill:{nnodes - 1}:6",))
+    decisions = assert_recovered(job, job.run(), reference)
+    assert [(d["action"], d["cause"], d["cause_node"]) for d in decisions] == [("proc_restart", "environment", nnodes - 1), ("success", "success", 0)]
+    assert "signal SIGKILL" in decisions[0]["cause_reason"] or "SIGKILL" in decisions[0]["cause_reason"]
+    assert (decisions[0]["counted"], decisions[0]["restarts"]) == (1, 1)
+    assert job.resumed(0) == [0, 4]
+    peers = [e for r in range(nnodes - 1) for e in job.events(r) if e["event"] == "attempt_exit" and e["cause"] != "success"]
+    assert peers and all(e["cause"] == "peer" or e.get("peer") for e in peers)  # recorded as consequences, not counted
+
+
+def test_a_kill_during_a_checkpoint_save_never_splits_the_resume_point(tmp_path, reference):
+    job = Job(tmp_path, 2, faults=("kill-in-save:1:8",))
+    decisions = assert_recovered(job, job.run(), reference)
+    assert decisions[0]["action"] == "proc_restart"
+    assert job.resumed(0) == job.resumed(1) == [0, 4]  # step_8 was cut short on node 0: nobody resumes from it
+    assert not (job.ckpt / "step_8" / ".complete").exists() or job.resumed(0)[-1] == 4
+
+
+def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference):
+    job = Job(tmp_path, 2, options=("--hang-timeout", "3s", "--hang-retry"), faults=("hang:1:6",))
+    decisions = assert_recovered(job, job.run(), reference)
+    assert [d["cause"] for d in decisions] == ["hang", "success"]
+    assert (decisions[0]["counted"], decisions[0]["hang_streak"], decisions[0]["restarts"]) == (0, 1, 1)
+
+
+def test_a_collective_error_is_an_environment_fault_for_the_whole_job(tmp_path, reference):
+    job = Job(tmp_path, 2, faults=("collective:0:5",))
+    decisions = assert_recovered(job, job.run(), reference)
+    assert (decisions[0]["cause"], decisions[0]["action"], decisions[0]["counted"]) == ("environment", "proc_restart", 1)
+
+
+def test_a_user_error_gives_up_on_every_node_with_the_commands_code(tmp_path):
+    job = Job(tmp_path, 2, faults=("raise:1:5",))
+    codes = job.run()
+    assert codes == {0: 1, 1: 1}
+    decisions = same_verdict_everywhere(job)
+    assert [(d["cause"], d["cause_node"], d["action"]) for d in decisions] == [("user", 1, "give_up")]
+    assert_no_process_left(job)
+
+
+def test_a_spent_budget_escalates_every_node_with_138(tmp_path):
+    job = Job(tmp_path, 2, options=("--max-restarts", "1"), faults=("kill:1:3:1", "kill:0:3:2"))
+    codes = job.run()
+    assert codes == {0: 138, 1: 138}
+    decisions = same_verdict_everywhere(job)
+    assert [d["action"] for d in decisions] == ["proc_restart", "job_reschedule"]
+    assert [d["cause_node"] for d in decisions] == [1, 0]
+    assert_no_process_left(job)
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["follower", "leader"])
+def test_an_agent_killed_and_restarted_rejoins_with_the_jobs_counters(tmp_path, reference, victim):
+    job = Job(tmp_path, 2, options=("--grace", "2"))
+    for rank in range(2):
+        job.start(rank)
+    job.wait_for(victim, f"rank {victim} step 6")
+    os.killpg(job.agents[victim].pid, signal.SIGKILL)  # the agent and its workers, as a pod restart would
+    job.agents[victim].wait()
+    job.start(victim)
+    decisions = assert_recovered(job, job.wait(), reference)
+    assert [(d["action"], d["cause"]) for d in decisions] == [("proc_restart", "environment"), ("success", "success")]
+    assert decisions[0]["cause_node"] == victim and "restarted" in decisions[0]["cause_reason"] or "stopped" in decisions[0]["cause_reason"]
+    assert decisions[0]["counted"] == 1
+
+
+def test_a_failed_precheck_on_one_node_sends_the_whole_job_elsewhere(tmp_path):
+    small = {f"HACFG_PRECHECK_{name}_MIN": "1" for name in ("ROOT", "SHM", "CACHE")}
+    job = Job(tmp_path, 2, precheck=True, node_env={0: small, 1: {**small, "HACFG_PRECHECK_SHM_MIN": "1000T"}})
+    job.options = ("--config", str(write_config(tmp_path)))
+    codes = job.run()
+    assert codes == {0: 138, 1: 138}
+    decisions = same_verdict_everywhere(job)
+    assert [(d["action"], d["cause_node"]) for d in decisions] == [("job_reschedule", 1)]
+    assert "shm" in decisions[0]["cause_reason"]
+    assert job.resumed(0) == job.resumed(1) == []  # no worker started anywhere
+
+
+def write_config(tmp_path: Path) -> Path:
+    config = tmp_path / "ha.yaml"
+    config.write_text("version: 1\nscenario: multi-node\njob: {nodes: 2, accelerator: cpu, network: ethernet}\n"
+                      f"checkpoint: {{path: {tmp_path / 'ckpt'}, interval: 10m, resume: true}}\nrestart: {{max: 3}}\nprecheck: true\n")
+    return config
+
+
+def test_under_torchrun_a_killed_worker_is_an_environment_fault(tmp_path, reference):
+    job = Job(tmp_path, 2, faults=("kill:1:6",), torchrun=True)
+    decisions = assert_recovered(job, job.run(), reference)
+    assert [(d["action"], d["cause"], d["cause_node"]) for d in decisions] == [("proc_restart", "environment", 1), ("success", "success", 0)]
+    assert "signal 9" in decisions[0]["cause_reason"]
