@@ -365,23 +365,26 @@ def precheck_command(
 
 @app.command("events")
 def events_command(
-    file: Path = typer.Argument(Path(".hacfg/events.jsonl"), readable=False, help="The agent's event log."),
+    files: Optional[list[Path]] = typer.Argument(None, readable=False, metavar="EVENTS.jsonl...", help="Event logs, one per node (default: .hacfg/node-*/events.jsonl)."),
     fmt: Literal["table", "json"] = typer.Option("table", "--format", "-f"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the attempts as a timeline (.svg or .png)."),
 ) -> None:
-    """Show the agent's recovery events as a table (and a timeline picture)."""
+    """Show the agent's recovery events as a table (and a timeline picture); several nodes' logs
+    make one job timeline."""
     import json
 
     from hacfg.agent.state import read_events
-    from hacfg.agent.timeline import table
+    from hacfg.agent.timeline import effective_ratio, merge, table
     from hacfg.source import InputError
 
-    try:
-        records = read_events(file)
-    except OSError as err:
-        raise InputError(f"cannot read: {err.strerror or err}", file=str(file)) from None
-    from hacfg.agent.timeline import effective_ratio
-
+    paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
+    logs = []
+    for path in paths:
+        try:
+            logs.append(read_events(path))
+        except OSError as err:
+            raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
+    records = merge(logs)
     ratio = f"effective training time: {effective_ratio(records):.1%} of the wall time (attempts that made progress)"
     _write(json.dumps(records, indent=2) + "\n" if fmt == "json" else f"{table(records)}\n{ratio}\n", None)
     if plot is not None:

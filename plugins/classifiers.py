@@ -19,7 +19,7 @@ ENVIRONMENT_PATTERNS = re.compile(
 # What a rank sees when another rank died: a consequence, recorded but never the round's cause.
 PEER_PATTERNS = re.compile(
     r"Connection closed by peer|Connection reset by peer|ECONNRESET|Broken pipe"
-    r"|\[/?[\w./-]*gloo[\w./-]*\].*(?:Timed out|timeout|closed|reset|Connection refused)"
+    r"|\[[^\]]*gloo[^\]]*\].*(?:Timed out|timeout|closed|reset|Connection refused)"
     r"|NCCL.*(?:remote process exited|ncclRemoteError|Watchdog caught collective operation timeout)"
     r"|ProcessGroup\w*.*(?:timeout|timed out|Timeout)|Watchdog caught collective operation timeout"
     r"|HCCL.*(?:timeout|link down|notify wait)|DistNetworkError|DistStoreError|c10d.*(?:store|Store).*(?:timeout|closed|failed)"

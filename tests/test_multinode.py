@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,8 @@ class Job:
     torchrun: bool = False
     precheck: bool = False
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)
+    wrap: dict[int, list[str]] = field(default_factory=dict)  # a command to run a node's agent under
+    state_dirs: dict[int, Path] = field(default_factory=dict)  # default: CHECKPOINT/.hacfg/node-RANK
     agents: dict[int, subprocess.Popen] = field(default_factory=dict)
     logs: dict[int, list[Path]] = field(default_factory=dict)
 
@@ -60,6 +63,7 @@ class Job:
         return [sys.executable, "-m", "hacfg", "agent", "--nnodes", str(self.nnodes), "--node-rank", str(rank),
                 "--rdzv-endpoint", f"127.0.0.1:{self.rdzv_port}", "--rdzv-timeout", "60", "--checkpoint-path", str(self.ckpt),
                 *(() if self.precheck else ("--no-precheck",)), "--max-restarts", "3", "--grace", "5", "--initial-hang-timeout", "120s", *self.options,
+                *(("--state-dir", str(self.state_dirs[rank])) if rank in self.state_dirs else ()),
                 "--", sys.executable, *train]
 
     def start(self, rank: int) -> None:
@@ -68,7 +72,7 @@ class Job:
         env.pop("RANK", None)
         log = self.root / f"node{rank}-{len(self.logs.get(rank, []))}.log"
         self.logs.setdefault(rank, []).append(log)
-        self.agents[rank] = subprocess.Popen(self.command(rank), stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.agents[rank] = subprocess.Popen([*self.wrap.get(rank, []), *self.command(rank)], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def run(self, timeout: float = 240) -> dict[int, int]:
         for rank in range(self.nnodes):
@@ -104,7 +108,7 @@ class Job:
         return "".join(log.read_text(errors="replace") for log in self.logs.get(rank, []))
 
     def events(self, rank: int) -> list[dict]:
-        path = self.ckpt / ".hacfg" / f"node-{rank}" / "events.jsonl"
+        path = self.state_dirs.get(rank, self.ckpt / ".hacfg" / f"node-{rank}") / "events.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()]
 
     def decisions(self, rank: int) -> list[dict]:
@@ -181,6 +185,29 @@ def test_a_killed_worker_restarts_every_node_from_one_checkpoint(tmp_path, refer
     assert job.resumed(0) == [0, 4]
     peers = [e for r in range(nnodes - 1) for e in job.events(r) if e["event"] == "attempt_exit" and e["cause"] != "success"]
     assert peers and all(e["cause"] == "peer" or e.get("peer") for e in peers)  # recorded as consequences, not counted
+    assert stop_latency(job) < 2.0  # every node's workers stopped within 2 s of the first failure seen
+
+
+def stop_latency(job: Job) -> float:
+    """Seconds from the first failed round's first attempt_exit (the failure seen) to its last (all stopped)."""
+    first_round = job.decisions(0)[0]["round"]
+    exits = [datetime.fromisoformat(e["time"].replace("Z", "+00:00")) for r in range(job.nnodes) for e in job.events(r)
+             if e["event"] == "attempt_exit" and e["round"] == first_round]
+    return (max(exits) - min(exits)).total_seconds()
+
+
+def test_several_nodes_logs_make_one_job_timeline(tmp_path, reference, cli):
+    job = Job(tmp_path, 2, faults=("kill:1:6",))
+    assert_recovered(job, job.run(), reference)
+    logs = [job.ckpt / ".hacfg" / f"node-{rank}" / "events.jsonl" for rank in range(2)]
+    result = cli("events", *logs)
+    assert result.code == 0, result.err
+    rows = result.out.splitlines()[1:-2]
+    assert {"node 0:", "node 1:"} <= {row.split("  ")[-1][:7] for row in rows if "node " in row}
+    times = [row.split()[0] for row in rows]
+    assert times == sorted(times)
+    decisions = [row for row in rows if " decision " in f" {row} " and "proc_restart" in row]
+    assert len(decisions) == 2 and all("environment on node 1" in row for row in decisions)
 
 
 def test_a_kill_during_a_checkpoint_save_never_splits_the_resume_point(tmp_path, reference):
@@ -262,3 +289,18 @@ def test_under_torchrun_a_killed_worker_is_an_environment_fault(tmp_path, refere
     decisions = assert_recovered(job, job.run(), reference)
     assert [(d["action"], d["cause"], d["cause_node"]) for d in decisions] == [("proc_restart", "environment", 1), ("success", "success", 0)]
     assert "signal 9" in decisions[0]["cause_reason"]
+
+
+def test_a_node_that_cannot_see_the_chosen_checkpoint_fails_the_round_instead_of_training_from_another(tmp_path):
+    job = Job(tmp_path, 2, options=("--max-restarts", "1"), faults=("kill:1:6",))
+    job.ckpt.mkdir()
+    # node 1 gets a private, empty checkpoint folder: storage that is not shared
+    job.state_dirs[1] = tmp_path / "node-1-state"
+    job.wrap[1] = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'mount -t tmpfs none "{job.ckpt}" && exec "$@"', "sh"]
+    codes = job.run()
+    assert codes == {0: 138, 1: 138}
+    decisions = same_verdict_everywhere(job)
+    assert [(d["action"], d["cause_node"]) for d in decisions] == [("proc_restart", 1), ("job_reschedule", 1)]
+    assert "cannot see the checkpoint" in decisions[1]["cause_reason"] and "step_4" in decisions[1]["cause_reason"]
+    assert job.resumed(1) == [0]  # node 1 never trained from anything but the job's checkpoint
+    assert_no_process_left(job)

@@ -23,13 +23,14 @@ _SHOWN = {
         )
         if part
     ),
-    "decision": lambda e: f"{e.get('action')}: {e.get('reason')}",
+    "decision": lambda e: f"{e.get('action')}: {e.get('reason')}" + (f" (round {e['round']}, {e.get('cause')} on node {e.get('cause_node')})" if "cause_node" in e and e.get("action") != "success" else ""),
     "agent_exit": lambda e: f"exit {e.get('exit_code')}",
     "state_recovered": lambda e: str(e.get("detail")),
 }
 
 
 def table(events: list[dict[str, Any]]) -> str:
+    nodes = len({e.get("node") for e in events}) > 1
     rows = [("time", "attempt", "restarts", "event", "detail")]
     attempt = restarts = ""
     for event in events:
@@ -37,7 +38,8 @@ def table(events: list[dict[str, Any]]) -> str:
         restarts = f"{event['counted']}/{event['max_restarts']}" if "counted" in event and "max_restarts" in event else restarts
         describe = _SHOWN.get(event.get("event", ""), lambda e: "")
         time_text = str(event.get("time", ""))[11:23]
-        rows.append((time_text, attempt, restarts, str(event.get("event", "?")), describe(event)))
+        node = f"node {event.get('node')}: " if nodes else ""
+        rows.append((time_text, attempt, restarts, str(event.get("event", "?")), node + describe(event)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows
@@ -59,20 +61,26 @@ def _time(event: dict[str, Any]) -> datetime:
 
 
 def attempts(events: list[dict[str, Any]]) -> list[AttemptSpan]:
-    """Each attempt with how it ended and what was decided after it."""
+    """Each attempt with how it ended and what was decided after it (node 0's view of a group)."""
     spans: list[AttemptSpan] = []
     start: dict[str, Any] | None = None
-    for event in events:
+    for event in (e for e in events if e.get("node", 0) == 0):
         kind = event.get("event")
         if kind == "attempt_start":
             start = event
         elif kind == "attempt_exit" and start is not None:
-            cause = event.get("cause", "?")
-            spans.append(AttemptSpan(int(start.get("attempt", 0)), _time(start), _time(event), cause, bool(event.get("progressed")) or cause == "success", None))
+            spans.append(AttemptSpan(int(start.get("attempt", 0)), _time(start), _time(event), event.get("cause", "?"), False, None))
             start = None
         elif kind == "decision" and spans and spans[-1].decision is None:
-            spans[-1] = AttemptSpan(*[getattr(spans[-1], f) for f in ("attempt", "start", "end", "cause", "progressed")], event.get("action"))
+            last = spans[-1]
+            progressed = bool(event.get("progressed")) or event.get("action") == "success"
+            spans[-1] = AttemptSpan(last.attempt, last.start, last.end, event.get("cause", last.cause), progressed, event.get("action"))
     return spans
+
+
+def merge(logs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Several nodes' event logs as one job timeline, in time order (the sort is stable per node)."""
+    return sorted((event for log in logs for event in log), key=lambda e: (str(e.get("time", "")), e.get("node", 0)))
 
 
 def effective_ratio(events: list[dict[str, Any]]) -> float:

@@ -1,0 +1,158 @@
+"""The group's parts without processes: where a node stands, how a round is judged, peer failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from hacfg.agent.classify import Failure, classify
+from hacfg.agent.group import DEFAULT_PORT, resolve_spec
+from hacfg.agent.policy import Budgets, Policy
+from hacfg.agent.rounds import Outcome, Plan, judge
+from hacfg.source import InputError
+
+
+def spec(env: dict[str, str], **flags):
+    options = {"nnodes": None, "node_rank": None, "endpoint": None, "timeout": 60.0, "config_nodes": None, **flags}
+    return resolve_spec(env=env, **options)
+
+
+def test_one_node_is_no_group():
+    assert spec({}) is None
+    assert spec({"VC_WORKER_NUM": "1"}) is None
+
+
+def test_volcano_and_modelarts_variables_place_the_node():
+    found = spec({"VC_WORKER_NUM": "4", "VC_TASK_INDEX": "2", "VC_WORKER_HOSTS": "job-worker-0.job,job-worker-1.job"})
+    assert (found.nnodes, found.rank, found.host, found.port) == (4, 2, "job-worker-0.job", DEFAULT_PORT)
+    assert not found.leader
+
+
+def test_torchrun_variables_and_flags_win_over_the_platforms():
+    env = {"MA_NUM_HOSTS": "2", "NODE_RANK": "1", "VC_TASK_INDEX": "0", "MASTER_ADDR": "10.0.0.5"}
+    assert (spec(env).rank, spec(env).host) == (1, "10.0.0.5")
+    found = spec(env, nnodes=3, node_rank=0, endpoint="node0:1234")
+    assert (found.nnodes, found.rank, found.host, found.port, found.leader) == (3, 0, "node0", 1234, True)
+
+
+def test_the_store_never_takes_the_trainings_master_port():
+    assert spec({"MA_NUM_HOSTS": "2", "NODE_RANK": "0", "MASTER_ADDR": "h", "MASTER_PORT": str(DEFAULT_PORT)}).port == DEFAULT_PORT + 1
+
+
+def test_the_scenarios_node_count_is_the_default():
+    assert spec({"NODE_RANK": "1", "MASTER_ADDR": "h"}, config_nodes=4).nnodes == 4
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "message"),
+    [
+        ({"MASTER_ADDR": "h"}, {"nnodes": 2}, "needs this node's rank"),
+        ({"NODE_RANK": "2", "MASTER_ADDR": "h"}, {"nnodes": 2}, "outside a 2-node job"),
+        ({"NODE_RANK": "1"}, {"nnodes": 2}, "needs node 0's address"),
+        ({"NODE_RANK": "1"}, {"nnodes": 2, "endpoint": "h:port"}, "is not HOST:PORT"),
+    ],
+)
+def test_what_cannot_be_told_is_one_clear_error(env, flags, message):
+    with pytest.raises(InputError, match=message):
+        spec(env, **flags)
+
+
+PLAN = Plan(round=3, budgets=Budgets(attempt=3, restarts=2, counted=1))
+
+
+def test_the_first_failure_that_is_not_a_consequence_is_the_rounds_cause():
+    outcomes = [
+        Outcome(0, "environment", "connection closed by peer", 1, peer=True, seq=1),
+        Outcome(1, "user", "ValueError", 1, seq=2),
+        Outcome(2, "environment", "SIGKILL", 137, seq=3),
+    ]
+    verdict = judge(PLAN, outcomes, Policy(max_restarts=5, unconditional=True))
+    assert (verdict.cause, verdict.rank, verdict.action, verdict.budgets.counted, verdict.budgets.user_streak) == ("user", 1, "proc_restart", 2, 1)
+
+
+def test_only_consequences_seen_is_an_environment_fault():
+    verdict = judge(PLAN, [Outcome(0, "user", "stopped", 143, peer=True, seq=1)], Policy(max_restarts=5))
+    assert (verdict.cause, verdict.action, verdict.budgets.counted) == ("environment", "proc_restart", 2)
+
+
+def test_a_round_succeeds_only_when_every_node_does():
+    assert judge(PLAN, [Outcome(0, "success", "", 0), Outcome(1, "success", "", 0)], Policy()).exit_code == 0
+    verdict = judge(PLAN, [Outcome(0, "success", "", 0), Outcome(1, "environment", "SIGKILL", 137, seq=1)], Policy(max_restarts=2))
+    assert verdict.action == "proc_restart"
+
+
+def test_a_stopped_agent_stops_the_job_with_its_signal():
+    verdict = judge(PLAN, [Outcome(1, "stopped", "agent received SIGTERM", 143, seq=1), Outcome(0, "environment", "x", 143, peer=True, seq=2)], Policy(max_restarts=3))
+    assert (verdict.action, verdict.exit_code, verdict.rank) == ("stop", 143, 1)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.1.2.3]:4242",
+        "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+        "torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed.",
+        "RuntimeError: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5",
+    ],
+)
+def test_what_a_rank_sees_when_another_died_is_a_peer_failure(line):
+    verdict = classify(Failure(1, None, ("Traceback (most recent call last):", "  ...", line)))
+    assert (verdict.cause, verdict.peer) == ("environment", True)
+
+
+def test_a_signal_to_a_worker_under_torchrun_is_an_environment_fault():
+    tail = (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "train.py FAILED",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  exitcode  : -9 (pid: 4242)",
+        "  error_file: <N/A>",
+        "  traceback : Signal 9 (SIGKILL) received by PID 4242",
+    )
+    verdict = classify(Failure(1, None, tail))
+    assert (verdict.cause, verdict.peer) == ("environment", False)
+    assert "signal 9" in verdict.reason
+
+
+def test_a_python_exception_under_torchrun_stays_a_user_error():
+    tail = ("Traceback (most recent call last):", 'ValueError: bad config', "ChildFailedError:", "  exitcode  : 1 (pid: 4242)")
+    assert classify(Failure(1, None, tail)).cause == "user"
+
+
+def agent_without_torch(tmp_path, *options: str, child: str) -> subprocess.CompletedProcess:
+    """`hacfg agent` in an image without torch: a torch that cannot be imported shadows the real one."""
+    shadow = tmp_path / "no-torch" / "torch"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named torch')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(REPO)])}
+    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", *options,
+            "--", sys.executable, str(REPO / "tests" / "children" / child)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_several_nodes_without_torch_hand_every_restart_to_the_platform(tmp_path):
+    result = agent_without_torch(tmp_path, "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:9", "--max-restarts", "3", child="crash.py")
+    assert result.returncode == 138
+    assert "torch is not installed, so the nodes cannot restart together in place" in result.stderr.splitlines()[0]
+    assert result.stdout.splitlines() == ["attempt 1 restarts 0"]  # no restart in place
+    decision = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines() if '"decision"' in line][0]
+    assert decision["action"] == "job_reschedule" and "the platform restarts the whole job" in decision["reason"]
+
+
+def test_a_user_error_without_torch_still_gives_up_with_the_commands_code(tmp_path):
+    result = agent_without_torch(tmp_path, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:9", "--max-restarts", "3", child="user_error.py")
+    assert result.returncode == 1
+
+
+def test_standalone_keeps_restarting_in_place_whatever_the_jobs_size(tmp_path):
+    result = agent_without_torch(tmp_path, "--standalone", "--nnodes", "4", "--max-restarts", "2", child="crash.py")
+    assert result.returncode == 138
+    assert result.stdout.splitlines() == ["attempt 1 restarts 0", "attempt 2 restarts 1", "attempt 3 restarts 2"]
+    assert "torch is not installed" not in result.stderr
