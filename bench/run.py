@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import agent  # noqa: E402
 import cold_build  # noqa: E402
 import lint_corpus  # noqa: E402
+import multinode  # noqa: E402
 from common import verdicts_table  # noqa: E402
 
 
@@ -27,7 +28,7 @@ def machine() -> str:
 
 
 def main() -> None:
-    verdicts = [*lint_corpus.verdicts(), *cold_build.verdicts(), *agent.verdicts()]
+    verdicts = [*lint_corpus.verdicts(), *cold_build.verdicts(), *agent.verdicts(), *multinode.verdicts()]
     print(f"machine: {machine()}\n")
     print(verdicts_table(verdicts))
     missed = [v.name for v in verdicts if v.ok is False]

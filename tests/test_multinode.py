@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import REPO  # noqa: E402
 
-TRAIN = REPO / "tests" / "children" / "ddp_train.py"
+TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
 STEPS, EVERY = 16, 4
 
 

@@ -1,11 +1,15 @@
-"""A real data-parallel training job (torch DDP over gloo, CPU) that resumes from HACFG_RESUME_FROM.
+"""Data-parallel training (torch DDP over gloo, on CPU) that resumes from the checkpoint the agent chose.
 
 One process per node; its rank comes from RANK (torchrun) or NODE_RANK (one worker per agent).
 Deterministic: the data of step s depends only on s and the rank, the optimizer state is saved,
-so a run that resumes after faults must end bit-identical to one without them.
+so a run that resumes after faults ends bit-identical to one without them. Under ``hacfg agent``
+it resumes from ``HACFG_RESUME_FROM``, the same checkpoint on every rank; elsewhere (plain
+torchrun) each rank looks for the newest complete ``step_N`` itself, as most scripts do.
+Lines carry wall-clock times so a benchmark can tell how long a recovery took.
 
-Faults, ``--fault KIND:RANK:STEP[:ATTEMPT]`` (attempt 1 by default), fired on that rank just
-after that step's update:
+Faults to demonstrate recovery, ``--fault KIND:RANK:STEP[:ATTEMPT]``, fired on that rank just
+after that step's update, once per job (a marker beside the checkpoints remembers it), or in
+that attempt only when ATTEMPT is given:
   kill           SIGKILL itself
   hang           go silent forever (no output, no heartbeat)
   collective     print a gloo error as a collective would, then exit 1
@@ -45,25 +49,25 @@ def main() -> int:
 
     rank = int(os.environ.get("RANK", os.environ.get("NODE_RANK", "0")))
     world = int(os.environ["WORLD_SIZE"])
-    attempt = int(os.environ.get("HACFG_ATTEMPT", "1"))
+    attempt = int(os.environ.get("HACFG_ATTEMPT") or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = 0
-    resume = os.environ.get("HACFG_RESUME_FROM", "")
+    resume = os.environ["HACFG_RESUME_FROM"] if "HACFG_RESUME_FROM" in os.environ else newest_step(Path(args.ckpt))
     if resume:
         state = torch.load(Path(resume) / "state.pt", weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
-    say(f"rank {rank} attempt {attempt} resumed {start} from {resume or '-'}")
+    say(f"rank {rank} attempt {attempt} resumed {start} from {resume or '-'} at {time.time():.3f}")
     # No bucket rebuild after the first step (it happens only without find_unused_parameters): the
     # gradient buckets, and so the order of the sums over 4+ ranks, are the same whether a run
     # starts at step 1 or resumes at step 9; otherwise a resumed run differs in the last bits.
     ddp = DistributedDataParallel(model, find_unused_parameters=True)
     faults = [parse(spec) for spec in args.fault]
-    saving = Path(args.ckpt) / f".saving-{attempt}"
+    saving = Path(args.ckpt) / ".saving"  # rank 0 is inside the save a kill-in-save fault waits for
 
     for step in range(start + 1, args.steps + 1):
         data = torch.Generator().manual_seed(step * 1000 + rank)
@@ -71,16 +75,20 @@ def main() -> int:
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(ddp(inputs), targets).backward()
         optimizer.step()
-        say(f"rank {rank} step {step}")
+        say(f"rank {rank} step {step} at {time.time():.3f}")
         time.sleep(args.step_time)
-        for kind, where, when, on_attempt in faults:
-            if (where, when, on_attempt) == (rank, step, attempt):
+        for spec, (kind, where, when, on_attempt) in zip(args.fault, faults, strict=True):
+            fired = Path(args.ckpt) / f".fault-{spec.replace(':', '-')}"
+            if (where, when) == (rank, step) and on_attempt in (None, attempt) and not fired.exists():
+                fired.parent.mkdir(parents=True, exist_ok=True)
+                fired.touch()
+                say(f"rank {rank} fault {kind} at {time.time():.3f}")
                 fire(kind, saving)
         if step % args.every == 0:
             if rank == 0:
                 def write(folder: Path, step: int = step) -> None:
                     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, folder / "state.pt")
-                    if any(kind == "kill-in-save" and on_attempt == attempt and when == step for kind, _, when, on_attempt in faults):
+                    if any(kind == "kill-in-save" and when == step and not saving.exists() for kind, _, when, _ in faults):
                         saving.touch()
                         time.sleep(30)  # a slow save that a fault elsewhere interrupts
 
@@ -96,9 +104,15 @@ def main() -> int:
     return 0
 
 
-def parse(spec: str) -> tuple[str, int, int, int]:
+def newest_step(root: Path) -> str:
+    """The newest complete ``step_N`` under ``root``, or "" for a fresh start."""
+    done = [path for path in root.glob("step_*") if (path / ".complete").exists()]
+    return str(max(done, key=lambda path: int(path.name.removeprefix("step_")))) if done else ""
+
+
+def parse(spec: str) -> tuple[str, int, int, int | None]:
     kind, rank, step, *attempt = spec.split(":")
-    return kind, int(rank), int(step), int(attempt[0]) if attempt else 1
+    return kind, int(rank), int(step), int(attempt[0]) if attempt else None
 
 
 def fire(kind: str, saving: Path) -> None:

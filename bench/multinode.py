@@ -1,0 +1,182 @@
+"""Multi-node recovery, hacfg against torchrun, on the same real job and the same faults.
+
+Two emulated nodes on 127.0.0.1 run ``examples/resumable-training/train_ddp.py`` (torch DDP over
+gloo, CPU): under ``hacfg agent`` (grouped through torch's TCPStore), and under ``torchrun
+--max-restarts`` with c10d rendezvous, where each rank finds the newest checkpoint itself.
+
+Recovery time: from the moment a worker fails (it prints the time before it fires the fault) to
+the first training step of the next round on every rank. Divergent: a run in which two ranks
+resumed from different steps, or whose final weights differ from a fault-free run.
+
+Run: python bench/multinode.py (needs torch). Target: hacfg's recovery at most torchrun's,
+with zero divergent runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import Verdict, verdicts_table  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
+FAULTS = {"worker killed": "kill:1:6", "collective error": "collective:0:6", "kill during a save": "kill-in-save:1:8"}
+RUNS = int(os.environ.get("BENCH_RUNS", "3"))
+NODES = 2
+TRAINING = ["--steps", "12", "--every", "4", "--step-time", "0.02"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Run:
+    recovery: float | None  # seconds; None when the job did not recover
+    divergent: bool
+    stop: float | None = None  # hacfg: first failure seen to every node's workers stopped
+    decide: float | None = None  # hacfg: every node stopped to every node's next attempt started
+
+
+def agent_share(ckpt: Path) -> tuple[float | None, float | None]:
+    """From hacfg's events: how long stopping every node took, and then planning the next round."""
+    from hacfg.agent.state import read_events
+    from hacfg.agent.timeline import merge
+
+    events = merge([read_events(path) for path in sorted(ckpt.glob(".hacfg/node-*/events.jsonl"))])
+    stamp = {id(e): datetime.fromisoformat(e["time"].replace("Z", "+00:00")).timestamp() for e in events}
+    exits = [stamp[id(e)] for e in events if e["event"] == "attempt_exit" and e.get("round") == 1]
+    starts = [stamp[id(e)] for e in events if e["event"] == "attempt_start" and e.get("round") == 2]
+    if len(exits) < NODES or len(starts) < NODES:
+        return None, None
+    return max(exits) - min(exits), max(starts) - max(exits)
+
+
+def launch(launcher: str, workdir: Path, fault: str | None) -> list[str]:
+    """Run one 2-node job to the end; each node's output."""
+    ckpt, out = workdir / "ckpt", workdir / "out"
+    workdir.mkdir(parents=True)
+    train = [str(TRAIN), "--ckpt", str(ckpt), "--out", str(out), *TRAINING, *([f"--fault={fault}"] if fault else [])]
+    rdzv, master = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master), "WORLD_SIZE": str(NODES)}
+    env.pop("RANK", None)
+    procs, logs = [], []
+    for rank in range(NODES):
+        if launcher == "hacfg":
+            argv = [sys.executable, "-m", "hacfg", "agent", "--nnodes", str(NODES), "--node-rank", str(rank), "--rdzv-endpoint", f"127.0.0.1:{rdzv}",
+                    "--checkpoint-path", str(ckpt), "--no-precheck", "--max-restarts", "3", "--grace", "5", "--", sys.executable, *train]
+        else:
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(NODES), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", "bench", "--rdzv-conf", "join_timeout=60", "--max-restarts", "3", "--monitor-interval", "0.1", *train]
+        log = workdir / f"node{rank}.log"
+        logs.append(log)
+        procs.append(subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**env, "NODE_RANK": str(rank)}))
+    for proc in procs:
+        try:
+            proc.wait(timeout=180)
+        except subprocess.TimeoutExpired:  # the job never finished: no recovery to time
+            for stuck in procs:
+                stuck.kill()
+                stuck.wait()
+    return [log.read_text(errors="replace") for log in logs]
+
+
+def measure(outputs: list[str], final: Path, reference: dict) -> Run:
+    import torch
+
+    fault_at = [float(m) for text in outputs for m in re.findall(r"fault \S+ at ([\d.]+)", text)]
+    resumed: dict[int, list[int]] = {}
+    first_steps = []
+    for text in outputs:
+        lines = text.splitlines()
+        starts = [i for i, line in enumerate(lines) if re.match(r"rank \d+ attempt \d+ resumed \d+ ", line)]
+        for index in starts:
+            rank, step = re.match(r"rank (\d+) attempt \d+ resumed (\d+) ", lines[index]).groups()  # type: ignore[union-attr]
+            resumed.setdefault(int(rank), []).append(int(step))
+        if len(starts) > 1:  # the first step of the second round (torchrun numbers attempts per node, so count starts)
+            first = next((line for line in lines[starts[1]:] if re.match(r"rank \d+ step \d+ at", line)), None)
+            if first:
+                first_steps.append(float(first.rsplit(" ", 1)[1]))
+    done = all((final / f"rank{rank}.pt").exists() for rank in range(NODES))
+    diverged = len({tuple(r) for r in resumed.values()}) > 1
+    if done:
+        weights = [torch.load(final / f"rank{rank}.pt", weights_only=True) for rank in range(NODES)]
+        diverged = diverged or any(not torch.equal(w[name], reference[name]) for w in weights for name in reference)
+    recovered = done and fault_at and len(first_steps) == NODES
+    return Run(max(first_steps) - min(fault_at) if recovered else None, diverged)
+
+
+def compare() -> tuple[str, list[Verdict]]:
+    import torch
+
+    lines, verdicts = [f"{'fault':<22} {'hacfg (s)':>24} {'torchrun c10d (s)':>24}  divergent runs"], []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        launch("hacfg", root / "reference", None)
+        reference = torch.load(root / "reference" / "out" / "rank0.pt", weights_only=True)
+        totals: dict[str, list[Run]] = {"hacfg": [], "torchrun": []}
+        for name, fault in FAULTS.items():
+            runs: dict[str, list[Run]] = {"hacfg": [], "torchrun": []}
+            for i in range(RUNS):
+                for launcher in ("hacfg", "torchrun"):  # interleaved, so both see the same machine
+                    workdir = root / f"{launcher}-{len(totals[launcher])}-{i}"
+                    run = measure(launch(launcher, workdir, fault), workdir / "out", reference)
+                    if launcher == "hacfg":
+                        run.stop, run.decide = agent_share(workdir / "ckpt")
+                    runs[launcher].append(run)
+            for launcher, found in runs.items():
+                totals[launcher] += found
+            cells = [_cell(runs[launcher]) for launcher in ("hacfg", "torchrun")]
+            lines.append(f"{name:<22} {cells[0]:>24} {cells[1]:>24}  {sum(r.divergent for r in runs['hacfg'])} vs {sum(r.divergent for r in runs['torchrun'])}")
+    ours, theirs = _median(totals["hacfg"]), _median(totals["torchrun"])
+    divergent = sum(r.divergent for r in totals["hacfg"])
+    ratio = ours / theirs if ours is not None and theirs else None
+    verdicts.append(Verdict("multi-node recovery", f"{ours:.2f}s" if ours else "failed", f"torchrun c10d {theirs:.2f}s" if theirs else "torchrun failed",
+                            ratio, "<= 1x torchrun", ratio is not None and ratio <= 1.0))
+    verdicts.append(Verdict("multi-node divergent runs", f"{divergent} of {len(totals['hacfg'])}",
+                            f"torchrun {sum(r.divergent for r in totals['torchrun'])} of {len(totals['torchrun'])}", None, "0", divergent == 0))
+    stops = [r.stop for r in totals["hacfg"] if r.stop is not None]
+    decides = [r.decide for r in totals["hacfg"] if r.decide is not None]
+    if stops:
+        worst = max(stops)
+        verdicts.append(Verdict("multi-node stop, all ranks", f"{statistics.median(stops) * 1000:.0f}ms (max {worst * 1000:.0f})",
+                                f"then next round {statistics.median(decides) * 1000:.0f}ms", None, "< 2 s", worst < 2.0))
+    return "\n".join(lines), verdicts
+
+
+def _median(runs: list[Run]) -> float | None:
+    times = [r.recovery for r in runs if r.recovery is not None]
+    return statistics.median(times) if times else None
+
+
+def _cell(runs: list[Run]) -> str:
+    times = [r.recovery for r in runs if r.recovery is not None]
+    failed = len(runs) - len(times)
+    text = f"{statistics.median(times):.2f} ({min(times):.2f}-{max(times):.2f})" if times else "-"
+    return text + (f" {failed} failed" if failed else "")
+
+
+def verdicts() -> list[Verdict]:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return [Verdict("multi-node recovery", "-", "torch is not installed", None, "<= 1x torchrun", None)]
+    detail, found = compare()
+    print(detail, end="\n\n", file=sys.stderr)
+    return found
+
+
+if __name__ == "__main__":
+    print(verdicts_table(verdicts()))
