@@ -118,6 +118,9 @@ class Job:
         """The step each attempt of this rank's worker started from."""
         return [int(line.split()[5]) for line in self.output(rank).splitlines() if line.startswith(f"rank {rank} attempt ") and " resumed " in line]
 
+    def attempts(self, rank: int) -> list[int]:
+        return [int(line.split()[3]) for line in self.output(rank).splitlines() if line.startswith(f"rank {rank} attempt ") and " resumed " in line]
+
     def weights(self, rank: int) -> dict:
         return torch.load(self.out / f"rank{rank}.pt", weights_only=True)
 
@@ -170,6 +173,7 @@ def assert_recovered(job: Job, codes: dict[int, int], reference: dict) -> list[d
     decisions = same_verdict_everywhere(job)
     for rank in range(job.nnodes):
         assert job.resumed(rank) == job.resumed(0), f"rank {rank} resumed from {job.resumed(rank)}, rank 0 from {job.resumed(0)}"
+        assert job.attempts(rank) == list(range(1, len(decisions) + 1))  # HACFG_ATTEMPT, the same on every rank
         assert_weights_equal(job.weights(rank), reference[job.nnodes])
     assert_no_process_left(job)
     return decisions
@@ -210,16 +214,20 @@ def test_several_nodes_logs_make_one_job_timeline(tmp_path, reference, cli):
     assert len(decisions) == 2 and all("environment on node 1" in row for row in decisions)
 
 
-def test_a_kill_during_a_checkpoint_save_never_splits_the_resume_point(tmp_path, reference):
-    job = Job(tmp_path, 2, faults=("kill-in-save:1:8",))
+@pytest.mark.parametrize(("nnodes", "torchrun"), [(2, False), (4, False), (2, True)], ids=["2-nodes", "4-nodes", "torchrun"])
+def test_a_kill_during_a_checkpoint_save_never_splits_the_resume_point(tmp_path, reference, nnodes, torchrun):
+    job = Job(tmp_path, nnodes, faults=(f"kill-in-save:{nnodes - 1}:8",), torchrun=torchrun)
     decisions = assert_recovered(job, job.run(), reference)
     assert decisions[0]["action"] == "proc_restart"
-    assert job.resumed(0) == job.resumed(1) == [0, 4]  # step_8 was cut short on node 0: nobody resumes from it
-    assert not (job.ckpt / "step_8" / ".complete").exists() or job.resumed(0)[-1] == 4
+    assert job.resumed(0) == [0, 4]  # step_8 was cut short on node 0 by the job's stop: nobody resumes from it
 
 
-def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference):
-    job = Job(tmp_path, 2, options=("--hang-timeout", "3s", "--hang-retry"), faults=("hang:1:6",))
+@pytest.mark.parametrize("torchrun", [False, True], ids=["agent", "torchrun"])
+def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference, torchrun):
+    # torchrun waits silently at its exit barrier for the other node's torchrun: a hang timeout
+    # must outlast that, as real ones (minutes) do
+    timeout = "12s" if torchrun else "3s"
+    job = Job(tmp_path, 2, options=("--hang-timeout", timeout, "--hang-retry"), faults=("hang:1:6",), torchrun=torchrun)
     decisions = assert_recovered(job, job.run(), reference)
     assert [d["cause"] for d in decisions] == ["hang", "success"]
     assert (decisions[0]["counted"], decisions[0]["hang_streak"], decisions[0]["restarts"]) == (0, 1, 1)

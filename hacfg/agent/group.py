@@ -109,7 +109,7 @@ def torch_store() -> Any | None:
     if quiet:  # c10d logs every retried connection with a C++ backtrace; our messages say what matters
         os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     try:
-        from torch.distributed import TCPStore
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
     except ImportError:
         return None
     finally:
@@ -177,6 +177,7 @@ class Group:
             raise GroupLost(f"nodes {self._missing(keys)} did not join within {self.spec.timeout:g}s")
         hellos = [NodeState.from_json(json.loads(self.store.get(key))) for key in keys]
         newest = max(hellos, key=lambda s: s.round)
+        self.state = NodeState(newest.budgets, newest.round, self.state.running and self.state.round == newest.round)
         interrupted = [rank for rank, s in enumerate(hellos) if s.running and s.round == newest.round]
         self.store.set("current", str(newest.round if interrupted else newest.round + 1))
         if interrupted:
@@ -194,7 +195,7 @@ class Group:
         if self.store.check([f"{prefix}/decision"]):
             verdict = self._decision(current)
             was_in_it = self.state.running and self.state.round == current
-            self.state.round = current
+            self.state = NodeState(verdict.budgets, current, running=False)
             return verdict if was_in_it else None
         if self.store.check([f"{prefix}/plan"]) and not self.store.check([f"{prefix}/out/{self.spec.rank}"]):
             # this node was in the round and lost its workers with its agent
@@ -208,7 +209,8 @@ class Group:
     # -- a round --------------------------------------------------------------------------------
 
     def begin(self, state: NodeState, precheck_failure: str | None = None) -> Plan | Verdict:
-        """Join the next round; the leader plans it once every node is ready."""
+        """Join the next round; the leader plans it once every node is ready. The group's own view
+        of the state (kept in step with every verdict) decides, not this node's ``state``."""
         while True:
             try:
                 return self._begin(precheck_failure)
@@ -399,7 +401,8 @@ class Group:
     def _get(self, key: str, seconds: float) -> dict[str, Any]:
         if not self._wait([key], seconds):
             raise GroupLost(f"no {key.split('/')[-1]} from node 0 within {seconds:g}s")
-        return json.loads(self.store.get(key))
+        found: dict[str, Any] = json.loads(self.store.get(key))
+        return found
 
     def _missing(self, keys: list[str]) -> list[int]:
         return [int(key.rsplit("/", 1)[1]) for key in keys if not self.store.check([key])]

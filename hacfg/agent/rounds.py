@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.agent import checkpoints
-from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
+from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Cause, Policy, decide
 
 SUCCESS = "success"
 STOPPED = "stopped"
@@ -114,16 +114,19 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
     budgets = dataclasses.replace(plan.budgets)
     after = checkpoints.newest_complete(policy.checkpoint_path)
     progressed = after is not None and (plan.resume_step is None or after.step > plan.resume_step)
-    common = {"round": plan.round, "progressed": progressed, "resume_from": str(after.path) if after else None}
+
+    def verdict(cause: str, reason: str, rank: int, action: str, detail: str, exit_code: int | None) -> Verdict:
+        return Verdict(plan.round, cause, reason, rank, action, detail, budgets, exit_code, progressed, str(after.path) if after else None)
+
     failures = sorted((o for o in outcomes if o.cause != SUCCESS), key=lambda o: (o.peer, o.seq, o.rank))
     if not failures:
-        return Verdict(cause=SUCCESS, reason="every worker finished", rank=0, action=SUCCESS, detail="done", budgets=budgets, exit_code=0, **common)
+        return verdict(SUCCESS, "every worker finished", 0, SUCCESS, "done", 0)
     first = failures[0]
     if first.cause == STOPPED:
-        return Verdict(cause=STOPPED, reason=first.reason, rank=first.rank, action="stop", detail="the agent was told to stop", budgets=budgets, exit_code=first.code, **common)
-    cause = "environment" if first.peer else first.cause  # only consequences were seen: the peer is gone
-    decision = decide(cause, budgets, policy, progressed=progressed, command_code=first.code)  # type: ignore[arg-type]
-    return Verdict(cause=cause, reason=first.reason, rank=first.rank, action=decision.action, detail=decision.reason, budgets=budgets, exit_code=decision.exit_code, **common)
+        return verdict(STOPPED, first.reason, first.rank, "stop", "the agent was told to stop", first.code)
+    cause: Cause = "environment" if first.peer else first.cause  # type: ignore[assignment]  # only consequences seen: the peer is gone
+    decision = decide(cause, budgets, policy, progressed=progressed, command_code=first.code)
+    return verdict(cause, first.reason, first.rank, decision.action, decision.reason, decision.exit_code)
 
 
 def precheck_verdict(number: int, budgets: Budgets, policy: Policy, reason: str, rank: int = 0) -> Verdict:
