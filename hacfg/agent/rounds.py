@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hacfg.agent import checkpoints
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Cause, Policy, decide
@@ -140,6 +140,20 @@ def without_in_place_restart(verdict: Verdict, why: str) -> Verdict:
     if verdict.action != "proc_restart":
         return verdict
     return dataclasses.replace(verdict, action="job_reschedule", detail=f"{verdict.detail}; {why}: the platform restarts the whole job", exit_code=RETRY_ELSEWHERE)
+
+
+class Rounds(Protocol):
+    """Where a node's rounds are planned and judged: by itself (LocalRounds) or by its group."""
+
+    def recover(self, state: NodeState) -> Verdict | None: ...
+
+    def begin(self, state: NodeState, precheck_failure: str | None = None) -> Plan | Verdict: ...
+
+    def watch(self, stop: Callable[[str], None]) -> contextlib.AbstractContextManager[None]: ...
+
+    def end(self, outcome: Outcome) -> Verdict: ...
+
+    def close(self) -> None: ...
 
 
 class LocalRounds:

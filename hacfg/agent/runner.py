@@ -18,14 +18,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from hacfg import plugin_manager
 from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.classify import Failure, classify
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import PrecheckContext, PrecheckSettings, run_prechecks
-from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Verdict, resume_visible
+from hacfg.agent.group import GroupLost
+from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Rounds, Verdict, resume_visible
 from hacfg.agent.state import EventLog, StateStore
 from hacfg.agent.supervise import Supervisor, become_subreaper
 
@@ -44,7 +44,7 @@ class Agent:
         state_dir: Path,
         events: Path,
         *,
-        rounds: Any = None,  # LocalRounds, or hacfg.agent.group.Group for a node of a group
+        rounds: Rounds | None = None,  # default: this node on its own
         node: int | None = None,  # this node's rank in a group
         echo: Callable[[str], None] = _say,
     ):
@@ -58,8 +58,6 @@ class Agent:
         self.events = EventLog(events, echo=echo, node=node)
 
     def run(self) -> int:
-        from hacfg.agent.group import GroupLost
-
         self.store.acquire()
         try:
             return self._run()
@@ -240,7 +238,7 @@ def run_agent(
     spec = None if standalone else group.resolve_spec(
         nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, timeout=rdzv_timeout, config_nodes=config_nodes, env=dict(os.environ)
     )
-    rounds: Any = LocalRounds(policy)
+    rounds: Rounds = LocalRounds(policy)
     if spec is not None:
         store_class = group.torch_store()
         if store_class is None:
