@@ -1,7 +1,7 @@
 """One attempt: run the command in its own session, relay its output untouched, watch for hangs.
 
-Each stream is relayed by its own thread with blocking raw reads and writes (no buffering
-beyond what one read returns), keeping the last 64 KiB for the classifiers; the main thread
+Each stream is relayed by its own thread (``relay``: splice where both ends allow it, else
+blocking raw reads and writes), keeping the last 64 KiB for the classifiers; the main thread
 only waits, for the child, a deadline or a signal. Time is measured with the monotonic clock, so a
 wall-clock jump neither fires nor hides a hang. Signals reach the agent through a wakeup pipe
 and are forwarded to the whole process group; after ``grace`` seconds the group gets SIGKILL.
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hacfg.agent.accelerator import UtilizationProbe
+from hacfg.agent.relay import relay
 
 TAIL_BYTES = 64 * 1024
-READ_BYTES = 1 << 16  # a pipe's default capacity
 TAIL_LINES = 50
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
@@ -196,26 +196,18 @@ class Supervisor:
                         kill_at = time.monotonic() + self.grace
 
     def _pump(self, source, target: int, wake: int) -> None:  # noqa: ANN001 - the child's pipe (a file object)
-        """Relay one stream with blocking reads into a reused buffer; keep its tail; note the time."""
-        fd = source.fileno()
-        view = memoryview(bytearray(READ_BYTES))
-        while True:
-            try:
-                size = os.readv(fd, [view])
-            except OSError:
-                size = 0
-            if not size:
-                with contextlib.suppress(OSError):
-                    os.write(wake, b"\0")  # end of stream: wake the watcher
-                return
-            chunk = view[:size]
-            _write_all(target, chunk)
-            with self.tail_lock:
-                tail = self.tails.setdefault(target, bytearray())
-                tail += chunk
-                if len(tail) > 2 * TAIL_BYTES:
-                    del tail[:-TAIL_BYTES]
-            self.output_at = time.monotonic()
+        """Relay one stream, keeping its tail and noting the time; wake the watcher at its end."""
+        relay(source.fileno(), target, lambda chunk: self._keep(target, chunk), TAIL_BYTES)
+        with contextlib.suppress(OSError):
+            os.write(wake, b"\0")
+
+    def _keep(self, target: int, chunk: memoryview) -> None:
+        with self.tail_lock:
+            tail = self.tails.setdefault(target, bytearray())
+            tail += chunk
+            if len(tail) > 2 * TAIL_BYTES:
+                del tail[:-TAIL_BYTES]
+        self.output_at = time.monotonic()
 
     def tail_lines(self) -> tuple[str, ...]:
         """The last lines of stdout, then of stderr (where errors usually are)."""
@@ -231,19 +223,6 @@ class Supervisor:
             return os.stat(self.heartbeat).st_mtime_ns
         except OSError:
             return None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(fd, view)
-        except BlockingIOError:
-            time.sleep(0.001)
-            continue
-        except BrokenPipeError:
-            return  # our reader went away; keep supervising
-        view = view[written:]
 
 
 def _drain_signals(fd: int) -> list[int]:
