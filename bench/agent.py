@@ -1,7 +1,7 @@
 """The agent's costs, measured in one run: restart latency (vs torchrun), relay throughput (vs a
 plain pipe), CPU while idle-supervising, and hang detection latency (vs the configured timeout).
 
-Run: python bench/agent.py. Targets: restart latency >= 10x lower than torchrun's; relay >= 0.8x
+Run: python bench/agent.py. Targets: restart latency >= 10x lower than torchrun's; relay >= 1.0x
 the plain pipe; idle CPU < 1% of a core; hang detected within timeout + 1 s.
 """
 
@@ -22,6 +22,7 @@ from common import Verdict, verdicts_table  # noqa: E402
 
 RESTARTS = 20
 RELAY_MB = 200
+RELAY_RUNS = 15
 HACFG = [sys.executable, "-m", "hacfg"]
 
 
@@ -74,15 +75,16 @@ def relay(tmp: Path) -> tuple[float, float]:
         "print(total / (time.perf_counter() - first) / 1e6)\nwhile os.readv(0, [buf]):\n    pass\n"
     )
 
-    def through(prefix: list[str]) -> float:
+    def rate(prefix: list[str]) -> float:
         command = " ".join([*prefix, sys.executable, str(writer), str(RELAY_MB)])
-        rates = []
-        for _ in range(5):
-            out = subprocess.run(["/bin/sh", "-c", f"{command} | {sys.executable} {reader} {RELAY_MB << 20}"], capture_output=True, text=True).stdout
-            rates.append(float(out))
-        return statistics.median(rates)
+        out = subprocess.run(["/bin/sh", "-c", f"{command} | {sys.executable} {reader} {RELAY_MB << 20}"], capture_output=True, text=True).stdout
+        return float(out)
 
-    return through([*HACFG, "agent", "--state-dir", str(tmp / "relay"), "--no-precheck", "--"]), through([])
+    agent = [*HACFG, "agent", "--state-dir", str(tmp / "relay"), "--no-precheck", "--"]
+    # interleaved, and many: whether the scheduler puts writer and reader on one core or two
+    # changes a pipe's speed two-fold, and it falls on both sides alike
+    pairs = [(rate(agent), rate([])) for _ in range(RELAY_RUNS)]
+    return statistics.median(a for a, _ in pairs), statistics.median(p for _, p in pairs)
 
 
 def idle_cpu(tmp: Path, seconds: float = 5.0) -> float:
@@ -135,7 +137,7 @@ def verdicts() -> list[Verdict]:
         restart = Verdict("restart latency", f"{ours * 1000:.1f}ms", f"torchrun {theirs * 1000:.1f}ms", theirs / ours, ">= 10x lower", theirs / ours >= 10)
     return [
         restart,
-        Verdict(f"relay {RELAY_MB} MB", f"{agent_mbs:.0f} MB/s", f"plain pipe {pipe_mbs:.0f} MB/s", agent_mbs / pipe_mbs, ">= 0.8x pipe", agent_mbs / pipe_mbs >= 0.8),
+        Verdict(f"relay {RELAY_MB} MB", f"{agent_mbs:.0f} MB/s", f"plain pipe {pipe_mbs:.0f} MB/s", agent_mbs / pipe_mbs, ">= 1.0x pipe", agent_mbs / pipe_mbs >= 1.0),
         Verdict("idle CPU", f"{cpu:.2f}% of a core", "-", None, "< 1%", cpu < 1),
         Verdict("hang detection latency", f"{late:+.3f}s", "2s timeout", None, "<= timeout + 1s", late <= 1),
     ]
