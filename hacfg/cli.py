@@ -261,16 +261,28 @@ def rules_command(
 @app.command("explain")
 def explain_command(rule_id: str = typer.Argument(..., help="A rule ID, such as HA007.")) -> None:
     """Print a rule's documentation: what it does, why it matters, an example, the fix."""
-    from hacfg import lint
+    from hacfg import lint, report
     from hacfg.source import InputError, did_you_mean
 
     registry = lint.registry()
     source = registry.get(rule_id.upper())
     if source is None:
         raise InputError(f"unknown rule {rule_id!r}{did_you_mean(rule_id.upper(), list(registry))}; `hacfg rules` lists them")
-    rule = source.rule
-    typer.echo(f"{rule.id} {rule.name} ({rule.severity}, from {source.distribution})\n")
-    typer.echo(rule.help)
+    typer.echo(report.explain(source))
+
+
+@app.command("server")
+def server_command() -> None:
+    """Run the language server on stdin and stdout, for editors (needs: pip install 'hacfg[server]')."""
+    try:
+        from hacfg.server import serve
+    except ModuleNotFoundError as err:
+        if (err.name or "").partition(".")[0] not in ("pygls", "lsprotocol"):
+            raise
+        from hacfg.source import InputError
+
+        raise InputError(f"hacfg server needs {err.name}: pip install 'hacfg[server]'") from None
+    serve()
 
 
 def _agent_policy(config: Optional[Path], **overrides):

@@ -19,7 +19,7 @@ from hacfg import plugin_manager
 from hacfg.config import ConfigError, ConfigInvalid, validate, with_presets
 from hacfg.rules import SEVERITIES, Fix, JobBody, Kind, LintContext, Problem, Rule, Severity, problems
 from hacfg.settings import Settings
-from hacfg.source import Document, InputError, LogicalPath, Span, dotted, load
+from hacfg.source import Document, InputError, LogicalPath, Span, dotted, load, parse
 
 BUILTIN_PREFIX = "HA"
 SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
@@ -171,8 +171,13 @@ def _walk(root: Path, settings: Settings) -> Iterator[Path]:
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
         for name in sorted(files):
             file = Path(folder) / name
-            if any(fnmatch.fnmatch(name, pattern) for pattern in SCENARIO_NAMES) or settings.included(file):
+            if wanted(file, settings):
                 yield file
+
+
+def wanted(file: Path, settings: Settings) -> bool:
+    """Whether linting a directory includes this file: a scenario file's name, or a configured glob."""
+    return any(fnmatch.fnmatch(file.name, pattern) for pattern in SCENARIO_NAMES) or settings.included(file)
 
 
 def kind_of(document: Document) -> Kind:
@@ -183,10 +188,11 @@ def kind_of(document: Document) -> Kind:
     return "scenario"
 
 
-def lint_file(path: Path, settings: Settings, rules: dict[str, RuleSource], *, platform: str | None = None) -> list[Finding]:
+def lint_file(path: Path, settings: Settings, rules: dict[str, RuleSource], *, platform: str | None = None, text: str | None = None) -> list[Finding]:
+    """``text``: the file as an editor holds it, unsaved, instead of what is on disk."""
     name = str(path)
     try:
-        own = load(path)
+        own = load(path) if text is None else parse(text, name)
     except InputError as err:
         if err.span is None:  # could not read the file at all
             raise

@@ -136,6 +136,12 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
+def explain(source: RuleSource) -> str:
+    """A rule's documentation, as ``hacfg explain`` prints it and ``hacfg server`` shows it on hover."""
+    rule = source.rule
+    return f"{rule.id} {rule.name} ({rule.severity}, from {source.distribution})\n\n{rule.help}"
+
+
 def rules_markdown(rules: dict[str, RuleSource]) -> str:
     """The rule reference page (docs/rules.md): the same help ``hacfg explain`` prints."""
     lines = [

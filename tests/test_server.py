@@ -1,0 +1,221 @@
+"""`hacfg server` in a real editor session: a language client talking to the real process over stdio."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+SCENARIO = textwrap.dedent("""\
+    version: 1
+    scenario: multi-node
+    job:
+      name: llama
+      nodes: 4
+      accelerator: gpu
+      network: infiniband
+    checkpoint:
+      path: /mnt/sfs/ckpt
+      interval: 30m
+      resume: true
+    restart:
+      max: 3
+""")
+# A non-BMP character before the finding: UTF-16 counts it as two code units, Python as one.
+JOB = textwrap.dedent("""\
+    kind: job
+    metadata:
+      name: llama
+      annotations: {"note/😋": "x", fault-tolerance/job-retry-num: 3}
+    algorithm:
+      outputs: [{name: ckpt, remote: {obs: {obs_url: "obs://bucket/ckpt/"}}}]
+""")
+
+
+class Editor:
+    """An editor's side of the protocol, talking to a real `hacfg server` over stdio.
+
+    The client's event loop runs in a thread, so tests read as plain calls: open, change, hover.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.versions: dict[str, int] = {}
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.client = LanguageClient("hacfg-tests", "1")
+        self.published: asyncio.Queue[types.PublishDiagnosticsParams] = self.call(self._queue())
+        self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)(lambda params: self.published.put_nowait(params))
+        self.call(self.client.start_io(sys.executable, "-m", "hacfg", "server", cwd=str(root)))
+        self.initialized = self.call(self.client.initialize_async(types.InitializeParams(types.ClientCapabilities(), process_id=None, root_uri=root.as_uri())))
+        self.client.initialized(types.InitializedParams())
+
+    @staticmethod
+    async def _queue() -> asyncio.Queue:
+        return asyncio.Queue()
+
+    def call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(60)
+
+    def uri(self, name: str) -> str:
+        return (self.root / name).as_uri()
+
+    def diagnostics(self, name: str) -> list[types.Diagnostic]:
+        """The next diagnostics published for ``name``."""
+        while True:
+            params = self.call(asyncio.wait_for(self.published.get(), 30))
+            if params.uri == self.uri(name):
+                return list(params.diagnostics)
+
+    def open(self, name: str, text: str) -> list[types.Diagnostic]:
+        self.versions[name] = 1
+        self.client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(self.uri(name), "yaml", 1, text)))
+        return self.diagnostics(name)
+
+    def change(self, name: str, where: types.Range, text: str) -> list[types.Diagnostic]:
+        self.versions[name] += 1
+        document = types.VersionedTextDocumentIdentifier(version=self.versions[name], uri=self.uri(name))
+        self.client.text_document_did_change(types.DidChangeTextDocumentParams(document, [types.TextDocumentContentChangePartial(range=where, text=text)]))
+        return self.diagnostics(name)
+
+    def save(self, path: Path) -> None:
+        self.client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(path.as_uri())))
+
+    def hover(self, name: str, line: int, character: int) -> types.Hover | None:
+        params = types.HoverParams(types.TextDocumentIdentifier(self.uri(name)), types.Position(line, character))
+        return self.call(self.client.text_document_hover_async(params))
+
+    def code_actions(self, name: str, where: types.Range, only: list[str] | None = None) -> list[types.CodeAction]:
+        params = types.CodeActionParams(types.TextDocumentIdentifier(self.uri(name)), where, types.CodeActionContext(diagnostics=[], only=only))
+        return list(self.call(self.client.text_document_code_action_async(params)) or [])
+
+    def close(self) -> int | None:
+        """Shut down and exit as an editor does; the server's exit code."""
+        self.call(self.client.shutdown_async(None))
+        self.client.exit(None)
+        code = self.call(asyncio.wait_for(self.client._server.wait(), 30))
+        self.call(self.client.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        return code
+
+
+@pytest.fixture(scope="module")
+def editor(tmp_path_factory):
+    """One server for the tests that only open files: starting one takes a while."""
+    root = tmp_path_factory.mktemp("workspace")
+    (root / ".hacfg.toml").write_text('include = ["jobs/*.yaml"]\nper-file-ignores = {"jobs/legacy.yaml" = ["HA007"]}\n')
+    (root / "jobs").mkdir()
+    session = Editor(root)
+    yield session
+    assert session.close() == 0
+
+
+def span(line: int, start: int, end: int) -> types.Range:
+    return types.Range(types.Position(line, start), types.Position(line, end))
+
+
+def apply(text: str, edit: types.TextEdit) -> str:
+    """Apply one edit the way an editor does (positions in UTF-16 code units)."""
+    lines = text.splitlines(keepends=True)
+
+    def offset(position: types.Position) -> int:
+        before = "".join(lines[: position.line])
+        line = lines[position.line] if position.line < len(lines) else ""
+        return len(before) + len(line.encode("utf-16-le")[: 2 * position.character].decode("utf-16-le"))
+
+    return text[: offset(edit.range.start)] + edit.new_text + text[offset(edit.range.end) :]
+
+
+def test_a_session_from_initialize_to_exit_diagnostics_on_open_and_change(tmp_path):
+    editor = Editor(tmp_path)
+    assert editor.initialized.server_info.name == "hacfg"
+    (opened,) = editor.open("ha.yaml", SCENARIO)
+    assert (opened.code, opened.range, opened.severity, opened.source) == ("HA009", span(12, 7, 8), types.DiagnosticSeverity.Warning, "hacfg")
+    # the editor's text, not the file on disk (there is none): a typo is reported where it is
+    (unknown,) = editor.change("ha.yaml", span(12, 2, 5), "mxa")
+    assert (unknown.code, unknown.range, unknown.severity) == ("HA101", span(12, 2, 5), types.DiagnosticSeverity.Error)
+    assert unknown.message == "unknown key 'mxa' in restart; did you mean 'max'?"
+    assert [d.code for d in editor.change("ha.yaml", span(12, 2, 5), "max")] == ["HA009"]
+    assert editor.change("ha.yaml", span(12, 7, 8), "5") == []  # a budget above 3: nothing left
+    assert editor.close() == 0
+
+
+def test_diagnostics_match_hacfg_lint_exactly(editor, cli, monkeypatch):
+    text = SCENARIO.replace("max: 3", "max: 3\n  on_hang: false  # hacfg: disable=HA016\nhang:\n  timeout: 2m")
+    (editor.root / "match.ha.yaml").write_text(text)
+    monkeypatch.chdir(editor.root)
+    expected = [line.split(": ", 1) for line in cli("lint", "match.ha.yaml").out.splitlines()[:-1]]
+    shown = editor.open("match.ha.yaml", text)
+    severity = {types.DiagnosticSeverity.Error: "error", types.DiagnosticSeverity.Warning: "warning", types.DiagnosticSeverity.Information: "info"}
+    assert [[f"match.ha.yaml:{d.range.start.line + 1}:{d.range.start.character + 1}", f"{d.code} {severity[d.severity]} {d.message}"] for d in shown] == expected
+    assert len(expected) == 4
+
+
+def test_settings_and_suppressions_apply_as_on_the_command_line(editor):
+    assert [d.code for d in editor.open("jobs/train.yaml", JOB)] == ["HA007"]  # an include glob
+    assert editor.open("jobs/legacy.yaml", JOB) == []  # per-file-ignores
+    assert editor.open("jobs/quiet.yaml", JOB.replace("3}", "3}  # hacfg: disable=HA007 -- migrating")) == []
+    assert editor.open("notes.yaml", JOB) == []  # not a file `hacfg lint .` would pick
+
+
+def test_positions_are_utf16_code_units_and_the_quick_fix_edits_exactly_the_value(editor):
+    line = JOB.splitlines()[3]
+    character = len(line[: line.index(": 3}") + 2].encode("utf-16-le")) // 2  # one more than Python's index
+    (finding,) = editor.open("jobs/emoji.yaml", JOB)
+    assert (finding.code, finding.range) == ("HA007", span(3, character, character + 1))
+    (action,) = editor.code_actions("jobs/emoji.yaml", span(3, character, character), only=[types.CodeActionKind.QuickFix])
+    assert action.kind == types.CodeActionKind.QuickFix and list(action.diagnostics) == [finding]
+    (edit,) = action.edit.changes[editor.uri("jobs/emoji.yaml")]
+    assert apply(JOB, edit) == JOB.replace("job-retry-num: 3}", 'job-retry-num: "3"}')
+    assert editor.change("jobs/emoji.yaml", edit.range, edit.new_text) == []
+    assert editor.code_actions("jobs/emoji.yaml", span(0, 0, 20)) == []
+
+
+def test_fix_all_does_what_hacfg_fix_does(editor, cli, monkeypatch):
+    text = JOB.replace("job-retry-num: 3}", "job-retry-num: 3, fault-tolerance/hang-retry: True}")
+    (editor.root / "jobs/all.yaml").write_text(text)
+    assert [d.code for d in editor.open("jobs/all.yaml", text)] == ["HA007", "HA007"]
+    (action,) = editor.code_actions("jobs/all.yaml", span(0, 0, 0), only=[types.CodeActionKind.SourceFixAll])
+    (edit,) = action.edit.changes[editor.uri("jobs/all.yaml")]
+    monkeypatch.chdir(editor.root)
+    assert cli("fix", "jobs/all.yaml").code == 0
+    assert apply(text, edit) == (editor.root / "jobs/all.yaml").read_text() != text
+
+
+def test_hover_over_a_finding_explains_its_rule(editor, cli):
+    (unknown,) = editor.open("hover.ha.yaml", SCENARIO.replace("  max: 3", "  mxa: 3"))
+    hover = editor.hover("hover.ha.yaml", unknown.range.start.line, unknown.range.start.character + 1)
+    assert hover.contents.kind == types.MarkupKind.Markdown
+    assert hover.contents.value == cli("explain", "HA101").out.rstrip("\n")
+    assert editor.hover("hover.ha.yaml", 0, 0) is None  # nothing wrong there
+
+
+def test_unreadable_settings_are_shown_on_the_file(editor):
+    (editor.root / "broken").mkdir()
+    (editor.root / "broken/.hacfg.toml").write_text('select = ["HA9999"]\n')
+    (shown,) = editor.open("broken/ha.yaml", SCENARIO)
+    assert shown.severity == types.DiagnosticSeverity.Error and "unknown rule 'HA9999'" in shown.message
+
+
+def test_saving_a_base_file_relints_the_files_that_extend_it(editor):
+    base = editor.root / "base.yaml"
+    base.write_text(SCENARIO)
+    assert [d.code for d in editor.open("child.ha.yaml", "extends: ./base.yaml\nversion: 1\nscenario: multi-node\n")] == ["HA009"]
+    base.write_text(SCENARIO.replace("nodes: 4", "nodes: four"))
+    editor.save(base)
+    assert [d.code for d in editor.diagnostics("child.ha.yaml")] == ["HA102"]
+
+
+def test_without_pygls_the_command_says_what_to_install(tmp_path):
+    (tmp_path / "pygls").mkdir()
+    (tmp_path / "pygls" / "__init__.py").write_text("raise ModuleNotFoundError('No module named pygls', name='pygls')\n")
+    result = subprocess.run([sys.executable, "-m", "hacfg", "server"], capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 2
+    assert result.stderr == "hacfg: error: hacfg server needs pygls: pip install 'hacfg[server]'\n"
