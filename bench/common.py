@@ -53,7 +53,7 @@ class Verdict:
     ok: bool | None  # None: could not be measured here (say why in ``peer``)
 
     def row(self) -> str:
-        ratio = f"{self.ratio:.2f}x" if self.ratio is not None else "-"
+        ratio = "-" if self.ratio is None else f"{self.ratio:.2f}x" if self.ratio >= 0.1 else f"{self.ratio:.4f}x"
         status = {True: "ok", False: "MISSED", None: "n/a"}[self.ok]
         return f"{self.name:<28} {self.measured:>20} {self.peer:>34} {ratio:>8}  {self.target:<18} {status}"
 

@@ -1,10 +1,11 @@
 """Every benchmark, one command, one table of ratios measured in this run.
 
-    pip install -e '.[bench]'      # the peers: yamllint, check-jsonschema (torch for torchrun)
+    pip install -e '.[bench,server]'   # the peers: yamllint, check-jsonschema (torch for torchrun)
     python bench/run.py
 
 Absolute times depend on the machine; the targets are ratios against peers measured in the
-same run: medians of several runs, with min and max.
+same run: medians of several runs, with min and max. The language server's peer is what an
+editor without it runs on every save: a cold `hacfg lint` of the same file.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import agent  # noqa: E402
 import cold_build  # noqa: E402
 import lint_corpus  # noqa: E402
 import multinode  # noqa: E402
+import server  # noqa: E402
 from common import verdicts_table  # noqa: E402
 
 
@@ -28,7 +30,7 @@ def machine() -> str:
 
 
 def main() -> None:
-    verdicts = [*lint_corpus.verdicts(), *cold_build.verdicts(), *agent.verdicts(), *multinode.verdicts()]
+    verdicts = [*lint_corpus.verdicts(), *cold_build.verdicts(), *server.verdicts(), *agent.verdicts(), *multinode.verdicts()]
     print(f"machine: {machine()}\n")
     print(verdicts_table(verdicts))
     missed = [v.name for v in verdicts if v.ok is False]
