@@ -13,6 +13,7 @@ globs), so an editor that starts the server for every YAML file sees nothing on 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 
 from hacfg import __version__, config, fix, lint, report
-from hacfg.settings import find_settings
+from hacfg.settings import Settings, find_settings
 from hacfg.source import InputError
 
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.hacfg"
@@ -60,9 +61,8 @@ def _lint(document: TextDocument) -> list[Shown]:
     path = Path(document.path or document.uri)
     lines = _LINE_BREAK.split(document.source)
     try:
-        settings = find_settings(path.parent)
+        settings = _settings(path.parent.resolve())
         rules = lint.registry()
-        settings.check_rule_ids(set(rules))
         if not lint.wanted(path, settings):
             return []
         findings = lint.lint_file(path, settings, rules, text=document.source)
@@ -76,6 +76,29 @@ def _lint(document: TextDocument) -> list[Shown]:
             diagnostic = types.Diagnostic(where, finding.message, _SEVERITY[finding.severity], code=finding.rule, source="hacfg")
             shown.append(Shown(diagnostic, finding))
     return shown
+
+
+_SETTINGS_FILES = (".hacfg.toml", "pyproject.toml")  # where find_settings looks, in each folder upwards
+_settings_read: dict[Path, tuple[tuple, Settings]] = {}
+
+
+def _settings(folder: Path) -> Settings:
+    """The settings for files in ``folder``, parsed again only when a file that may hold them changed:
+    a stat per candidate is a hundred times cheaper than reading a pyproject.toml on every keystroke."""
+    stamp = tuple(_mtime(candidate / name) for candidate in (folder, *folder.parents) for name in _SETTINGS_FILES)
+    known = _settings_read.get(folder)
+    if known is None or known[0] != stamp:
+        settings = find_settings(folder)
+        settings.check_rule_ids(set(lint.registry()))
+        known = _settings_read[folder] = (stamp, settings)
+    return known[1]
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def _range(document: TextDocument, lines: list[str], finding: lint.Finding) -> types.Range:

@@ -197,6 +197,13 @@ def test_hover_over_a_finding_explains_its_rule(editor, cli):
     assert editor.hover("hover.ha.yaml", 0, 0) is None  # nothing wrong there
 
 
+def test_settings_written_while_the_server_runs_apply_at_the_next_change(editor):
+    (editor.root / "later").mkdir()
+    assert [d.code for d in editor.open("later/ha.yaml", SCENARIO)] == ["HA009"]
+    (editor.root / "later/.hacfg.toml").write_text('ignore = ["HA009"]\n')
+    assert editor.change("later/ha.yaml", span(0, 0, 0), "# budget reviewed\n") == []
+
+
 def test_unreadable_settings_are_shown_on_the_file(editor):
     (editor.root / "broken").mkdir()
     (editor.root / "broken/.hacfg.toml").write_text('select = ["HA9999"]\n')
