@@ -58,6 +58,7 @@ class HacfgServer(LanguageServer):
 
 
 def _lint(document: TextDocument) -> list[Shown]:
+    """What `hacfg lint` would report for this text, unsuppressed, placed as the client counts."""
     path = Path(document.path or document.uri)
     lines = _LINE_BREAK.split(document.source)
     try:
