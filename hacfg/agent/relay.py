@@ -4,9 +4,10 @@ Pipes are grown to 1 MiB (``F_SETPIPE_SZ``, where the system allows it) and read
 time: a training job that floods its log then wakes the agent sixteen times less often than
 with a pipe's default 64 KiB. Where both ends allow it the bytes never enter the agent at all:
 ``tee(2)`` duplicates what waits in the child's pipe into a private pipe, ``splice(2)`` moves
-the original to our stream, and only the last 64 KiB of the copy is read, for the tail; the rest
-is spliced to /dev/null. A terminal, an ``O_APPEND`` file or a kernel that refuses the splice
-(``EINVAL``) gets plain reads and writes.
+the original to our stream, and of the copy at most the last 64 KiB is read, for the tail
+(nothing, under a flood, when bytes already waiting will cover it); the rest is spliced to
+/dev/null. A terminal, an ``O_APPEND`` file or a kernel that refuses the splice (``EINVAL``)
+gets plain reads and writes.
 """
 
 from __future__ import annotations
