@@ -1,7 +1,8 @@
 """The scenario file, format version 1: the one model that the linter, the targets and the agent read.
 
 ``load_config`` is the whole front end: parse with positions, merge over the preset the file
-extends, validate, and map every validation error back to ``file:line:col``.
+extends, validate, and map every validation error back to ``file:line:col``. The presets are
+an argument: this module knows nothing of the plugins that provide them.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -17,11 +19,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, WithJsonSchema, field_validator
 
 from hacfg import platform as ma
-from hacfg import plugin_manager
+from hacfg.names import Platform, Scenario
 from hacfg.source import Document, InputError, LogicalPath, Span, did_you_mean, dotted, load
 
-Scenario = Literal["single-node", "multi-node", "llm-long-term"]
-Platform = Literal["huaweicloud", "otc"]
+Presets = Mapping[str, Path]  # preset name -> scenario file, as the installed plugins provide them
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 DURATION_PATTERN = r"^(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?$"
@@ -172,9 +173,9 @@ class Loaded:
     document: Document
 
 
-def load_config(path: str | Path, *, platform: str | None = None) -> Loaded:
+def load_config(path: str | Path, presets: Presets, *, platform: str | None = None) -> Loaded:
     """Parse, merge over presets, and validate; raises InputError or ConfigInvalid."""
-    return validate(with_presets(load(path)), platform=platform)
+    return validate(with_presets(load(path), presets), platform=platform)
 
 
 def validate(document: Document, *, platform: str | None = None) -> Loaded:
@@ -190,23 +191,24 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
     return Loaded(config=config, document=document)
 
 
-def with_presets(document: Document, chain: tuple[Path, ...] = ()) -> Document:
+def with_presets(document: Document, presets: Presets, chain: tuple[Path, ...] = ()) -> Document:
     """The document merged over the preset it extends (explicitly, or through ``scenario``)."""
     data = document.data
     if not isinstance(data, dict):
         return document
     if "extends" in data:
         here = Path(document.path).resolve()
-        base_path = find_preset(data["extends"], relative_to=here.parent, span=document.span(("extends",))).resolve()
+        extends_span = document.span(("extends",))
+        base_path = find_preset(data["extends"], presets, relative_to=here.parent, span=extends_span).resolve()
         if base_path in (*chain, here):
             names = " -> ".join(p.name for p in (*chain, here, base_path))
             raise InputError(f"extends cycle: {names}", document.span(("extends",)))
     else:
         scenario = data.get("scenario")
-        base_path = available_presets().get(scenario) if isinstance(scenario, str) else None
+        base_path = presets.get(scenario) if isinstance(scenario, str) else None
         if base_path is None or base_path in chain or _same_file(base_path, document.path):
             return document  # no preset, or this file is the preset itself
-    base = with_presets(_load_base(base_path), (*chain, base_path))
+    base = with_presets(_load_base(base_path), presets, (*chain, base_path))
     return _overlay(base, document)
 
 
@@ -223,25 +225,7 @@ def _load_base(path: Path) -> Document:
     return load(path)
 
 
-@functools.cache
-def available_presets() -> dict[str, Path]:
-    """Every preset by name; two plugins offering one name is an error naming both."""
-    found: dict[str, Path] = {}
-    owners: dict[str, str] = {}
-    manager = plugin_manager.get()
-    for plugin, presets in manager.results("hacfg_presets"):
-        if not isinstance(presets, dict):
-            manager.fail(plugin, "hacfg_presets", f"returned {type(presets).__name__}, expected a dict of name -> path")
-            continue
-        for name, path in presets.items():
-            if name in found:
-                manager.fail(plugin, "hacfg_presets", f"preset {name!r} is already provided by {owners[name]!r}")
-                continue
-            found[name], owners[name] = Path(path).resolve(), plugin
-    return found
-
-
-def find_preset(reference: object, *, relative_to: Path, span: Span | None = None) -> Path:
+def find_preset(reference: object, presets: Presets, *, relative_to: Path, span: Span | None = None) -> Path:
     """A preset by name, or a scenario file by path relative to the file that names it."""
     if not isinstance(reference, str) or not reference:
         raise InputError("extends: expected a preset name or a relative path", span)
@@ -250,7 +234,6 @@ def find_preset(reference: object, *, relative_to: Path, span: Span | None = Non
         if not path.is_file():
             raise InputError(f"extends: no file {reference!r} next to this file", span)
         return path
-    presets = available_presets()
     if reference not in presets:
         known = ", ".join(sorted(presets)) or "none installed"
         raise InputError(f"extends: unknown preset {reference!r}{did_you_mean(reference, list(presets))} (known: {known})", span)

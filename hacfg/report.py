@@ -146,8 +146,31 @@ def rules_markdown(rules: dict[str, RuleSource]) -> str:
         "| ID | name | severity | reads | source |",
         "|---|---|---|---|---|",
     ]
-    lines += [f"| [{i}](#{i.lower()}) | {s.rule.name} | {s.rule.severity} | {', '.join(s.rule.kinds)} | {s.distribution} |" for i, s in rules.items()]
+    lines += [f"| [{i}](#{i.lower()}) | {s.rule.name} | {s.rule.severity} | {', '.join(s.rule.kinds) or 'any file'} | {s.distribution} |" for i, s in rules.items()]
     for rule_id, source in rules.items():
         help_text = source.rule.help.replace("\n## ", "\n#### ")
         lines += ["", f"## {rule_id}", "", f"`{source.rule.name}`, {source.rule.severity}.", "", help_text]
     return "\n".join(lines) + "\n"
+
+
+def rules_listing(fmt: str, rules: dict[str, RuleSource]) -> str:
+    """``hacfg rules``: one line per rule (text), a JSON array (json), or the docs page (markdown)."""
+    if fmt == "markdown":
+        return rules_markdown(rules)
+    if fmt == "json":
+        rows = [
+            {
+                "id": rule_id,
+                "name": source.rule.name,
+                "severity": source.rule.severity,
+                "kinds": list(source.rule.kinds),
+                "source": source.distribution,
+                "summary": source.rule.summary,
+            }
+            for rule_id, source in rules.items()
+        ]
+        return json.dumps(rows, indent=2) + "\n"
+    return "".join(
+        f"{rule_id}  {s.rule.severity:<7}  {s.rule.name:<36}  {s.distribution:<12}  {s.rule.summary}\n"
+        for rule_id, s in rules.items()
+    )

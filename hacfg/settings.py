@@ -22,13 +22,13 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from hacfg.names import PLATFORMS, SEVERITIES, Platform, Severity
 from hacfg.source import InputError, did_you_mean
 
 KEYS = ("select", "ignore", "per-file-ignores", "severity", "fail-on", "platform", "include")
-SEVERITY_NAMES = ("error", "warning", "info")
-PLATFORMS = ("huaweicloud", "otc")
+_Choice = TypeVar("_Choice", bound=str)
 
 
 @dataclass(eq=False)
@@ -36,9 +36,9 @@ class Settings:
     select: tuple[str, ...] = ("ALL",)
     ignore: tuple[str, ...] = ()
     per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    severity: dict[str, str] = field(default_factory=dict)
-    fail_on: str = "error"
-    platform: str | None = None
+    severity: dict[str, Severity] = field(default_factory=dict)
+    fail_on: Severity = "error"
+    platform: Platform | None = None
     include: tuple[str, ...] = ()
     root: Path = field(default_factory=Path.cwd)
     source: str | None = None  # the file the settings came from
@@ -121,10 +121,11 @@ def _settings(table: dict[str, Any], root: Path, source: Path) -> Settings:
             raise fail(f"{key}: expected a list of rule IDs")
         return tuple(v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for v in value)
 
-    def choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
-        if value not in choices:
-            raise fail(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
-        return value
+    def choice(key: str, value: Any, choices: tuple[_Choice, ...]) -> _Choice:
+        for known in choices:
+            if value == known:
+                return known
+        raise fail(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
 
     def table_of(key: str, convert: Callable[[str, Any], Any]) -> dict[str, Any]:
         value = table.get(key, {})
@@ -138,9 +139,10 @@ def _settings(table: dict[str, Any], root: Path, source: Path) -> Settings:
     if "ignore" in table:
         settings.ignore = ids("ignore", table["ignore"])
     settings.per_file_ignores = table_of("per-file-ignores", ids)
-    settings.severity = {k.upper(): v for k, v in table_of("severity", lambda k, v: choice(k, v, SEVERITY_NAMES)).items()}
+    severities = table_of("severity", lambda k, v: choice(k, v, SEVERITIES))
+    settings.severity = {k.upper(): v for k, v in severities.items()}
     if "fail-on" in table:
-        settings.fail_on = choice("fail-on", table["fail-on"], SEVERITY_NAMES)
+        settings.fail_on = choice("fail-on", table["fail-on"], SEVERITIES)
     if "platform" in table:
         settings.platform = choice("platform", table["platform"], PLATFORMS)
     if "include" in table:

@@ -16,18 +16,24 @@ model errors; ``# hacfg-test: select=ALL`` (or a list of IDs) chooses otherwise.
 its declared range, help text, and under ``FIXTURES/<RULE_ID>/`` at least one fixture where it
 fires and one near miss where it does not.
 
-Installed as a pytest plugin: the ``hacfg_lint_fixture`` fixture is ``assert_fixture``.
+Installed as a pytest plugin: the ``hacfg_lint_fixture`` fixture is ``assert_fixture``, and
+``hacfg_plugin(module)`` registers a plugin in the test's own process, for one test.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from hacfg.rules import RULE_ID
+
+if TYPE_CHECKING:
+    from hacfg.lint import Finding
+    from hacfg.rules import Rule
 
 FIXTURE_SUFFIXES = (".yaml", ".yml", ".json")
 _EXPECT = re.compile(r"#\s*expect(-next)?:\s*([A-Za-z0-9_, ]+)")
@@ -50,7 +56,7 @@ def expected_findings(text: str) -> set[tuple[str, int]]:
     return expected
 
 
-def lint_fixture(path: str | Path, *, select: Iterable[str] | None = None, platform: str | None = None):
+def lint_fixture(path: str | Path, *, select: Iterable[str] | None = None, platform: str | None = None) -> list[Finding]:
     """The findings for one fixture file, with only the selected rules running."""
     from hacfg import lint
     from hacfg.settings import Settings
@@ -58,18 +64,22 @@ def lint_fixture(path: str | Path, *, select: Iterable[str] | None = None, platf
     path = Path(path)
     text = path.read_text(encoding="utf-8", errors="replace")
     if select is None:
-        directive = _SELECT.search(text)
-        if directive:
-            select = [part.strip().upper() for part in directive.group(1).split(",") if part.strip()]
-        else:
-            select = {rule for rule, _ in expected_findings(text)} | {"HA100", "HA101", "HA102"}
-            if RULE_ID.fullmatch(path.parent.name):  # a rule's own fixture folder: that rule always runs
-                select.add(path.parent.name)
+        select = _selected(path, text)
     settings = Settings(select=tuple(select), root=path.parent)
     return lint.lint_file(path, settings, lint.registry(), platform=platform)
 
 
-def assert_fixture(path: str | Path, *, select: Iterable[str] | None = None, platform: str | None = None) -> list:
+def _selected(path: Path, text: str) -> set[str]:
+    directive = _SELECT.search(text)
+    if directive:
+        return {part.strip().upper() for part in directive.group(1).split(",") if part.strip()}
+    select = {rule for rule, _ in expected_findings(text)} | {"HA100", "HA101", "HA102"}
+    if RULE_ID.fullmatch(path.parent.name):  # a rule's own fixture folder: that rule always runs
+        select.add(path.parent.name)
+    return select
+
+
+def assert_fixture(path: str | Path, *, select: Iterable[str] | None = None, platform: str | None = None) -> list[Finding]:
     """Assert that linting ``path`` yields exactly the findings its comments expect."""
     path = Path(path)
     findings = [f for f in lint_fixture(path, select=select, platform=platform) if f.suppressed is None]
@@ -89,7 +99,7 @@ def fixtures_for(folder: str | Path) -> list[Path]:
     return sorted(p for p in Path(folder).rglob("*") if p.suffix in FIXTURE_SUFFIXES and p.is_file())
 
 
-def check_rule_catalogue(rules: Iterable, fixtures: str | Path, *, id_pattern: str) -> None:
+def check_rule_catalogue(rules: Iterable[Rule], fixtures: str | Path, *, id_pattern: str) -> None:
     """Every rule: ID in range, help text, a fixture that fires it and a near miss that does not."""
     problems = []
     for rule in rules:
@@ -108,6 +118,25 @@ def check_rule_catalogue(rules: Iterable, fixtures: str | Path, *, id_pattern: s
 
 
 @pytest.fixture
-def hacfg_lint_fixture():
+def hacfg_lint_fixture() -> Callable[..., list[Finding]]:
     """``hacfg_lint_fixture(path)`` asserts the file's ``# expect:`` findings, exactly."""
     return assert_fixture
+
+
+@pytest.fixture
+def hacfg_plugin() -> Iterator[Callable[..., None]]:
+    """``hacfg_plugin(module_or_object, name=None)`` registers a plugin in this process for one test.
+
+    The plugin manager starts afresh (every installed plugin, then the ones registered here),
+    and is reset again after the test, so no plugin leaks into the next one.
+    """
+    from hacfg import plugin_manager
+
+    plugin_manager.reset()
+
+    def register(plugin: object, name: str | None = None) -> None:
+        plugin_name = name or getattr(plugin, "__name__", type(plugin).__name__)
+        plugin_manager.get().add(plugin, plugin_manager.PluginInfo(plugin_name, plugin_name, "(test)", ""))
+
+    yield register
+    plugin_manager.reset()

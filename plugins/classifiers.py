@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hacfg import hookimpl
-from hacfg.agent.classify import Classification, Failure
+from hacfg.plugin import Classification, Failure, hookimpl
 
 OOM_EXIT = 137  # SIGKILL, as the kernel's OOM killer leaves it
 ENVIRONMENT_PATTERNS = re.compile(

@@ -10,10 +10,9 @@ import copy
 import math
 from typing import Any
 
-from hacfg import hookimpl
 from hacfg import platform as ma
-from hacfg.build import Build, Target, schema_file
-from hacfg.config import HAConfig, deep_merge, format_duration
+from hacfg.config import deep_merge, format_duration
+from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 
 ACCELERATED = ("gpu", "npu")
 

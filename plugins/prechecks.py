@@ -9,8 +9,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
-from hacfg import hookimpl
-from hacfg.agent.prechecks import Precheck, PrecheckContext, PrecheckResult, human
+from hacfg.plugin import Precheck, PrecheckContext, PrecheckResult, hookimpl, human_size
 
 
 class Dns(Precheck):
@@ -57,12 +56,12 @@ class DiskSize(Precheck):
 
     def check(self, which: str, path: Path, minimum: int, *, optional: bool) -> PrecheckResult:
         name = f"{self.name} {which}"
-        need = f">{human(minimum)}"
+        need = f">{human_size(minimum)}"
         if not path.exists():
             status = "skipped" if optional else "failed"
             return PrecheckResult(name, status, need=need, detail=f"{path} does not exist")
         total = shutil.disk_usage(path).total
-        return PrecheckResult(name, "passed" if total > minimum else "failed", human(total), need)
+        return PrecheckResult(name, "passed" if total > minimum else "failed", human_size(total), need)
 
 
 class Ulimit(Precheck):

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hacfg import hookimpl
 from hacfg.agent.policy import RETRY_ELSEWHERE
-from hacfg.build import Build, Target, dump_yaml, schema_file
-from hacfg.config import HAConfig, scenario_document
+from hacfg.config import scenario_document
+from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
+from hacfg.target import dump_yaml
 
 CONFIG_DIR = "/etc/hacfg"
 CONFIG_FILE = "ha.yaml"

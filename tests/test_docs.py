@@ -59,4 +59,4 @@ def test_the_guide_is_a_working_plugin_with_passing_tests(tmp_path):
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=tmp_path, capture_output=True, text=True,
                            env={**__import__("os").environ, **env})
     assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert "3 passed" in tests.stdout
+    assert "4 passed" in tests.stdout

@@ -48,7 +48,7 @@ def test_wrong_types_from_presets_and_targets_get_a_clear_message(tmp_path, site
     assert result.code == 0
     assert json.loads(result.out) == {"metadata": {"annotations": {"fault-tolerance/job-retry-num": "2"}}}
     assert "hacfg: plugin 'garbage' raised in hacfg_presets: returned str, expected a dict of name -> path" in result.err
-    assert "hacfg: plugin 'garbage' raised in hacfg_targets: returned str, expected a hacfg.build.Target" in result.err
+    assert "hacfg: plugin 'garbage' raised in hacfg_targets: returned str, expected a hacfg.target.Target" in result.err
     assert result.err.count("plugin 'broken' failed to load") == 1
 
 
