@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-
 from hacfg.config import ConfigInvalid, Loaded, Presets, load_config
 from hacfg.source import Document, InputError, did_you_mean, dotted, load
 from hacfg.target import Build, Target

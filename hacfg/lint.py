@@ -30,40 +30,65 @@ SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
 SKIPPED_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox"}
 
 
-def _engine_rule(id: str, name: str, severity: Severity, help: str) -> Rule:  # noqa: A002
+def _engine_rule(rule_id: str, name: str, severity: Severity, help_text: str) -> Rule:
     """A rule the engine reports itself, on any file: it has no checks of its own."""
-    return Rule(id, name, severity, inspect.cleandoc(help))
+    return Rule(rule_id, name, severity, inspect.cleandoc(help_text))
 
 
 ENGINE_RULES = (
-    _engine_rule("HA000", "plugin-error", "error", """
+    _engine_rule(
+        "HA000",
+        "plugin-error",
+        "error",
+        """
         A plugin failed: it did not load, or one of its rules raised.
 
         The finding names the plugin and the rule. Every other rule still ran; fix or
         uninstall the plugin, or run with HACFG_DISABLE_PLUGIN_AUTOLOAD=1 to load only
-        hacfg's own plugins."""),
-    _engine_rule("HA099", "unused-suppression", "info", """
+        hacfg's own plugins.""",
+    ),
+    _engine_rule(
+        "HA099",
+        "unused-suppression",
+        "info",
+        """
         A suppression comment that suppressed nothing, or names an unknown rule.
 
         `# hacfg: disable=HA003` on a line (or alone on the line above) silences HA003 there;
         `# hacfg: disable-file=HA011` silences it in the whole file. A comment that matches no
         finding is stale and hides the next real problem; remove it. A comment naming an
-        unknown rule is an error."""),
-    _engine_rule("HA100", "parse-error", "error", """
+        unknown rule is an error.""",
+    ),
+    _engine_rule(
+        "HA100",
+        "parse-error",
+        "error",
+        """
         The file cannot be parsed.
 
         The finding points at the syntax error: invalid YAML or JSON, a duplicate key, a YAML
-        language tag (`!!python/object` is refused), bytes that are not UTF-8."""),
-    _engine_rule("HA101", "unknown-key", "error", """
+        language tag (`!!python/object` is refused), bytes that are not UTF-8.""",
+    ),
+    _engine_rule(
+        "HA101",
+        "unknown-key",
+        "error",
+        """
         An unknown key in a scenario file, with the nearest known key.
 
         Unknown keys are errors, not silence: a misspelled `restart.on_hnag` would otherwise
-        leave hang restart off. `hacfg schema` prints every key the format has."""),
-    _engine_rule("HA102", "invalid-value", "error", """
+        leave hang restart off. `hacfg schema` prints every key the format has.""",
+    ),
+    _engine_rule(
+        "HA102",
+        "invalid-value",
+        "error",
+        """
         A value of the wrong type or out of range in a scenario file.
 
         Reported by the config model: `nodes: four`, `restart.max: 500`, `hang.timeout: 30`
-        (a duration needs a unit), an unknown scenario or preset, OTC's limit of 3 restarts."""),
+        (a duration needs a unit), an unknown scenario or preset, OTC's limit of 3 restarts.""",
+    ),
 )
 
 
@@ -194,12 +219,18 @@ def _walk(root: Path, settings: Settings) -> Iterator[Path]:
 def kind_of(document: Document) -> Kind:
     """A request body has top-level kind/metadata and no scenario keys; anything else is a scenario file."""
     data = document.data
-    if isinstance(data, dict) and ("kind" in data or "metadata" in data) and not ("version" in data or "scenario" in data):
+    if (
+        isinstance(data, dict)
+        and ("kind" in data or "metadata" in data)
+        and not ("version" in data or "scenario" in data)
+    ):
         return "job"
     return "scenario"
 
 
-def lint_file(path: Path, settings: Settings, rules: dict[str, RuleSource], *, platform: str | None = None) -> list[Finding]:
+def lint_file(
+    path: Path, settings: Settings, rules: dict[str, RuleSource], *, platform: str | None = None
+) -> list[Finding]:
     name = str(path)
     try:
         own = load(path)
@@ -271,7 +302,7 @@ class _FileLinter:
         except ConfigInvalid as invalid:
             for error in invalid.errors:
                 rule_id = "HA101" if isinstance(error, ConfigError) and error.unknown_key else "HA102"
-                self._add(rule_id, error.span, getattr(error, "path", ()), error.message)
+                self._add(rule_id, error.span or self.own.span(()), getattr(error, "path", ()), error.message)
             return None
         except InputError as err:  # extends: an unknown preset, a missing or unparsable base file
             self._add("HA102", err.span or self.own.span(()), ("extends",), err.message)
@@ -283,7 +314,14 @@ class _FileLinter:
         self._add(rule_id, span, problem.at, problem.message, fix=problem.fix, severity=problem.severity)
 
     def _add(
-        self, rule_id: str, span: Span, path: LogicalPath, message: str, *, fix: Fix | None = None, severity: Severity | None = None
+        self,
+        rule_id: str,
+        span: Span,
+        path: LogicalPath,
+        message: str,
+        *,
+        fix: Fix | None = None,
+        severity: Severity | None = None,
     ) -> None:
         if rule_id not in self.enabled:
             return
@@ -383,7 +421,14 @@ def suppressions_in(text: str) -> Suppressions:
         if kind == "disable-file":
             target = 0
         elif alone:
-            target = next((i + 1 for i in range(index + 1, len(lines)) if lines[i].strip() and not lines[i].lstrip().startswith("#")), -1)
+            target = next(
+                (
+                    i + 1
+                    for i in range(index + 1, len(lines))
+                    if lines[i].strip() and not lines[i].lstrip().startswith("#")
+                ),
+                -1,
+            )
         else:
             target = index + 1
         rule_ids = tuple(part.strip().upper() for part in ids.split(",") if part.strip())

@@ -12,8 +12,8 @@ change in any release. The API is 0.x: CHANGELOG.md records every break.
 from __future__ import annotations
 
 from hacfg.agent.extensions import (
-    Classification,
     CheckpointLayout,
+    Classification,
     Failure,
     Precheck,
     PrecheckContext,

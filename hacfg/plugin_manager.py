@@ -32,7 +32,7 @@ class PluginInfo:
     version: str
 
 
-PROVIDES = {
+PROVIDES: dict[str, tuple[str, Callable[[Any], object] | None]] = {
     "hacfg_rules": ("rules", lambda item: item.id),
     "hacfg_presets": ("presets", str),
     "hacfg_targets": ("targets", lambda item: item.name),
@@ -121,7 +121,11 @@ class Manager:
                 if isinstance(item, kind):
                     yield plugin, item
                 else:
-                    self.fail(plugin, hook, f"returned {type(item).__name__}, expected a {kind.__module__}.{kind.__qualname__}")
+                    self.fail(
+                        plugin,
+                        hook,
+                        f"returned {type(item).__name__}, expected a {kind.__module__}.{kind.__qualname__}",
+                    )
 
     def fail(self, plugin: str, hook: str, err: BaseException | str) -> None:
         self.failures.append(PluginFailure(plugin, hook, err if isinstance(err, str) else _describe(err)))
@@ -268,7 +272,9 @@ def _load() -> Manager:
         try:
             plugin = entry_point.load()
         except Exception as err:
-            manager.failures.append(PluginFailure(name, "load", _describe(err), builtin=dist_name == BUILTIN_DISTRIBUTION))
+            manager.failures.append(
+                PluginFailure(name, "load", _describe(err), builtin=dist_name == BUILTIN_DISTRIBUTION)
+            )
             continue
         manager.add(plugin, info)
     for module_name in _requested:

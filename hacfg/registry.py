@@ -28,7 +28,9 @@ def presets() -> dict[str, Path]:
 def _preset_entries(manager: plugin_manager.Manager) -> Iterator[tuple[str, str, Path]]:
     for plugin, provided in manager.results("hacfg_presets"):
         if not isinstance(provided, dict):
-            manager.fail(plugin, "hacfg_presets", f"returned {type(provided).__name__}, expected a dict of name -> path")
+            manager.fail(
+                plugin, "hacfg_presets", f"returned {type(provided).__name__}, expected a dict of name -> path"
+            )
             continue
         for name, path in provided.items():
             yield plugin, str(name), Path(path).resolve()
@@ -53,4 +55,3 @@ def preset_or_path(reference: str) -> Path:
     if path.exists() or "/" in reference or reference.endswith((".yaml", ".yml", ".json")):
         return path
     return presets().get(reference, path)
-

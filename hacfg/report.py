@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hacfg import __version__
 from hacfg.lint import Finding, Report, RuleSource
@@ -31,7 +32,7 @@ def _active(report: Report) -> list[Finding]:
     return [f for f in report.findings if f.suppressed is None]
 
 
-def summary(report: Report) -> dict:
+def summary(report: Report) -> dict[str, int]:
     findings = _active(report)
     counts = Counter(f.severity for f in findings)
     return {
@@ -98,7 +99,7 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
     rule_ids = list(rules)
     results = []
     for f in report.findings:
-        result: dict = {
+        result: dict[str, Any] = {
             "ruleId": f.rule,
             "ruleIndex": rule_ids.index(f.rule) if f.rule in rules else -1,
             "level": _SARIF_LEVEL[f.severity],

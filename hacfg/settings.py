@@ -45,7 +45,7 @@ class Settings:
 
     def enabled_rules(self, rule_ids: Iterable[str], path: str) -> frozenset[str]:
         """The rules that run on ``path``: selected, not ignored, not ignored for this file."""
-        enabled = self._selected(frozenset(rule_ids))
+        enabled: frozenset[str] | set[str] = self._selected(frozenset(rule_ids))
         if self.per_file_ignores:
             relative = self._relative(path)
             for pattern, ids in self.per_file_ignores.items():
@@ -55,7 +55,11 @@ class Settings:
 
     @functools.lru_cache(maxsize=8)  # noqa: B019 - settings live as long as the process
     def _selected(self, rule_ids: frozenset[str]) -> frozenset[str]:
-        return frozenset(r for r in rule_ids if any(_matches(r, s) for s in self.select) and not any(_matches(r, s) for s in self.ignore))
+        return frozenset(
+            r
+            for r in rule_ids
+            if any(_matches(r, s) for s in self.select) and not any(_matches(r, s) for s in self.ignore)
+        )
 
     def included(self, path: Path) -> bool:
         relative = self._relative(str(path))
@@ -69,10 +73,17 @@ class Settings:
 
     def check_rule_ids(self, known: set[str]) -> None:
         """Every ID or prefix in the settings names at least one known rule."""
-        named = [*self.select, *self.ignore, *self.severity, *(i for ids in self.per_file_ignores.values() for i in ids)]
+        named = [
+            *self.select,
+            *self.ignore,
+            *self.severity,
+            *(i for ids in self.per_file_ignores.values() for i in ids),
+        ]
         for rule_id in named:
             if rule_id != "ALL" and not any(_matches(k, rule_id) for k in known):
-                raise InputError(f"[tool.hacfg]: unknown rule {rule_id!r}{did_you_mean(rule_id, sorted(known))}", file=self.source)
+                raise InputError(
+                    f"[tool.hacfg]: unknown rule {rule_id!r}{did_you_mean(rule_id, sorted(known))}", file=self.source
+                )
 
 
 def _matches(rule_id: str, selector: str) -> bool:

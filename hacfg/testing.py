@@ -43,20 +43,28 @@ _SELECT = re.compile(r"#\s*hacfg-test:\s*select=([A-Za-z0-9_, ]+)")
 def expected_findings(text: str) -> set[tuple[str, int]]:
     """``(rule, line)`` pairs marked in ``text`` by ``# expect:`` and ``# expect-next:`` comments."""
     lines = text.splitlines()
-    expected = set()
+    expected: set[tuple[str, int]] = set()
     for index, line in enumerate(lines):
         for match in _EXPECT.finditer(line):
             target = index + 1
             if match.group(1):  # expect-next: the next line that is not blank or a comment
                 target = next(
-                    (i + 1 for i in range(index + 1, len(lines)) if lines[i].strip() and not lines[i].lstrip().startswith("#")),
+                    (
+                        i + 1
+                        for i in range(index + 1, len(lines))
+                        if lines[i].strip() and not lines[i].lstrip().startswith("#")
+                    ),
                     len(lines) + 1,
                 )
-            expected.update((rule_id.strip().upper(), target) for rule_id in match.group(2).split(",") if rule_id.strip())
+            expected.update(
+                (rule_id.strip().upper(), target) for rule_id in match.group(2).split(",") if rule_id.strip()
+            )
     return expected
 
 
-def lint_fixture(path: str | Path, *, select: Iterable[str] | None = None, platform: str | None = None) -> list[Finding]:
+def lint_fixture(
+    path: str | Path, *, select: Iterable[str] | None = None, platform: str | None = None
+) -> list[Finding]:
     """The findings for one fixture file, with only the selected rules running."""
     from hacfg import lint
     from hacfg.settings import Settings
@@ -79,7 +87,9 @@ def _selected(path: Path, text: str) -> set[str]:
     return select
 
 
-def assert_fixture(path: str | Path, *, select: Iterable[str] | None = None, platform: str | None = None) -> list[Finding]:
+def assert_fixture(
+    path: str | Path, *, select: Iterable[str] | None = None, platform: str | None = None
+) -> list[Finding]:
     """Assert that linting ``path`` yields exactly the findings its comments expect."""
     path = Path(path)
     findings = [f for f in lint_fixture(path, select=select, platform=platform) if f.suppressed is None]
@@ -112,7 +122,9 @@ def check_rule_catalogue(rules: Iterable[Rule], fixtures: str | Path, *, id_patt
         if not fires:
             problems.append(f"{rule.id}: no fixture under {Path(fixtures) / rule.id} expects it to fire")
         if len(fires) == len(files):
-            problems.append(f"{rule.id}: no near-miss fixture (one where it must not fire) under {Path(fixtures) / rule.id}")
+            problems.append(
+                f"{rule.id}: no near-miss fixture (one where it must not fire) under {Path(fixtures) / rule.id}"
+            )
     if problems:
         raise AssertionError("\n".join(problems))
 
@@ -135,7 +147,7 @@ def hacfg_plugin() -> Iterator[Callable[..., None]]:
     plugin_manager.reset()
 
     def register(plugin: object, name: str | None = None) -> None:
-        plugin_name = name or getattr(plugin, "__name__", type(plugin).__name__)
+        plugin_name = name or str(getattr(plugin, "__name__", type(plugin).__name__))
         plugin_manager.get().add(plugin, plugin_manager.PluginInfo(plugin_name, plugin_name, "(test)", ""))
 
     yield register

@@ -28,7 +28,9 @@ PEER_PATTERNS = re.compile(
 # torchrun's summary when one of its workers died by a signal: "exitcode : -9 (pid: 123)" and "Signal 9 (SIGKILL)".
 CHILD_SIGNAL = re.compile(r"(?:Signal (\d+) \((SIG\w+)\) received by PID|exitcode\s*:\s*-(\d+) \(pid)")
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
-EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)\b")
+EXCEPTION_LINE = re.compile(
+    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)\b"
+)
 
 
 @hookimpl(trylast=True)

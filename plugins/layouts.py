@@ -11,7 +11,7 @@ from hacfg.plugin import CheckpointLayout, SavedCheckpoint, hookimpl, step_of
 def _subdirs(root: Path, prefix: str = "") -> Iterator[tuple[Path, int]]:
     for entry in sorted(root.iterdir()):
         if entry.is_dir() and entry.name.startswith(prefix):
-            step = step_of(entry.name[len(prefix):] if prefix else entry.name)
+            step = step_of(entry.name[len(prefix) :] if prefix else entry.name)
             if step is not None:
                 yield entry, step
 
@@ -36,9 +36,10 @@ class PointerFile(CheckpointLayout):
         deepspeed, megatron = root / "latest", root / "latest_checkpointed_iteration.txt"
         if deepspeed.is_file():
             tag = deepspeed.read_text().strip()
-            if tag and step_of(tag) is not None:
+            step = step_of(tag)
+            if tag and step is not None:
                 target = root / tag
-                yield SavedCheckpoint(step_of(tag), target, target.is_dir(), self.name)
+                yield SavedCheckpoint(step, target, target.is_dir(), self.name)
         if megatron.is_file():
             text = megatron.read_text().strip()
             if text.isdigit():

@@ -10,9 +10,9 @@ import pytest
 from conftest import REPO
 from hacfg import platform as ma
 from hacfg.config import validate, with_presets
-from hacfg.registry import presets
 from hacfg.importer import import_body
 from hacfg.plugins.modelarts import ModelArts
+from hacfg.registry import presets
 from hacfg.source import load, parse
 
 FIXTURE_BODIES = sorted(path for path in (REPO / "tests" / "rules").rglob("*.yaml") if "\nkind: job" in "\n" + path.read_text())

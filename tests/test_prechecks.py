@@ -82,10 +82,10 @@ def test_ulimit_only_on_infiniband(tmp_path):
 
 
 def test_gpu_check_counts_device_nodes(tmp_path):
-    result, items = precheck(tmp_path, "job: {accelerator: gpu}\n")
+    _, items = precheck(tmp_path, "job: {accelerator: gpu}\n")
     assert items["gpu-check"] == "failed"
     (tmp_path / "nvidia0").touch()
-    result, items = precheck(tmp_path, "job: {accelerator: gpu}\n")
+    _, items = precheck(tmp_path, "job: {accelerator: gpu}\n")
     assert items["gpu-check"] == "passed"
 
 

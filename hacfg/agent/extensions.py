@@ -63,8 +63,8 @@ class PrecheckSettings:
             raw = environ.get(f"HACFG_PRECHECK_{item.name.upper()}")
             if raw is None:
                 continue
-            convert: Callable[[str], object] = {"Path": Path, "int": _size, "float": float, "str": str}[str(item.type)]
-            values[item.name] = convert(raw)
+            converters: dict[str, Callable[[str], object]] = {"Path": Path, "int": _size, "float": float, "str": str}
+            values[item.name] = converters[str(item.type)](raw)
         return cls(**values)
 
 

@@ -21,6 +21,7 @@ def run_prechecks(ctx: PrecheckContext) -> list[PrecheckResult]:
         try:
             results.extend(check.run(ctx))
         except Exception as err:
-            results.append(PrecheckResult(check.name or type(check).__name__, "failed", detail=f"{type(err).__name__}: {err}"))
+            results.append(
+                PrecheckResult(check.name or type(check).__name__, "failed", detail=f"{type(err).__name__}: {err}")
+            )
     return results
-

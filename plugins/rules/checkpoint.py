@@ -152,7 +152,8 @@ def restart_without_resume(ctx: ScenarioContext) -> Iterator[Problem]:
     if ctx.config.restart.max and not ctx.config.checkpoint.resume:
         yield Problem(
             ctx.first_present(("checkpoint", "resume"), ("restart", "max")),
-            "auto restart is on but checkpoint.resume is false: reload the newest checkpoint at start-up and set resume: true",
+            "auto restart is on but checkpoint.resume is false: "
+            "reload the newest checkpoint at start-up and set resume: true",
         )
 
 

@@ -48,8 +48,12 @@ def multi_node_without_hang_restart(ctx: ScenarioContext) -> Iterator[Problem]:
 def multi_node_without_hang_restart_in_body(ctx: JobContext) -> Iterator[Problem]:
     nodes = ctx.body.node_count or 1
     if nodes > 1 and not ctx.body.flag(ma.HANG_RETRY):
-        where = annotation_path(ma.HANG_RETRY) if ma.HANG_RETRY in ctx.body.annotations else ("spec", "resource", "node_count")
-        yield Problem(where, f"{nodes}-node job without restart upon suspension: set {ma.HANG_RETRY}: \"true\"")
+        where = (
+            annotation_path(ma.HANG_RETRY)
+            if ma.HANG_RETRY in ctx.body.annotations
+            else ("spec", "resource", "node_count")
+        )
+        yield Problem(where, f'{nodes}-node job without restart upon suspension: set {ma.HANG_RETRY}: "true"')
 
 
 @rule("HA004", "hang-detection-on-cpu", "error")
@@ -115,7 +119,9 @@ def hang_timeout_short(ctx: ScenarioContext) -> Iterator[Problem]:
     if hang.timeout < MIN_HANG_TIMEOUT:
         yield Problem(("hang", "timeout"), f"hang.timeout under 10m {_KILLS_HEALTHY_JOBS}: use 10m or more")
     elif hang.timeout.total_seconds() % 60:
-        yield Problem(("hang", "timeout"), "hang.timeout is not whole minutes; the platform rounds it: write it in minutes")
+        yield Problem(
+            ("hang", "timeout"), "hang.timeout is not whole minutes; the platform rounds it: write it in minutes"
+        )
 
 
 @hang_timeout_short.job
@@ -159,5 +165,3 @@ def hang_restart_without_detection(ctx: ScenarioContext) -> Iterator[Problem]:
 @hookimpl
 def hacfg_rules() -> list[Rule]:
     return [multi_node_without_hang_restart, hang_detection_on_cpu, hang_timeout_short, hang_restart_without_detection]
-
-

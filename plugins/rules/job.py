@@ -113,14 +113,21 @@ def _rejected(environment: Mapping[Any, Any], base: LogicalPath) -> Iterator[Pro
         if len(name_text) > ma.MAX_ENV_NAME:
             yield Problem(path, f"environment variable name over {ma.MAX_ENV_NAME} characters", on_key=True)
         elif not _ENV_NAME.fullmatch(name_text):
-            message = f"environment variable name {name_text!r} must be letters, digits and _, not starting with a digit"
+            message = (
+                f"environment variable name {name_text!r} must be letters, digits and _, not starting with a digit"
+            )
             yield Problem(path, message, on_key=True)
         value_text = str(value)
         if "$" in value_text:
-            message = f"{name_text} contains '$': the platform refuses it and would not expand it; expand variables in the command"
+            message = (
+                f"{name_text} contains '$': the platform refuses it and would not expand it; "
+                "expand variables in the command"
+            )
             yield Problem(path, message)
         if len(value_text) > ma.MAX_ENV_VALUE:
-            yield Problem(path, f"{name_text} is {len(value_text)} characters; the platform takes at most {ma.MAX_ENV_VALUE}")
+            yield Problem(
+                path, f"{name_text} is {len(value_text)} characters; the platform takes at most {ma.MAX_ENV_VALUE}"
+            )
 
 
 @rule("HA014", "platform-prefix-variable", "warning")

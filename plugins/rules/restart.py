@@ -34,10 +34,16 @@ def retry_options_without_auto_restart(ctx: ScenarioContext) -> Iterator[Problem
     restart = ctx.config.restart
     if restart.max:
         return
-    settings = (("unconditional", restart.unconditional), ("on_hang", restart.on_hang), ("pod_reschedules", restart.pod_reschedules))
+    settings = (
+        ("unconditional", restart.unconditional),
+        ("on_hang", restart.on_hang),
+        ("pod_reschedules", restart.pod_reschedules),
+    )
     for name, value in settings:
         if value:
-            yield Problem(("restart", name), f"restart.{name} does nothing while auto restart is off: set restart.max >= 1")
+            yield Problem(
+                ("restart", name), f"restart.{name} does nothing while auto restart is off: set restart.max >= 1"
+            )
 
 
 @retry_options_without_auto_restart.job
@@ -77,7 +83,7 @@ def retry_num_out_of_range(ctx: JobContext) -> Iterator[Problem]:
     value = ctx.body.number(key)
     low, high = ma.RETRY_LIMITS[ctx.platform]
     if value is None:
-        yield Problem(annotation_path(key), f"{key} must be a whole number in a string, like \"3\"")
+        yield Problem(annotation_path(key), f'{key} must be a whole number in a string, like "3"')
     elif not low <= value <= high:
         message = f"{key} is {value}: {ctx.platform} allows {low} to {high}; leave it out to turn auto restart off"
         yield Problem(annotation_path(key), message)
@@ -114,7 +120,9 @@ def unconditional_spends_budget(ctx: ScenarioContext) -> Iterator[Problem]:
 def unconditional_spends_budget_in_body(ctx: JobContext) -> Iterator[Problem]:
     body = ctx.body
     if body.flag(ma.UNCONDITIONAL_RETRY) and 1 <= body.retries <= CAP:
-        yield Problem(annotation_path(ma.JOB_RETRY_NUM), f"{_SPENDS_ALL} {body.retries}: raise {ma.JOB_RETRY_NUM} above {CAP}")
+        yield Problem(
+            annotation_path(ma.JOB_RETRY_NUM), f"{_SPENDS_ALL} {body.retries}: raise {ma.JOB_RETRY_NUM} above {CAP}"
+        )
 
 
 @hookimpl

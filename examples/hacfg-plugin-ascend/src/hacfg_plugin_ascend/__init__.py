@@ -73,7 +73,8 @@ class NpuCheck(Precheck):
             return [PrecheckResult(self.name, "skipped", detail=f"accelerator is {ctx.policy.accelerator}")]
         pattern = ctx.environ.get("HACFG_PRECHECK_NPU_DEVICES", "/dev/davinci[0-9]*")
         count = len(glob.glob(pattern))
-        return [PrecheckResult(self.name, "passed" if count else "failed", str(count), ">=1", detail=f"devices {pattern}")]
+        status = "passed" if count else "failed"
+        return [PrecheckResult(self.name, status, str(count), ">=1", detail=f"devices {pattern}")]
 
 
 @hookimpl
