@@ -233,8 +233,10 @@ _current: Manager | None = None
 
 
 def request(module_name: str) -> None:
-    """Load ``module_name`` as a plugin too (``--plugin``); must come before the first ``get()``."""
+    """Load ``module_name`` as a plugin too (``--plugin``), now if plugins are loaded already."""
     _requested.append(module_name)
+    if _current is not None:
+        _current.add_module(module_name)
 
 
 def reset() -> None:
