@@ -44,9 +44,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
-    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="MODULE", help="Also load this importable module as a plugin (repeatable)."),
+    plugin: list[str] = typer.Option(
+        [], "--plugin", "-p", metavar="MODULE", help="Also load this importable module as a plugin (repeatable)."
+    ),
 ) -> None:
     """Fault tolerance for ML training jobs: build, lint and supervise from one ha.yaml."""
     if plugin:
@@ -79,7 +83,9 @@ def _write(text: str, output: Optional[Path]) -> None:
 def build(
     file: str = typer.Argument(..., help="A scenario file, or the name of a preset."),
     target: str = typer.Option("modelarts", "--target", "-t", help="Compile target (see `hacfg plugins`)."),
-    platform: Optional[Platform] = typer.Option(None, "--platform", help="Override the file's platform (limits differ)."),
+    platform: Optional[Platform] = typer.Option(
+        None, "--platform", help="Override the file's platform (limits differ)."
+    ),
     only: Optional[str] = typer.Option(None, "--only", help="Print one part of the output, e.g. 'annotations'."),
     into: Optional[Path] = typer.Option(
         None, "--into", readable=False, help="Merge into this existing request body (in place unless -o)."
@@ -129,8 +135,12 @@ def init(
 
 @app.command("import")
 def import_command(
-    body: Path = typer.Argument(..., readable=False, help="A ModelArts create-training-job request body (JSON or YAML)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the scenario file here instead of stdout."),
+    body: Path = typer.Argument(
+        ..., readable=False, help="A ModelArts create-training-job request body (JSON or YAML)."
+    ),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write the scenario file here instead of stdout."
+    ),
     platform: Platform = typer.Option("huaweicloud", "--platform", help="Platform whose limits apply."),
 ) -> None:
     """Turn an existing request body into a scenario file, keeping what it cannot express."""
@@ -156,8 +166,12 @@ def plugins_command() -> None:
 
 @app.command("lint")
 def lint_command(
-    paths: list[Path] = typer.Argument(None, readable=False, help="Files and directories (default: the current directory)."),
-    fmt: Optional[Format] = typer.Option(None, "--format", "-f", help="text (default; github under GitHub Actions), json, sarif, github."),
+    paths: list[Path] = typer.Argument(
+        None, readable=False, help="Files and directories (default: the current directory)."
+    ),
+    fmt: Optional[Format] = typer.Option(
+        None, "--format", "-f", help="text (default; github under GitHub Actions), json, sarif, github."
+    ),
     fail_on: Optional[Severity] = typer.Option(
         None, "--fail-on", help="Exit 1 on findings at or above this severity (default: error)."
     ),
@@ -178,8 +192,12 @@ def lint_command(
 
 @app.command("fix")
 def fix_command(
-    paths: list[Path] = typer.Argument(None, readable=False, help="Files and directories (default: the current directory)."),
-    show_diff: bool = typer.Option(False, "--diff", help="Print the changes as a unified diff instead of writing them."),
+    paths: list[Path] = typer.Argument(
+        None, readable=False, help="Files and directories (default: the current directory)."
+    ),
+    show_diff: bool = typer.Option(
+        False, "--diff", help="Print the changes as a unified diff instead of writing them."
+    ),
     platform: Optional[Platform] = typer.Option(None, "--platform"),
 ) -> None:
     """Apply the safe automatic fixes in place, keeping everything else byte for byte."""
@@ -199,7 +217,9 @@ def fix_command(
 
 @app.command("rules")
 def rules_command(
-    fmt: Literal["text", "json", "markdown"] = typer.Option("text", "--format", "-f", help="markdown: the docs/rules.md page."),
+    fmt: Literal["text", "json", "markdown"] = typer.Option(
+        "text", "--format", "-f", help="markdown: the docs/rules.md page."
+    ),
 ) -> None:
     """List every lint rule, built-in and from plugins, with where it comes from."""
     from hacfg import lint, report
@@ -216,7 +236,9 @@ def explain_command(rule_id: str = typer.Argument(..., help="A rule ID, such as 
     registry = lint.registry()
     source = registry.get(rule_id.upper())
     if source is None:
-        raise InputError(f"unknown rule {rule_id!r}{did_you_mean(rule_id.upper(), list(registry))}; `hacfg rules` lists them")
+        raise InputError(
+            f"unknown rule {rule_id!r}{did_you_mean(rule_id.upper(), list(registry))}; `hacfg rules` lists them"
+        )
     rule = source.rule
     typer.echo(f"{rule.id} {rule.name} ({rule.severity}, from {source.distribution})\n")
     typer.echo(rule.help)
@@ -232,20 +254,43 @@ def _agent_policy(config: Optional[Path], **overrides: Any) -> Policy:
 @app.command("agent", context_settings={"allow_interspersed_args": False})
 def agent_command(
     command: list[str] = typer.Argument(..., help="The command to supervise, after --: hacfg agent -- python train.py"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", readable=False, help="The scenario file (restart budgets, hang timeout, checkpoints)."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Where counters live (default: CHECKPOINT/.hacfg/node-RANK, else ./.hacfg/node-RANK)."),
-    events: Optional[Path] = typer.Option(None, "--events", help="The JSON-lines event log (default: STATE_DIR/events.jsonl)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", readable=False, help="The scenario file (restart budgets, hang timeout, checkpoints)."
+    ),
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", help="Where counters live (default: CHECKPOINT/.hacfg/node-RANK, else ./.hacfg/node-RANK)."
+    ),
+    events: Optional[Path] = typer.Option(
+        None, "--events", help="The JSON-lines event log (default: STATE_DIR/events.jsonl)."
+    ),
     max_restarts: Optional[int] = typer.Option(None, "--max-restarts", min=0, help="Overrides restart.max."),
-    unconditional: Optional[bool] = typer.Option(None, "--unconditional/--no-unconditional", help="Overrides restart.unconditional."),
+    unconditional: Optional[bool] = typer.Option(
+        None, "--unconditional/--no-unconditional", help="Overrides restart.unconditional."
+    ),
     hang_retry: Optional[bool] = typer.Option(None, "--hang-retry/--no-hang-retry", help="Overrides restart.on_hang."),
-    hang_timeout: Optional[str] = typer.Option(None, "--hang-timeout", help="Overrides hang.timeout (and turns detection on), e.g. 30m."),
-    initial_hang_timeout: Optional[str] = typer.Option(None, "--initial-hang-timeout", help="Until the first output or heartbeat (default 2x)."),
+    hang_timeout: Optional[str] = typer.Option(
+        None, "--hang-timeout", help="Overrides hang.timeout (and turns detection on), e.g. 30m."
+    ),
+    initial_hang_timeout: Optional[str] = typer.Option(
+        None, "--initial-hang-timeout", help="Until the first output or heartbeat (default 2x)."
+    ),
     checkpoint_path: Optional[str] = typer.Option(None, "--checkpoint-path", help="Overrides checkpoint.path."),
     no_precheck: bool = typer.Option(False, "--no-precheck", help="Skip the environment pre-checks."),
-    grace: Optional[float] = typer.Option(None, "--grace", min=0, help="Seconds between SIGTERM and SIGKILL (default 30)."),
-    nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, help="Nodes in the job (default: job.nodes, VC_WORKER_NUM or MA_NUM_HOSTS)."),
-    node_rank: Optional[int] = typer.Option(None, "--node-rank", min=0, help="This node's rank (default: NODE_RANK or VC_TASK_INDEX)."),
-    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT", help="Node 0's agent store (default: MASTER_ADDR or the first VC_WORKER_HOSTS, port 29400)."),
+    grace: Optional[float] = typer.Option(
+        None, "--grace", min=0, help="Seconds between SIGTERM and SIGKILL (default 30)."
+    ),
+    nnodes: Optional[int] = typer.Option(
+        None, "--nnodes", min=1, help="Nodes in the job (default: job.nodes, VC_WORKER_NUM or MA_NUM_HOSTS)."
+    ),
+    node_rank: Optional[int] = typer.Option(
+        None, "--node-rank", min=0, help="This node's rank (default: NODE_RANK or VC_TASK_INDEX)."
+    ),
+    rdzv_endpoint: Optional[str] = typer.Option(
+        None,
+        "--rdzv-endpoint",
+        metavar="HOST:PORT",
+        help="Node 0's agent store (default: MASTER_ADDR or the first VC_WORKER_HOSTS, port 29400).",
+    ),
     rdzv_timeout: float = typer.Option(900, "--rdzv-timeout", min=1, help="Seconds to wait for every node to join."),
     standalone: bool = typer.Option(False, "--standalone", help="One node on its own, whatever the job's size."),
 ) -> None:
@@ -283,7 +328,13 @@ def agent_command(
 
 @app.command("precheck")
 def precheck_command(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", readable=False, help="The scenario file (accelerator and network decide which checks apply)."),
+    config: Optional[Path] = typer.Option(
+        None,
+        "--config",
+        "-c",
+        readable=False,
+        help="The scenario file (accelerator and network decide which checks apply).",
+    ),
 ) -> None:
     """Run the environment pre-checks alone; exit 138 when one fails, as the agent would."""
     from hacfg.agent.extensions import PrecheckContext, PrecheckSettings
@@ -372,7 +423,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         if plugins is not None and isinstance(err, plugins.BuiltinPluginError):
             typer.echo(f"hacfg: error: {err}", err=True)
         else:
-            typer.echo(f"hacfg: internal error: {type(err).__name__}: {err} (this is a bug; --debug shows the traceback)", err=True)
+            typer.echo(
+                f"hacfg: internal error: {type(err).__name__}: {err} (this is a bug; --debug shows the traceback)",
+                err=True,
+            )
         return EXIT_INTERNAL
     finally:
         plugins = sys.modules.get("hacfg.plugin_manager")

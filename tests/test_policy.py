@@ -6,10 +6,10 @@ import signal
 
 import pytest
 
+from hacfg.agent.checkpoints import newest_complete
 from hacfg.agent.classify import classify
 from hacfg.agent.extensions import Failure
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
-from hacfg.agent.checkpoints import newest_complete
 
 
 def run(causes, policy, progress=None):
