@@ -230,18 +230,9 @@ def rules_command(
 @app.command("explain")
 def explain_command(rule_id: str = typer.Argument(..., help="A rule ID, such as HA007.")) -> None:
     """Print a rule's documentation: what it does, why it matters, an example, the fix."""
-    from hacfg import lint
-    from hacfg.source import InputError, did_you_mean
+    from hacfg import lint, report
 
-    registry = lint.registry()
-    source = registry.get(rule_id.upper())
-    if source is None:
-        raise InputError(
-            f"unknown rule {rule_id!r}{did_you_mean(rule_id.upper(), list(registry))}; `hacfg rules` lists them"
-        )
-    rule = source.rule
-    typer.echo(f"{rule.id} {rule.name} ({rule.severity}, from {source.distribution})\n")
-    typer.echo(rule.help)
+    _write(report.explanation(rule_id, lint.registry()), None)
 
 
 def _agent_policy(config: Optional[Path], **overrides: Any) -> Policy:

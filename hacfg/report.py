@@ -175,3 +175,15 @@ def rules_listing(fmt: str, rules: dict[str, RuleSource]) -> str:
         f"{rule_id}  {s.rule.severity:<7}  {s.rule.name:<36}  {s.distribution:<12}  {s.rule.summary}\n"
         for rule_id, s in rules.items()
     )
+
+
+def explanation(rule_id: str, rules: dict[str, RuleSource]) -> str:
+    """``hacfg explain``: one rule's heading and help; an unknown ID is an InputError naming the nearest."""
+    from hacfg.source import InputError, did_you_mean
+
+    source = rules.get(rule_id.upper())
+    if source is None:
+        hint = did_you_mean(rule_id.upper(), list(rules))
+        raise InputError(f"unknown rule {rule_id!r}{hint}; `hacfg rules` lists them")
+    rule = source.rule
+    return f"{rule.id} {rule.name} ({rule.severity}, from {source.distribution})\n\n{rule.help}\n"
