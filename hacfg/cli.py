@@ -342,7 +342,12 @@ def precheck_command(
 
 @app.command("events")
 def events_command(
-    files: Optional[list[Path]] = typer.Argument(None, readable=False, metavar="EVENTS.jsonl...", help="Event logs, one per node (default: .hacfg/node-*/events.jsonl)."),
+    files: Optional[list[Path]] = typer.Argument(
+        None,
+        readable=False,
+        metavar="EVENTS.jsonl...",
+        help="Event logs, one per node (default: .hacfg/node-*/events.jsonl).",
+    ),
     fmt: Literal["table", "json"] = typer.Option("table", "--format", "-f"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the attempts as a timeline (.svg or .png)."),
 ) -> None:
