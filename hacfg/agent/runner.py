@@ -23,8 +23,8 @@ from hacfg import plugin_manager
 from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.classify import classify
 from hacfg.agent.extensions import Failure, PrecheckContext, PrecheckSettings
-from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.group import GroupLost
+from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Rounds, Verdict, resume_visible
 from hacfg.agent.state import EventLog, StateStore
