@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, verdicts_table  # noqa: E402
+from common import Verdict, verdicts_table
 
 RESTARTS = 20
 RELAY_MB = 200

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, ms, require, table, time_command  # noqa: E402
+from common import Verdict, ms, require, table, time_command
 
 TARGET = 1.5
 EXAMPLE = str(Path(__file__).parent.parent / "examples/llama-pretrain/ha.yaml")

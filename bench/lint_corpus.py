@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, ms, require, time_command, verdicts_table  # noqa: E402
+from common import Verdict, ms, require, time_command, verdicts_table
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("single-node", "multi-node", "llm-long-term")

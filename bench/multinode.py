@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, verdicts_table  # noqa: E402
+from common import Verdict, verdicts_table
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"

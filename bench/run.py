@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import agent  # noqa: E402
-import cold_build  # noqa: E402
-import lint_corpus  # noqa: E402
-import multinode  # noqa: E402
-import server  # noqa: E402
-from common import verdicts_table  # noqa: E402
+import agent
+import cold_build
+import lint_corpus
+import multinode
+import server
+from common import verdicts_table
 
 
 def machine() -> str:

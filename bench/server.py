@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Timing, Verdict, ms, require, time_command, verdicts_table  # noqa: E402
+from common import Timing, Verdict, ms, require, time_command, verdicts_table
 
 TARGET_MS = 5.0
 ROUND_TRIPS = 200
@@ -41,7 +41,7 @@ async def round_trips(file: Path, count: int) -> list[float]:
     uri, text = file.as_uri(), file.read_text(encoding="utf-8")
     loop = asyncio.get_running_loop()
 
-    async def send(version: int, notify) -> float:  # noqa: ANN001 - a client method
+    async def send(version: int, notify) -> float:
         arrived[version] = loop.create_future()
         start = time.perf_counter()
         notify()

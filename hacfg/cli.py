@@ -9,17 +9,19 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import typer
+
+from hacfg.names import Platform, Scenario, Severity
+
+if TYPE_CHECKING:
+    from hacfg.agent.policy import Policy
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_INPUT = 2
 EXIT_INTERNAL = 3
-
-Scenario = Literal["single-node", "multi-node", "llm-long-term"]
-PlatformName = Literal["huaweicloud", "otc"]
 
 app = typer.Typer(
     name="hacfg",
@@ -42,9 +44,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
-    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="MODULE", help="Also load this importable module as a plugin (repeatable)."),
+    plugin: list[str] = typer.Option(
+        [], "--plugin", "-p", metavar="MODULE", help="Also load this importable module as a plugin (repeatable)."
+    ),
 ) -> None:
     """Fault tolerance for ML training jobs: build, lint and supervise from one ha.yaml."""
     if plugin:
@@ -52,16 +58,6 @@ def _root(
 
         for module_name in plugin:
             plugin_manager.request(module_name)
-
-
-def _scenario_file(file: str) -> Path:
-    """A path, or the name of an installed preset."""
-    path = Path(file)
-    if path.exists() or "/" in file or file.endswith((".yaml", ".yml", ".json")):
-        return path
-    from hacfg.config import available_presets
-
-    return available_presets().get(file, path)
 
 
 def _note(message: str) -> None:
@@ -87,20 +83,23 @@ def _write(text: str, output: Optional[Path]) -> None:
 def build(
     file: str = typer.Argument(..., help="A scenario file, or the name of a preset."),
     target: str = typer.Option("modelarts", "--target", "-t", help="Compile target (see `hacfg plugins`)."),
-    platform: Optional[PlatformName] = typer.Option(None, "--platform", help="Override the file's platform (limits differ)."),
+    platform: Optional[Platform] = typer.Option(
+        None, "--platform", help="Override the file's platform (limits differ)."
+    ),
     only: Optional[str] = typer.Option(None, "--only", help="Print one part of the output, e.g. 'annotations'."),
-    into: Optional[Path] = typer.Option(None, "--into", readable=False, help="Merge into this existing request body (in place unless -o)."),
+    into: Optional[Path] = typer.Option(
+        None, "--into", readable=False, help="Merge into this existing request body (in place unless -o)."
+    ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout (atomically)."),
 ) -> None:
     """Compile a scenario file into a validated job request."""
-    from hacfg import build as builder
-    from hacfg.config import load_config
-    from hacfg.source import load
+    from hacfg import registry
+    from hacfg.build import build_file
 
-    loaded = load_config(_scenario_file(file), platform=platform)
-    chosen = builder.get_target(target)
-    existing = load(into) if into is not None else None
-    text, notes = builder.compile_config(loaded, chosen, only=only, into=existing)
+    scenario = registry.preset_or_path(file)
+    text, notes = build_file(
+        scenario, target, registry.presets(), registry.targets(), platform=platform, only=only, into=into
+    )
     for note in notes:
         _note(note)
     _write(text, output or into)
@@ -136,9 +135,13 @@ def init(
 
 @app.command("import")
 def import_command(
-    body: Path = typer.Argument(..., readable=False, help="A ModelArts create-training-job request body (JSON or YAML)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the scenario file here instead of stdout."),
-    platform: PlatformName = typer.Option("huaweicloud", "--platform", help="Platform whose limits apply."),
+    body: Path = typer.Argument(
+        ..., readable=False, help="A ModelArts create-training-job request body (JSON or YAML)."
+    ),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write the scenario file here instead of stdout."
+    ),
+    platform: Platform = typer.Option("huaweicloud", "--platform", help="Platform whose limits apply."),
 ) -> None:
     """Turn an existing request body into a scenario file, keeping what it cannot express."""
     from hacfg.importer import import_body
@@ -151,7 +154,6 @@ def import_command(
 
 
 Format = Literal["text", "json", "sarif", "github"]
-SeverityName = Literal["error", "warning", "info"]
 
 
 @app.command("plugins")
@@ -159,116 +161,78 @@ def plugins_command() -> None:
     """List the loaded plugins: name, distribution and version, and what each provides."""
     from hacfg import plugin_manager
 
-    manager = plugin_manager.get()
-    for name, info in sorted(manager.infos.items()):
-        version = f" {info.version}" if info.version else ""
-        typer.echo(f"{name:<20} {info.distribution}{version:<10} {info.module}")
-        for line in manager.provides(name):
-            typer.echo(f"{'':<20}   {line}")
-
-
-def _lint_setup():
-    """Settings checked against the installed rules, and the rule registry."""
-    from hacfg import lint
-    from hacfg.settings import find_settings
-
-    settings = find_settings()
-    rules = lint.registry()
-    settings.check_rule_ids(set(rules))
-    return settings, rules
+    _write(plugin_manager.get().listing(), None)
 
 
 @app.command("lint")
 def lint_command(
-    paths: list[Path] = typer.Argument(None, readable=False, help="Files and directories (default: the current directory)."),
-    fmt: Optional[Format] = typer.Option(None, "--format", "-f", help="text (default; github under GitHub Actions), json, sarif, github."),
-    fail_on: Optional[SeverityName] = typer.Option(None, "--fail-on", help="Exit 1 on findings at or above this severity (default: error)."),
+    paths: list[Path] = typer.Argument(
+        None, readable=False, help="Files and directories (default: the current directory)."
+    ),
+    fmt: Optional[Format] = typer.Option(
+        None, "--format", "-f", help="text (default; github under GitHub Actions), json, sarif, github."
+    ),
+    fail_on: Optional[Severity] = typer.Option(
+        None, "--fail-on", help="Exit 1 on findings at or above this severity (default: error)."
+    ),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings."),
-    platform: Optional[PlatformName] = typer.Option(None, "--platform", help="Platform limits to check against."),
+    platform: Optional[Platform] = typer.Option(None, "--platform", help="Platform limits to check against."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report here instead of stdout."),
 ) -> None:
     """Check scenario files and ModelArts request bodies for risky fault-tolerance settings."""
     from hacfg import lint, report
-    from hacfg.rules import SEVERITIES
 
-    settings, rules = _lint_setup()
+    settings, rules = lint.configured()
     result = lint.lint_paths(paths or [], settings, platform=platform)
     chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     _write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output)
-    threshold = fail_on or settings.fail_on
-    worst = result.worst()
-    if not exit_zero and worst is not None and SEVERITIES.index(worst) >= SEVERITIES.index(threshold):
+    if not exit_zero and result.fails(fail_on or settings.fail_on):
         raise typer.Exit(EXIT_FINDINGS)
 
 
 @app.command("fix")
 def fix_command(
-    paths: list[Path] = typer.Argument(None, readable=False, help="Files and directories (default: the current directory)."),
-    show_diff: bool = typer.Option(False, "--diff", help="Print the changes as a unified diff instead of writing them."),
-    platform: Optional[PlatformName] = typer.Option(None, "--platform"),
+    paths: list[Path] = typer.Argument(
+        None, readable=False, help="Files and directories (default: the current directory)."
+    ),
+    show_diff: bool = typer.Option(
+        False, "--diff", help="Print the changes as a unified diff instead of writing them."
+    ),
+    platform: Optional[Platform] = typer.Option(None, "--platform"),
 ) -> None:
     """Apply the safe automatic fixes in place, keeping everything else byte for byte."""
     from hacfg import fix, lint
-    from hacfg.fsutil import atomic_write
 
-    settings, rules = _lint_setup()
-    result = lint.lint_paths(paths or [], settings, platform=platform)
-    by_file: dict[str, list] = {}
-    for finding in result.findings:
-        if finding.fix is not None and finding.suppressed is None:
-            by_file.setdefault(finding.path, []).append(finding)
-    changed = 0
-    for path, findings in sorted(by_file.items()):
-        before = Path(path).read_text(encoding="utf-8")
-        after = fix.apply(before, findings)
-        if after == before:
-            continue
-        changed += 1
+    settings, _ = lint.configured()
+    changed = fix.fixes(lint.lint_paths(paths or [], settings, platform=platform))
+    for file in changed:
         if show_diff:
-            sys.stdout.write(fix.diff(path, before, after))
+            _write(file.diff(), None)
         else:
-            atomic_write(path, after, mode=Path(path).stat().st_mode & 0o777)
-            typer.echo(f"fixed {len(findings)} in {path}", err=True)
+            file.write()
+            typer.echo(f"fixed {file.count} in {file.path}", err=True)
     if show_diff and changed:
         raise typer.Exit(EXIT_FINDINGS)
 
 
 @app.command("rules")
 def rules_command(
-    fmt: Literal["text", "json", "markdown"] = typer.Option("text", "--format", "-f", help="markdown: the docs/rules.md page."),
+    fmt: Literal["text", "json", "markdown"] = typer.Option(
+        "text", "--format", "-f", help="markdown: the docs/rules.md page."
+    ),
 ) -> None:
     """List every lint rule, built-in and from plugins, with where it comes from."""
-    import json
-
     from hacfg import lint, report
 
-    registry = lint.registry()
-    if fmt == "markdown":
-        _write(report.rules_markdown(registry), None)
-        return
-    if fmt == "json":
-        rows = [
-            {"id": i, "name": s.rule.name, "severity": s.rule.severity, "kinds": list(s.rule.kinds), "source": s.distribution, "summary": s.rule.summary}
-            for i, s in registry.items()
-        ]
-        _write(json.dumps(rows, indent=2) + "\n", None)
-        return
-    for rule_id, source in registry.items():
-        rule = source.rule
-        typer.echo(f"{rule_id}  {rule.severity:<7}  {rule.name:<36}  {source.distribution:<12}  {rule.summary}")
+    _write(report.rules_listing(fmt, lint.registry()), None)
 
 
 @app.command("explain")
 def explain_command(rule_id: str = typer.Argument(..., help="A rule ID, such as HA007.")) -> None:
     """Print a rule's documentation: what it does, why it matters, an example, the fix."""
     from hacfg import lint, report
-    from hacfg.source import InputError, did_you_mean
 
-    registry = lint.registry()
-    source = registry.get(rule_id.upper())
-    if source is None:
-        raise InputError(f"unknown rule {rule_id!r}{did_you_mean(rule_id.upper(), list(registry))}; `hacfg rules` lists them")
-    typer.echo(report.explain(source))
+    _write(report.explanation(rule_id, lint.registry()), None)
 
 
 @app.command("server")
@@ -285,45 +249,53 @@ def server_command() -> None:
     serve()
 
 
-def _agent_policy(config: Optional[Path], **overrides):
-    """The agent's policy: the scenario file (if any), then command-line overrides."""
-    from dataclasses import replace
+def _agent_policy(config: Optional[Path], **overrides: Any) -> Policy:
+    from hacfg import registry
+    from hacfg.agent.options import policy_for
 
-    from hacfg.agent.policy import Policy, policy_from_config
-    from hacfg.config import load_config, parse_duration
-
-    policy = policy_from_config(load_config(config).config) if config else Policy()
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    for key in ("hang_timeout", "initial_hang_timeout"):
-        if key in changes:
-            try:
-                changes[key] = parse_duration(changes[key]).total_seconds()
-            except ValueError as err:
-                raise typer.BadParameter(str(err), param_hint=f"--{key.replace('_', '-')}") from None
-    if "hang_timeout" in changes:
-        changes["hang_detect"] = True
-    if "checkpoint_path" in changes:
-        changes["checkpoint_path"] = Path(changes["checkpoint_path"])
-    return replace(policy, **changes)
+    return policy_for(config, registry.presets() if config else {}, **overrides)
 
 
 @app.command("agent", context_settings={"allow_interspersed_args": False})
 def agent_command(
     command: list[str] = typer.Argument(..., help="The command to supervise, after --: hacfg agent -- python train.py"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", readable=False, help="The scenario file (restart budgets, hang timeout, checkpoints)."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Where counters live (default: CHECKPOINT/.hacfg/node-RANK, else ./.hacfg/node-RANK)."),
-    events: Optional[Path] = typer.Option(None, "--events", help="The JSON-lines event log (default: STATE_DIR/events.jsonl)."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", readable=False, help="The scenario file (restart budgets, hang timeout, checkpoints)."
+    ),
+    state_dir: Optional[Path] = typer.Option(
+        None, "--state-dir", help="Where counters live (default: CHECKPOINT/.hacfg/node-RANK, else ./.hacfg/node-RANK)."
+    ),
+    events: Optional[Path] = typer.Option(
+        None, "--events", help="The JSON-lines event log (default: STATE_DIR/events.jsonl)."
+    ),
     max_restarts: Optional[int] = typer.Option(None, "--max-restarts", min=0, help="Overrides restart.max."),
-    unconditional: Optional[bool] = typer.Option(None, "--unconditional/--no-unconditional", help="Overrides restart.unconditional."),
+    unconditional: Optional[bool] = typer.Option(
+        None, "--unconditional/--no-unconditional", help="Overrides restart.unconditional."
+    ),
     hang_retry: Optional[bool] = typer.Option(None, "--hang-retry/--no-hang-retry", help="Overrides restart.on_hang."),
-    hang_timeout: Optional[str] = typer.Option(None, "--hang-timeout", help="Overrides hang.timeout (and turns detection on), e.g. 30m."),
-    initial_hang_timeout: Optional[str] = typer.Option(None, "--initial-hang-timeout", help="Until the first output or heartbeat (default 2x)."),
+    hang_timeout: Optional[str] = typer.Option(
+        None, "--hang-timeout", help="Overrides hang.timeout (and turns detection on), e.g. 30m."
+    ),
+    initial_hang_timeout: Optional[str] = typer.Option(
+        None, "--initial-hang-timeout", help="Until the first output or heartbeat (default 2x)."
+    ),
     checkpoint_path: Optional[str] = typer.Option(None, "--checkpoint-path", help="Overrides checkpoint.path."),
     no_precheck: bool = typer.Option(False, "--no-precheck", help="Skip the environment pre-checks."),
-    grace: Optional[float] = typer.Option(None, "--grace", min=0, help="Seconds between SIGTERM and SIGKILL (default 30)."),
-    nnodes: Optional[int] = typer.Option(None, "--nnodes", min=1, help="Nodes in the job (default: job.nodes, VC_WORKER_NUM or MA_NUM_HOSTS)."),
-    node_rank: Optional[int] = typer.Option(None, "--node-rank", min=0, help="This node's rank (default: NODE_RANK or VC_TASK_INDEX)."),
-    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", metavar="HOST:PORT", help="Node 0's agent store (default: MASTER_ADDR or the first VC_WORKER_HOSTS, port 29400)."),
+    grace: Optional[float] = typer.Option(
+        None, "--grace", min=0, help="Seconds between SIGTERM and SIGKILL (default 30)."
+    ),
+    nnodes: Optional[int] = typer.Option(
+        None, "--nnodes", min=1, help="Nodes in the job (default: job.nodes, VC_WORKER_NUM or MA_NUM_HOSTS)."
+    ),
+    node_rank: Optional[int] = typer.Option(
+        None, "--node-rank", min=0, help="This node's rank (default: NODE_RANK or VC_TASK_INDEX)."
+    ),
+    rdzv_endpoint: Optional[str] = typer.Option(
+        None,
+        "--rdzv-endpoint",
+        metavar="HOST:PORT",
+        help="Node 0's agent store (default: MASTER_ADDR or the first VC_WORKER_HOSTS, port 29400).",
+    ),
     rdzv_timeout: float = typer.Option(900, "--rdzv-timeout", min=1, help="Seconds to wait for every node to join."),
     standalone: bool = typer.Option(False, "--standalone", help="One node on its own, whatever the job's size."),
 ) -> None:
@@ -361,11 +333,18 @@ def agent_command(
 
 @app.command("precheck")
 def precheck_command(
-    config: Optional[Path] = typer.Option(None, "--config", "-c", readable=False, help="The scenario file (accelerator and network decide which checks apply)."),
+    config: Optional[Path] = typer.Option(
+        None,
+        "--config",
+        "-c",
+        readable=False,
+        help="The scenario file (accelerator and network decide which checks apply).",
+    ),
 ) -> None:
     """Run the environment pre-checks alone; exit 138 when one fails, as the agent would."""
+    from hacfg.agent.extensions import PrecheckContext, PrecheckSettings
     from hacfg.agent.policy import RETRY_ELSEWHERE
-    from hacfg.agent.prechecks import PrecheckContext, PrecheckSettings, run_prechecks
+    from hacfg.agent.prechecks import run_prechecks
 
     policy = _agent_policy(config)
     results = run_prechecks(PrecheckContext(policy, PrecheckSettings.from_environment(), dict(os.environ)))
@@ -377,7 +356,12 @@ def precheck_command(
 
 @app.command("events")
 def events_command(
-    files: Optional[list[Path]] = typer.Argument(None, readable=False, metavar="EVENTS.jsonl...", help="Event logs, one per node (default: .hacfg/node-*/events.jsonl)."),
+    files: Optional[list[Path]] = typer.Argument(
+        None,
+        readable=False,
+        metavar="EVENTS.jsonl...",
+        help="Event logs, one per node (default: .hacfg/node-*/events.jsonl).",
+    ),
     fmt: Literal["table", "json"] = typer.Option("table", "--format", "-f"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the attempts as a timeline (.svg or .png)."),
 ) -> None:
@@ -445,9 +429,17 @@ def main(argv: Optional[list[str]] = None) -> int:
             import traceback
 
             traceback.print_exc()
-        typer.echo(f"hacfg: internal error: {type(err).__name__}: {err} (this is a bug; --debug shows the traceback)", err=True)
+        plugins = sys.modules.get("hacfg.plugin_manager")
+        if plugins is not None and isinstance(err, plugins.BuiltinPluginError):
+            typer.echo(f"hacfg: error: {err}", err=True)
+        else:
+            typer.echo(
+                f"hacfg: internal error: {type(err).__name__}: {err} (this is a bug; --debug shows the traceback)",
+                err=True,
+            )
         return EXIT_INTERNAL
     finally:
-        if "hacfg.plugin_manager" in sys.modules:
-            sys.modules["hacfg.plugin_manager"].report_failures(lambda line: typer.echo(line, err=True))
+        plugins = sys.modules.get("hacfg.plugin_manager")
+        for failure in plugins.drain() if plugins is not None else ():
+            typer.echo(f"hacfg: {failure}", err=True)
     return EXIT_OK

@@ -1,7 +1,8 @@
 """The scenario file, format version 1: the one model that the linter, the targets and the agent read.
 
 ``load_config`` is the whole front end: parse with positions, merge over the preset the file
-extends, validate, and map every validation error back to ``file:line:col``.
+extends, validate, and map every validation error back to ``file:line:col``. The presets are
+an argument: this module knows nothing of the plugins that provide them.
 """
 
 from __future__ import annotations
@@ -9,19 +10,31 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
 from hacfg import platform as ma
-from hacfg import plugin_manager
+from hacfg.names import Platform, Scenario
 from hacfg.source import Document, InputError, LogicalPath, Span, did_you_mean, dotted, load
 
-Scenario = Literal["single-node", "multi-node", "llm-long-term"]
-Platform = Literal["huaweicloud", "otc"]
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+Presets = Mapping[str, Path]  # preset name -> scenario file, as the installed plugins provide them
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 DURATION_PATTERN = r"^(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?$"
@@ -43,7 +56,7 @@ def parse_duration(value: Any) -> Any:
 def format_duration(value: timedelta) -> str:
     """The shortest spelling that ``parse_duration`` reads back."""
     seconds = int(value.total_seconds())
-    parts = []
+    parts: list[str] = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if seconds >= size or (unit == "s" and not parts):
             amount, seconds = divmod(seconds, size)
@@ -73,7 +86,9 @@ class _Section(BaseModel):
 class Job(_Section):
     """What runs, and where."""
 
-    name: str | None = Field(None, pattern=ma.JOB_NAME_PATTERN, description="metadata.name; defaults to the scenario name.")
+    name: str | None = Field(
+        None, pattern=ma.JOB_NAME_PATTERN, description="metadata.name; defaults to the scenario name."
+    )
     nodes: int = Field(1, ge=1, description="spec.resource.node_count")
     accelerator: Literal["gpu", "npu", "cpu"] = "gpu"
     network: Literal["infiniband", "roce", "ethernet"] = "ethernet"
@@ -98,7 +113,10 @@ class Restart(_Section):
     """The platform's restart budgets."""
 
     max: int = Field(
-        0, ge=0, le=ma.RETRY_LIMITS["huaweicloud"][1], description="fault-tolerance/job-retry-num; 0 turns auto restart off."
+        0,
+        ge=0,
+        le=ma.RETRY_LIMITS["huaweicloud"][1],
+        description="fault-tolerance/job-retry-num; 0 turns auto restart off.",
     )
     unconditional: bool = Field(False, description="fault-tolerance/job-unconditional-retry")
     on_hang: bool = Field(False, description="fault-tolerance/hang-retry")
@@ -119,7 +137,9 @@ class Hang(_Section):
     """Suspension detection: no output, heartbeat or accelerator activity for ``timeout``."""
 
     detect: bool = Field(True, description="Suspension detection (GPU/NPU jobs only).")
-    timeout: Duration = Field(timedelta(minutes=ma.DEFAULT_HANG_MINUTES), description="MA_HANG_DETECT_TIME, in whole minutes.")
+    timeout: Duration = Field(
+        timedelta(minutes=ma.DEFAULT_HANG_MINUTES), description="MA_HANG_DETECT_TIME, in whole minutes."
+    )
 
 
 class HAConfig(_Section):
@@ -130,7 +150,9 @@ class HAConfig(_Section):
     version: Literal[1]
     scenario: Scenario
     platform: Platform = "huaweicloud"
-    extends: str | None = Field(None, description="A preset name or a relative path; defaults to the scenario's preset.")
+    extends: str | None = Field(
+        None, description="A preset name or a relative path; defaults to the scenario's preset."
+    )
     job: Job = Field(default_factory=Job)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     restart: Restart = Field(default_factory=Restart)
@@ -139,7 +161,8 @@ class HAConfig(_Section):
     precheck: bool = Field(True, description="Environment pre-check before the command starts.")
     passthrough: dict[str, Any] = Field(
         default_factory=dict,
-        description="ModelArts request fields hacfg does not model (hacfg import puts them here); merged verbatim into the modelarts output.",
+        description="ModelArts request fields hacfg does not model (hacfg import puts them here); "
+        "merged verbatim into the modelarts output.",
     )
 
     @property
@@ -150,7 +173,9 @@ class HAConfig(_Section):
 class ConfigError(InputError):
     """One problem in a scenario file; ``unknown_key`` tells a misspelling from a bad value."""
 
-    def __init__(self, message: str, span, path: LogicalPath, unknown_key: bool = False):
+    span: Span
+
+    def __init__(self, message: str, span: Span, path: LogicalPath, unknown_key: bool = False) -> None:
         super().__init__(message, span)
         self.path = path
         self.unknown_key = unknown_key
@@ -159,9 +184,9 @@ class ConfigError(InputError):
 class ConfigInvalid(Exception):
     """Every problem found in a scenario file, in file order."""
 
-    def __init__(self, errors: list[InputError]):
+    def __init__(self, errors: Sequence[InputError]) -> None:
         super().__init__("\n".join(map(str, errors)))
-        self.errors = errors
+        self.errors = list(errors)
 
 
 @dataclass(frozen=True)
@@ -172,15 +197,17 @@ class Loaded:
     document: Document
 
 
-def load_config(path: str | Path, *, platform: str | None = None) -> Loaded:
+def load_config(path: str | Path, presets: Presets, *, platform: str | None = None) -> Loaded:
     """Parse, merge over presets, and validate; raises InputError or ConfigInvalid."""
-    return validate(with_presets(load(path)), platform=platform)
+    return validate(with_presets(load(path), presets), platform=platform)
 
 
 def validate(document: Document, *, platform: str | None = None) -> Loaded:
     data = document.data
     if not isinstance(data, dict):
-        raise ConfigInvalid([InputError("a scenario file is a mapping of keys (version, scenario, job, ...)", document.span(()))])
+        raise ConfigInvalid(
+            [InputError("a scenario file is a mapping of keys (version, scenario, job, ...)", document.span(()))]
+        )
     if platform is not None:
         data = {**data, "platform": platform}
     try:
@@ -190,23 +217,25 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
     return Loaded(config=config, document=document)
 
 
-def with_presets(document: Document, chain: tuple[Path, ...] = ()) -> Document:
+def with_presets(document: Document, presets: Presets, chain: tuple[Path, ...] = ()) -> Document:
     """The document merged over the preset it extends (explicitly, or through ``scenario``)."""
     data = document.data
     if not isinstance(data, dict):
         return document
     if "extends" in data:
         here = Path(document.path).resolve()
-        base_path = find_preset(data["extends"], relative_to=here.parent, span=document.span(("extends",))).resolve()
+        extends_span = document.span(("extends",))
+        base_path = find_preset(data["extends"], presets, relative_to=here.parent, span=extends_span).resolve()
         if base_path in (*chain, here):
             names = " -> ".join(p.name for p in (*chain, here, base_path))
             raise InputError(f"extends cycle: {names}", document.span(("extends",)))
     else:
         scenario = data.get("scenario")
-        base_path = available_presets().get(scenario) if isinstance(scenario, str) else None
-        if base_path is None or base_path in chain or _same_file(base_path, document.path):
+        preset = presets.get(scenario) if isinstance(scenario, str) else None
+        if preset is None or preset in chain or _same_file(preset, document.path):
             return document  # no preset, or this file is the preset itself
-    base = with_presets(_load_base(base_path), (*chain, base_path))
+        base_path = preset
+    base = with_presets(_load_base(base_path), presets, (*chain, base_path))
     return _overlay(base, document)
 
 
@@ -223,25 +252,7 @@ def _load_base(path: Path) -> Document:
     return load(path)
 
 
-@functools.cache
-def available_presets() -> dict[str, Path]:
-    """Every preset by name; two plugins offering one name is an error naming both."""
-    found: dict[str, Path] = {}
-    owners: dict[str, str] = {}
-    manager = plugin_manager.get()
-    for plugin, presets in manager.results("hacfg_presets"):
-        if not isinstance(presets, dict):
-            manager.fail(plugin, "hacfg_presets", f"returned {type(presets).__name__}, expected a dict of name -> path")
-            continue
-        for name, path in presets.items():
-            if name in found:
-                manager.fail(plugin, "hacfg_presets", f"preset {name!r} is already provided by {owners[name]!r}")
-                continue
-            found[name], owners[name] = Path(path).resolve(), plugin
-    return found
-
-
-def find_preset(reference: object, *, relative_to: Path, span: Span | None = None) -> Path:
+def find_preset(reference: object, presets: Presets, *, relative_to: Path, span: Span | None = None) -> Path:
     """A preset by name, or a scenario file by path relative to the file that names it."""
     if not isinstance(reference, str) or not reference:
         raise InputError("extends: expected a preset name or a relative path", span)
@@ -250,10 +261,11 @@ def find_preset(reference: object, *, relative_to: Path, span: Span | None = Non
         if not path.is_file():
             raise InputError(f"extends: no file {reference!r} next to this file", span)
         return path
-    presets = available_presets()
     if reference not in presets:
         known = ", ".join(sorted(presets)) or "none installed"
-        raise InputError(f"extends: unknown preset {reference!r}{did_you_mean(reference, list(presets))} (known: {known})", span)
+        raise InputError(
+            f"extends: unknown preset {reference!r}{did_you_mean(reference, list(presets))} (known: {known})", span
+        )
     return presets[reference]
 
 
@@ -277,21 +289,22 @@ def deep_merge(base: Any, top: Any) -> Any:
 def _fields_at(path: LogicalPath) -> list[str]:
     model: Any = HAConfig
     for key in path:
-        field = model.model_fields.get(key) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        is_model = isinstance(model, type) and issubclass(model, BaseModel)
+        field = model.model_fields.get(key) if is_model and isinstance(key, str) else None
         if field is None:
             return []
         model = field.annotation
     return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
-def _errors(err: ValidationError, document: Document) -> list[InputError]:
-    errors: list[InputError] = []
+def _errors(err: ValidationError, document: Document) -> list[ConfigError]:
+    errors: list[ConfigError] = []
     for item in err.errors(include_url=False):
         path = tuple(item["loc"])
         kind = item["type"]
         if kind == "extra_forbidden":
             where = f" in {dotted(path[:-1])}" if path[:-1] else ""
-            message = f"unknown key {path[-1]!r}{where}{did_you_mean(path[-1], _fields_at(path[:-1]))}"
+            message = f"unknown key {path[-1]!r}{where}{did_you_mean(str(path[-1]), _fields_at(path[:-1]))}"
             errors.append(ConfigError(message, document.span(path, key=True), path, unknown_key=True))
             continue
         if kind == "missing":
@@ -304,7 +317,7 @@ def _errors(err: ValidationError, document: Document) -> list[InputError]:
     return sorted(errors, key=lambda e: (e.span.file != document.path, e.span.line, e.span.column))
 
 
-def _message(item: dict) -> str:
+def _message(item: ErrorDetails) -> str:
     message = item["msg"].removeprefix("Value error, ")
     if item["type"] == "literal_error":
         choices = re.findall(r"'([^']*)'", item["ctx"]["expected"])
@@ -328,4 +341,5 @@ def scenario_document(config: HAConfig) -> dict[str, Any]:
             return {k: spell(v) for k, v in value.items()}
         return value
 
-    return spell(config.model_dump(exclude_none=True, exclude={"extends"}))
+    document: dict[str, Any] = spell(config.model_dump(exclude_none=True, exclude={"extends"}))
+    return document

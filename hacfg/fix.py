@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
-from hacfg.lint import Finding
+from hacfg.fsutil import atomic_write
+from hacfg.lint import Finding, Report
 
 
 def apply(text: str, findings: Iterable[Finding]) -> str:
@@ -37,3 +40,35 @@ def apply(text: str, findings: Iterable[Finding]) -> str:
 
 def diff(path: str, before: str, after: str) -> str:
     return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), path, path))
+
+
+@dataclass(frozen=True)
+class FileFix:
+    """One file's text before and after its fixes."""
+
+    path: str
+    before: str
+    after: str
+    count: int  # fixable findings in the file
+
+    def diff(self) -> str:
+        return diff(self.path, self.before, self.after)
+
+    def write(self) -> None:
+        """Replace the file atomically, keeping its permissions."""
+        atomic_write(self.path, self.after, mode=Path(self.path).stat().st_mode & 0o777)
+
+
+def fixes(report: Report) -> list[FileFix]:
+    """``hacfg fix``: each file whose fixable findings (not suppressed) change it, by path."""
+    by_file: dict[str, list[Finding]] = {}
+    for finding in report.findings:
+        if finding.fix is not None and finding.suppressed is None:
+            by_file.setdefault(finding.path, []).append(finding)
+    changed = []
+    for path, findings in sorted(by_file.items()):
+        before = Path(path).read_text(encoding="utf-8")
+        after = apply(before, findings)
+        if after != before:
+            changed.append(FileFix(path, before, after, len(findings)))
+    return changed

@@ -2,7 +2,7 @@
 
 A plugin is a module (or object) with functions of the same names, marked ``@hookimpl``::
 
-    from hacfg import hookimpl
+    from hacfg.plugin import hookimpl
 
     @hookimpl
     def hacfg_presets():
@@ -22,12 +22,10 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-if TYPE_CHECKING:
-    from hacfg.agent.checkpoints import CheckpointLayout
-    from hacfg.agent.classify import Classification, Failure
-    from hacfg.agent.prechecks import Precheck
-    from hacfg.build import Target
+if TYPE_CHECKING:  # the extension types; none of their modules imports the plugin machinery
+    from hacfg.agent.extensions import CheckpointLayout, Classification, Failure, Precheck
     from hacfg.rules import Rule
+    from hacfg.target import Target
 
 hookspec = pluggy.HookspecMarker("hacfg")
 hookimpl = pluggy.HookimplMarker("hacfg")
@@ -45,7 +43,7 @@ def hacfg_presets() -> Mapping[str, Path]:
 
 @hookspec
 def hacfg_targets() -> Iterable[Target]:
-    """Compile targets, each a :class:`hacfg.build.Target` with a unique ``name``.
+    """Compile targets, each a :class:`hacfg.plugin.Target` with a unique ``name``.
 
     ``hacfg build --target NAME`` turns the validated config into that target's document,
     validates it against the target's JSON Schema and writes it out.
@@ -54,7 +52,7 @@ def hacfg_targets() -> Iterable[Target]:
 
 @hookspec
 def hacfg_rules() -> Iterable[Rule]:
-    """Lint rules, each made with :func:`hacfg.rules.rule` from a check function.
+    """Lint rules, each made with :func:`hacfg.plugin.rule` from a check per kind of file.
 
     Rule IDs are unique across all plugins: hacfg's own use ``HA000``-``HA199``; a plugin
     picks its own capital-letter prefix (``ASC101``). A duplicate ID, or a plugin claiming the
@@ -65,7 +63,7 @@ def hacfg_rules() -> Iterable[Rule]:
 
 @hookspec
 def hacfg_prechecks() -> Iterable[Precheck]:
-    """Environment pre-checks, each a :class:`hacfg.agent.prechecks.Precheck`.
+    """Environment pre-checks, each a :class:`hacfg.plugin.Precheck`.
 
     ``hacfg agent`` runs every pre-check before the command starts (and ``hacfg precheck``
     runs them alone). Each result is logged as one line with the keyword ``item``, as the
@@ -76,7 +74,7 @@ def hacfg_prechecks() -> Iterable[Precheck]:
 
 @hookspec(firstresult=True)
 def hacfg_classify_failure(failure: Failure) -> Classification | None:
-    """Say why an attempt failed: a :class:`hacfg.agent.classify.Classification` or None.
+    """Say why an attempt failed: a :class:`hacfg.plugin.Classification` or None.
 
     ``failure`` has the exit code or signal, whether the agent found it hung, and the last
     lines of output. The first classifier that answers wins (plugins registered later are
@@ -88,7 +86,7 @@ def hacfg_classify_failure(failure: Failure) -> Classification | None:
 
 @hookspec
 def hacfg_checkpoint_layouts() -> Iterable[CheckpointLayout]:
-    """Checkpoint layouts, each a :class:`hacfg.agent.checkpoints.CheckpointLayout`.
+    """Checkpoint layouts, each a :class:`hacfg.plugin.CheckpointLayout`.
 
     Before every attempt the agent asks each layout for the checkpoints under
     ``checkpoint.path`` and resumes from the complete one with the highest step (passed to

@@ -27,11 +27,11 @@ class _Importer:
     def __init__(self, body: dict[str, Any], platform: str):
         self.body = body
         self.platform = platform
-        self.values: dict[tuple, tuple[Any, str]] = {}  # scenario path -> (value, where it came from)
+        self.values: dict[tuple[Any, ...], tuple[Any, str]] = {}  # scenario path -> (value, where it came from)
         self.passthrough = copy.deepcopy(body)
         self.notes: list[str] = []
 
-    def take(self, path: tuple, value: Any, source: tuple) -> None:
+    def take(self, path: tuple[Any, ...], value: Any, source: tuple[Any, ...]) -> None:
         self.values[path] = (value, f"from {dotted(source)}")
         _remove(self.passthrough, source)
 
@@ -45,8 +45,12 @@ class _Importer:
         self.values[("job", "nodes")] = (1, "not set in the request")  # never a preset's node count
         if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1:
             self.take(("job", "nodes"), nodes, ("spec", "resource", "node_count"))
-        for field, source in (("image", ("algorithm", "engine", "image_url")), ("command", ("algorithm", "command")),
-                              ("flavor", ("spec", "resource", "flavor_id")), ("pool", ("spec", "resource", "pool_id"))):
+        for field, source in (
+            ("image", ("algorithm", "engine", "image_url")),
+            ("command", ("algorithm", "command")),
+            ("flavor", ("spec", "resource", "flavor_id")),
+            ("pool", ("spec", "resource", "pool_id")),
+        ):
             value = lookup(body, source)
             if isinstance(value, str) and value:
                 self.take(("job", field), value, source)
@@ -57,8 +61,13 @@ class _Importer:
 
     def _annotations(self, annotations: Any) -> None:
         # Explicit values, so nothing of the scenario's preset leaks into what the body said.
-        defaults = {("restart", "max"): 0, ("restart", "unconditional"): False, ("restart", "on_hang"): False,
-                    ("restart", "pod_reschedules"): 0, ("operator_retry",): False}
+        defaults = {
+            ("restart", "max"): 0,
+            ("restart", "unconditional"): False,
+            ("restart", "on_hang"): False,
+            ("restart", "pod_reschedules"): 0,
+            ("operator_retry",): False,
+        }
         for path, value in defaults.items():
             self.values[path] = (value, "not set in the request")
         if not isinstance(annotations, dict):
@@ -71,9 +80,21 @@ class _Importer:
                 annotations = {**annotations, key: ma.annotation_string(raw)}
                 _set(self.passthrough, source, ma.annotation_string(raw))
             value = annotations[key]
-            if key == ma.JOB_RETRY_NUM and isinstance(value, str) and _COUNT.fullmatch(value) and low <= int(value) <= high and value == str(int(value)):
+            if (
+                key == ma.JOB_RETRY_NUM
+                and isinstance(value, str)
+                and _COUNT.fullmatch(value)
+                and low <= int(value) <= high
+                and value == str(int(value))
+            ):
                 self.take(("restart", "max"), int(value), source)
-            elif key == ma.POD_RETRY_NUM and isinstance(value, str) and _COUNT.fullmatch(value) and int(value) >= 1 and value == str(int(value)):
+            elif (
+                key == ma.POD_RETRY_NUM
+                and isinstance(value, str)
+                and _COUNT.fullmatch(value)
+                and int(value) >= 1
+                and value == str(int(value))
+            ):
                 self.take(("restart", "pod_reschedules"), int(value), source)
             elif value == "true" and key in _SWITCHES:
                 self.take(_SWITCHES[key], True, source)
@@ -85,7 +106,12 @@ class _Importer:
             source = ("algorithm", "environments", key)
             if not isinstance(key, str) or not isinstance(value, str):
                 continue
-            if key == ma.HANG_DETECT_TIME and _COUNT.fullmatch(value) and value == str(int(value)) and int(value) not in (0, ma.DEFAULT_HANG_MINUTES):
+            if (
+                key == ma.HANG_DETECT_TIME
+                and _COUNT.fullmatch(value)
+                and value == str(int(value))
+                and int(value) not in (0, ma.DEFAULT_HANG_MINUTES)
+            ):
                 self.take(("hang", "timeout"), f"{int(value)}m", source)
             elif key == ma.PRECHECK_SWITCH and value == "0":
                 self.take(("precheck",), False, source)
@@ -106,7 +132,11 @@ class _Importer:
         return tree
 
 
-_SWITCHES = {ma.UNCONDITIONAL_RETRY: ("restart", "unconditional"), ma.HANG_RETRY: ("restart", "on_hang"), ma.HCCL_OP_RETRY: ("operator_retry",)}
+_SWITCHES = {
+    ma.UNCONDITIONAL_RETRY: ("restart", "unconditional"),
+    ma.HANG_RETRY: ("restart", "on_hang"),
+    ma.HCCL_OP_RETRY: ("operator_retry",),
+}
 _ORDER = ["job", "checkpoint", "restart", "hang", "operator_retry", "precheck"]
 
 
@@ -123,12 +153,14 @@ def _render(importer: _Importer, source_name: str) -> str:
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 
-    def commented(tree: Any, path: tuple = ()) -> Any:
+    def commented(tree: Any, path: tuple[Any, ...] = ()) -> Any:
         if not isinstance(tree, dict):
             return tree
         node = CommentedMap()
         for key, value in tree.items():
-            node[key] = commented(value, (*path, key)) if path[:1] != ("passthrough",) and key != "passthrough" else value
+            node[key] = (
+                commented(value, (*path, key)) if path[:1] != ("passthrough",) and key != "passthrough" else value
+            )
             origin = importer.values.get((*path, key))
             if origin is not None and not isinstance(value, dict):
                 node.yaml_add_eol_comment(origin[1], key, column=COMMENT_COLUMN)
@@ -149,13 +181,13 @@ def _render(importer: _Importer, source_name: str) -> str:
     return out.getvalue()
 
 
-def _set(tree: dict, path: tuple, value: Any) -> None:
+def _set(tree: dict[Any, Any], path: tuple[Any, ...], value: Any) -> None:
     for key in path[:-1]:
         tree = tree.setdefault(key, {})
     tree[path[-1]] = value
 
 
-def _remove(tree: Any, path: tuple) -> None:
+def _remove(tree: Any, path: tuple[Any, ...]) -> None:
     parent = lookup(tree, path[:-1]) if len(path) > 1 else tree
     if isinstance(parent, dict):
         parent.pop(path[-1], None)
@@ -166,6 +198,9 @@ def _prune(tree: Any) -> None:
     if isinstance(tree, dict):
         for key in list(tree):
             _prune(tree[key])
-            if isinstance(tree[key], dict) and not tree[key] and key in ("annotations", "environments", "engine", "resource", "metadata", "algorithm", "spec"):
+            if (
+                isinstance(tree[key], dict)
+                and not tree[key]
+                and key in ("annotations", "environments", "engine", "resource", "metadata", "algorithm", "spec")
+            ):
                 del tree[key]
-

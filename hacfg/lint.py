@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import inspect
 import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from hacfg import plugin_manager
+from hacfg import registry as provided
 from hacfg.config import ConfigError, ConfigInvalid, validate, with_presets
-from hacfg.rules import SEVERITIES, Fix, JobBody, Kind, LintContext, Problem, Rule, Severity, problems
-from hacfg.settings import Settings
+from hacfg.names import SEVERITIES, Kind, Severity, at_least
+from hacfg.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
+from hacfg.settings import Settings, find_settings
 from hacfg.source import Document, InputError, LogicalPath, Span, dotted, load, parse
 
 BUILTIN_PREFIX = "HA"
@@ -26,41 +30,65 @@ SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
 SKIPPED_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox"}
 
 
-def _engine_rule(id: str, name: str, severity: Severity, help: str) -> Rule:  # noqa: A002
-    import inspect
-
-    return Rule(id, name, severity, ("scenario", "job"), None, inspect.cleandoc(help))
+def _engine_rule(rule_id: str, name: str, severity: Severity, help_text: str) -> Rule:
+    """A rule the engine reports itself, on any file: it has no checks of its own."""
+    return Rule(rule_id, name, severity, inspect.cleandoc(help_text))
 
 
 ENGINE_RULES = (
-    _engine_rule("HA000", "plugin-error", "error", """
+    _engine_rule(
+        "HA000",
+        "plugin-error",
+        "error",
+        """
         A plugin failed: it did not load, or one of its rules raised.
 
         The finding names the plugin and the rule. Every other rule still ran; fix or
         uninstall the plugin, or run with HACFG_DISABLE_PLUGIN_AUTOLOAD=1 to load only
-        hacfg's own plugins."""),
-    _engine_rule("HA099", "unused-suppression", "info", """
+        hacfg's own plugins.""",
+    ),
+    _engine_rule(
+        "HA099",
+        "unused-suppression",
+        "info",
+        """
         A suppression comment that suppressed nothing, or names an unknown rule.
 
         `# hacfg: disable=HA003` on a line (or alone on the line above) silences HA003 there;
         `# hacfg: disable-file=HA011` silences it in the whole file. A comment that matches no
         finding is stale and hides the next real problem; remove it. A comment naming an
-        unknown rule is an error."""),
-    _engine_rule("HA100", "parse-error", "error", """
+        unknown rule is an error.""",
+    ),
+    _engine_rule(
+        "HA100",
+        "parse-error",
+        "error",
+        """
         The file cannot be parsed.
 
         The finding points at the syntax error: invalid YAML or JSON, a duplicate key, a YAML
-        language tag (`!!python/object` is refused), bytes that are not UTF-8."""),
-    _engine_rule("HA101", "unknown-key", "error", """
+        language tag (`!!python/object` is refused), bytes that are not UTF-8.""",
+    ),
+    _engine_rule(
+        "HA101",
+        "unknown-key",
+        "error",
+        """
         An unknown key in a scenario file, with the nearest known key.
 
         Unknown keys are errors, not silence: a misspelled `restart.on_hnag` would otherwise
-        leave hang restart off. `hacfg schema` prints every key the format has."""),
-    _engine_rule("HA102", "invalid-value", "error", """
+        leave hang restart off. `hacfg schema` prints every key the format has.""",
+    ),
+    _engine_rule(
+        "HA102",
+        "invalid-value",
+        "error",
+        """
         A value of the wrong type or out of range in a scenario file.
 
         Reported by the config model: `nodes: four`, `restart.max: 500`, `hang.timeout: 30`
-        (a duration needs a unit), an unknown scenario or preset, OTC's limit of 3 restarts."""),
+        (a duration needs a unit), an unknown scenario or preset, OTC's limit of 3 restarts.""",
+    ),
 )
 
 
@@ -78,7 +106,7 @@ class Finding:
     fix: Fix | None = None
     suppressed: str | None = None  # the suppression's reason, when a comment silenced it
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule,
             "severity": self.severity,
@@ -100,27 +128,37 @@ class RuleSource:
     distribution: str
 
 
-@functools.cache
 def registry() -> dict[str, RuleSource]:
     """Every rule by ID: the engine's own, then each plugin's. Conflicts are plugin failures."""
     manager = plugin_manager.get()
-    found = {r.id: RuleSource(r, "hacfg", "hacfg") for r in ENGINE_RULES}
-    # hacfg's own first, then plugins by name: which of two rivals keeps an ID never depends on install order
-    provided = sorted(manager.items("hacfg_rules", Rule), key=lambda pair: (_distribution(manager, pair[0]) != plugin_manager.BUILTIN_DISTRIBUTION, pair[0]))
-    for plugin, item in provided:
-        distribution = _distribution(manager, plugin)
-        if item.id in found:
-            manager.fail(plugin, "hacfg_rules", f"rule {item.id} is already provided by {found[item.id].distribution}")
-        elif item.id.startswith(BUILTIN_PREFIX) and distribution != plugin_manager.BUILTIN_DISTRIBUTION:
-            manager.fail(plugin, "hacfg_rules", f"rule {item.id}: the {BUILTIN_PREFIX} prefix is hacfg's own; pick a prefix for your plugin")
-        else:
-            found[item.id] = RuleSource(item, plugin, distribution)
-    return dict(sorted(found.items()))
+    manager.require_builtins()
+
+    def collect() -> dict[str, RuleSource]:
+        entries = ((plugin, item.id, item) for plugin, item in manager.items("hacfg_rules", Rule))
+        found = manager.unique("hacfg_rules", entries, what="rule", admit=_prefix_refusal)
+        engine = {r.id: RuleSource(r, "hacfg", "hacfg") for r in ENGINE_RULES}
+        for rule_id, source in found.items():
+            if rule_id in engine:
+                manager.fail(source.plugin, "hacfg_rules", f"rule {rule_id} is already provided by hacfg")
+            else:
+                engine[rule_id] = RuleSource(source.item, source.plugin, source.distribution)
+        return dict(sorted(engine.items()))
+
+    return manager.memo("rules", collect)
 
 
-def _distribution(manager: plugin_manager.Manager, plugin: str) -> str:
-    info = manager.infos.get(plugin)
-    return info.distribution if info else plugin
+def configured() -> tuple[Settings, dict[str, RuleSource]]:
+    """The nearest settings, checked against the installed rules, and those rules."""
+    settings = find_settings()
+    rules = registry()
+    settings.check_rule_ids(set(rules))
+    return settings, rules
+
+
+def _prefix_refusal(rule_id: str, distribution: str) -> str | None:
+    if rule_id.startswith(BUILTIN_PREFIX) and distribution != plugin_manager.BUILTIN_DISTRIBUTION:
+        return f"the {BUILTIN_PREFIX} prefix is hacfg's own; pick a prefix for your plugin"
+    return None
 
 
 @dataclass
@@ -131,6 +169,11 @@ class Report:
     def worst(self) -> Severity | None:
         active = [f.severity for f in self.findings if f.suppressed is None]
         return max(active, key=SEVERITIES.index) if active else None
+
+    def fails(self, threshold: Severity) -> bool:
+        """Whether a finding not suppressed is at or above ``threshold`` (exit 1)."""
+        worst = self.worst()
+        return worst is not None and at_least(worst, threshold)
 
 
 def lint_paths(paths: Iterable[str | Path], settings: Settings, *, platform: str | None = None) -> Report:
@@ -145,10 +188,8 @@ def lint_paths(paths: Iterable[str | Path], settings: Settings, *, platform: str
 
 
 def _plugin_failures() -> Iterator[Finding]:
-    manager = plugin_manager.get()
-    for failure in manager.failures:
+    for failure in plugin_manager.drain():
         yield Finding("HA000", "error", f"<plugin {failure.plugin}>", 1, 1, 1, 1, "", str(failure))
-    manager.failures.clear()
 
 
 def discover(paths: Iterable[str | Path], settings: Settings) -> list[Path]:
@@ -183,12 +224,23 @@ def wanted(file: Path, settings: Settings) -> bool:
 def kind_of(document: Document) -> Kind:
     """A request body has top-level kind/metadata and no scenario keys; anything else is a scenario file."""
     data = document.data
-    if isinstance(data, dict) and ("kind" in data or "metadata" in data) and not ("version" in data or "scenario" in data):
+    if (
+        isinstance(data, dict)
+        and ("kind" in data or "metadata" in data)
+        and not ("version" in data or "scenario" in data)
+    ):
         return "job"
     return "scenario"
 
 
-def lint_file(path: Path, settings: Settings, rules: dict[str, RuleSource], *, platform: str | None = None, text: str | None = None) -> list[Finding]:
+def lint_file(
+    path: Path,
+    settings: Settings,
+    rules: dict[str, RuleSource],
+    *,
+    platform: str | None = None,
+    text: str | None = None,
+) -> list[Finding]:
     """``text``: the file as an editor holds it, unsaved, instead of what is on disk."""
     name = str(path)
     try:
@@ -203,20 +255,39 @@ def lint_file(path: Path, settings: Settings, rules: dict[str, RuleSource], *, p
     ctx = linter.context(platform)
     if ctx is not None:
         for rule_id, source in rules.items():
-            if source.rule.check is None or rule_id not in linter.enabled:
+            if rule_id not in linter.enabled:
                 continue
             try:
-                for problem in problems(source.rule, ctx):
+                for problem in source.rule.problems(ctx):
                     linter.add(rule_id, problem)
             except Exception as err:  # a plugin's bug must not stop the other rules
-                message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}".splitlines()[0]
-                linter.findings.append(_finding("HA000", rules, own.span(()), (), message))
+                message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}"
+                linter.findings.append(_finding("HA000", rules, own.span(()), (), message.splitlines()[0]))
     return linter.finish()
 
 
-def _finding(rule_id: str, rules: dict[str, RuleSource], span: Span, path: LogicalPath, message: str, **extra) -> Finding:
-    severity = extra.pop("severity", None) or rules[rule_id].rule.severity
-    return Finding(rule_id, severity, span.file, span.line, span.column, span.end_line, span.end_column, dotted(path), message, **extra)
+def _finding(
+    rule_id: str,
+    rules: dict[str, RuleSource],
+    span: Span,
+    path: LogicalPath,
+    message: str,
+    *,
+    severity: Severity | None = None,
+    fix: Fix | None = None,
+) -> Finding:
+    return Finding(
+        rule_id,
+        severity or rules[rule_id].rule.severity,
+        span.file,
+        span.line,
+        span.column,
+        span.end_line,
+        span.end_column,
+        dotted(path),
+        message,
+        fix,
+    )
 
 
 class _FileLinter:
@@ -230,33 +301,42 @@ class _FileLinter:
         self.findings: list[Finding] = []
         self.enabled = settings.enabled_rules(rules, own.path)
 
-    def context(self, platform: str | None) -> LintContext | None:
-        kind = kind_of(self.own)
-        if kind == "job":
-            return LintContext("job", self.own, self.own, platform or self.settings.platform or "huaweicloud", body=JobBody(self.own.data))
+    def context(self, platform: str | None) -> ScenarioContext | JobContext | None:
+        if kind_of(self.own) == "job":
+            chosen_platform = platform or self.settings.platform or "huaweicloud"
+            return JobContext(self.own, self.own, chosen_platform, JobBody(self.own.data))
         file_platform = self.own.data.get("platform") if isinstance(self.own.data, dict) else None
         chosen = platform or (file_platform if isinstance(file_platform, str) else None) or self.settings.platform
         try:
-            self.document = with_presets(self.own)
+            self.document = with_presets(self.own, provided.presets())
             loaded = validate(self.document, platform=chosen)
         except ConfigInvalid as invalid:
             for error in invalid.errors:
                 rule_id = "HA101" if isinstance(error, ConfigError) and error.unknown_key else "HA102"
-                self._add(rule_id, error.span, getattr(error, "path", ()), error.message)
+                self._add(rule_id, error.span or self.own.span(()), getattr(error, "path", ()), error.message)
             return None
         except InputError as err:  # extends: an unknown preset, a missing or unparsable base file
             self._add("HA102", err.span or self.own.span(()), ("extends",), err.message)
             return None
-        return LintContext("scenario", self.document, self.own, loaded.config.platform, config=loaded.config)
+        return ScenarioContext(self.document, self.own, loaded.config.platform, loaded.config)
 
     def add(self, rule_id: str, problem: Problem) -> None:
         span = self.document.span(problem.at, key=problem.on_key)
         self._add(rule_id, span, problem.at, problem.message, fix=problem.fix, severity=problem.severity)
 
-    def _add(self, rule_id: str, span: Span, path: LogicalPath, message: str, **extra) -> None:
+    def _add(
+        self,
+        rule_id: str,
+        span: Span,
+        path: LogicalPath,
+        message: str,
+        *,
+        fix: Fix | None = None,
+        severity: Severity | None = None,
+    ) -> None:
         if rule_id not in self.enabled:
             return
-        finding = _finding(rule_id, self.rules, span, path, message, **extra)
+        finding = _finding(rule_id, self.rules, span, path, message, fix=fix, severity=severity)
         override = self.settings.severity.get(rule_id)
         if override:
             finding = replace(finding, severity=override)
@@ -352,7 +432,14 @@ def suppressions_in(text: str) -> Suppressions:
         if kind == "disable-file":
             target = 0
         elif alone:
-            target = next((i + 1 for i in range(index + 1, len(lines)) if lines[i].strip() and not lines[i].lstrip().startswith("#")), -1)
+            target = next(
+                (
+                    i + 1
+                    for i in range(index + 1, len(lines))
+                    if lines[i].strip() and not lines[i].lstrip().startswith("#")
+                ),
+                -1,
+            )
         else:
             target = index + 1
         rule_ids = tuple(part.strip().upper() for part in ids.split(",") if part.strip())

@@ -47,3 +47,13 @@ def annotation_string(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+# How people write a switch; the platform itself reads only the exact string "true".
+TRUE_SPELLINGS = ("true", "yes", "on", "1", "y")
+FALSE_SPELLINGS = ("false", "no", "off", "0", "n")
+
+
+def spelled_true(value: object) -> bool:
+    """Whether ``value`` is some spelling of true (``"True"``, ``"yes"``, ``1``)."""
+    return str(value).strip().lower() in TRUE_SPELLINGS

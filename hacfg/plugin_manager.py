@@ -2,17 +2,18 @@
 
 Calling each implementation separately is what keeps one broken plugin from taking the rest
 down: its exception becomes a :class:`PluginFailure` naming it, and the other results stand.
+hacfg's own plugins are the exception: without them hacfg is not working, which
+:meth:`Manager.require_builtins` turns into one error line and exit code 3.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import importlib.metadata
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pluggy
 
@@ -31,7 +32,7 @@ class PluginInfo:
     version: str
 
 
-PROVIDES = {
+PROVIDES: dict[str, tuple[str, Callable[[Any], object] | None]] = {
     "hacfg_rules": ("rules", lambda item: item.id),
     "hacfg_presets": ("presets", str),
     "hacfg_targets": ("targets", lambda item: item.name),
@@ -41,6 +42,9 @@ PROVIDES = {
 }
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
 class PluginFailure:
     """A plugin that could not be loaded, or raised inside a hook."""
@@ -48,10 +52,24 @@ class PluginFailure:
     plugin: str
     hook: str
     error: str
+    builtin: bool = False  # one of hacfg's own
 
     def __str__(self) -> str:
         where = "failed to load" if self.hook == "load" else f"raised in {self.hook}"
         return f"plugin {self.plugin!r} {where}: {self.error}"
+
+
+class BuiltinPluginError(Exception):
+    """One of hacfg's own plugins is missing or broken: an installation problem, not the user's input."""
+
+
+@dataclass(frozen=True)
+class Provided(Generic[T]):
+    """One uniquely named thing a plugin provides (a rule, preset or target), and whose it is."""
+
+    item: T
+    plugin: str
+    distribution: str
 
 
 @dataclass
@@ -59,14 +77,17 @@ class Manager:
     pm: pluggy.PluginManager
     infos: dict[str, PluginInfo] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
+    _memo: dict[str, Any] = field(default_factory=dict)
 
     def add(self, plugin: Any, info: PluginInfo) -> None:
         try:
             self.pm.register(plugin, name=info.name)
         except Exception as err:  # a bad hookimpl signature, say
-            self.failures.append(PluginFailure(info.name, "load", _describe(err)))
+            builtin = info.distribution == BUILTIN_DISTRIBUTION
+            self.failures.append(PluginFailure(info.name, "load", _describe(err), builtin=builtin))
             return
         self.infos[info.name] = info
+        self._memo.clear()  # what the plugins provide has changed
 
     def add_module(self, module_name: str) -> None:
         """Register an importable module directly (``--plugin NAME``), for quick trials."""
@@ -89,7 +110,7 @@ class Manager:
             if result is not None:
                 yield impl.plugin_name, result
 
-    def items(self, hook: str, kind: type, **kwargs: Any) -> Iterator[tuple[str, Any]]:
+    def items(self, hook: str, kind: type[T], **kwargs: Any) -> Iterator[tuple[str, T]]:
         """``(plugin, item)`` for every item the hook's implementations return, each checked to be a ``kind``."""
         for plugin, provided in self.results(hook, **kwargs):
             try:
@@ -100,10 +121,81 @@ class Manager:
                 if isinstance(item, kind):
                     yield plugin, item
                 else:
-                    self.fail(plugin, hook, f"returned {type(item).__name__}, expected a {kind.__module__}.{kind.__qualname__}")
+                    self.fail(
+                        plugin,
+                        hook,
+                        f"returned {type(item).__name__}, expected a {kind.__module__}.{kind.__qualname__}",
+                    )
 
     def fail(self, plugin: str, hook: str, err: BaseException | str) -> None:
         self.failures.append(PluginFailure(plugin, hook, err if isinstance(err, str) else _describe(err)))
+
+    def drain(self) -> list[PluginFailure]:
+        """The failures not reported yet; each is reported once."""
+        drained, self.failures = self.failures, []
+        return drained
+
+    def distribution(self, plugin: str) -> str:
+        info = self.infos.get(plugin)
+        return info.distribution if info else plugin
+
+    def unique(
+        self,
+        hook: str,
+        entries: Iterable[tuple[str, str, T]],
+        *,
+        what: str,
+        admit: Callable[[str, str], str | None] = lambda name, distribution: None,
+    ) -> dict[str, Provided[T]]:
+        """``(plugin, name, item)`` entries by name, each name once; a rival is a failure of its plugin.
+
+        hacfg's own plugins come first, then the others by plugin name, so which of two rivals keeps
+        a name never depends on install order. ``admit`` may refuse a name with a reason.
+        """
+        found: dict[str, Provided[T]] = {}
+        for plugin, name, item in sorted(entries, key=lambda entry: (not self._builtin(entry[0]), entry[0])):
+            distribution = self.distribution(plugin)
+            refusal = admit(name, distribution)
+            if refusal is not None:
+                self.fail(plugin, hook, f"{what} {name}: {refusal}")
+            elif name in found:
+                self.fail(plugin, hook, f"{what} {name} is already provided by {found[name].distribution}")
+            else:
+                found[name] = Provided(item, plugin, distribution)
+        return found
+
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()`` once per manager: registries live exactly as long as the plugins they list."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        result: T = self._memo[key]
+        return result
+
+    def _builtin(self, plugin: str) -> bool:
+        return self.distribution(plugin) == BUILTIN_DISTRIBUTION
+
+    def require_builtins(self) -> None:
+        """Raise :class:`BuiltinPluginError` when any of hacfg's own plugins did not load."""
+        broken = [failure for failure in self.failures if failure.builtin]
+        if not broken and any(self._builtin(name) for name in self.infos):
+            return
+        self.failures = [failure for failure in self.failures if not failure.builtin]
+        if not broken:
+            raise BuiltinPluginError(
+                "hacfg's own plugins are not registered (no entry points for the hacfg distribution): "
+                "install hacfg (pip install -e .) instead of putting a checkout on PYTHONPATH"
+            )
+        more = f" (and {len(broken) - 1} more)" if len(broken) > 1 else ""
+        raise BuiltinPluginError(f"built-in {broken[0]}{more}; reinstall hacfg (pip install -e .)")
+
+    def listing(self) -> str:
+        """``hacfg plugins``: each plugin's name, distribution, version and module, then what it provides."""
+        lines = []
+        for name, info in sorted(self.infos.items()):
+            version = f" {info.version}" if info.version else ""
+            lines.append(f"{name:<20} {info.distribution}{version:<10} {info.module}\n")
+            lines += [f"{'':<20}   {line}\n" for line in self.provides(name)]
+        return "".join(lines)
 
     def provides(self, name: str) -> list[str]:
         """What one plugin adds, in words: ``rules: HA001, HA002``, ``failure classifier``."""
@@ -137,25 +229,40 @@ def _entry_points() -> Iterator[importlib.metadata.EntryPoint]:
 
 
 _requested: list[str] = []
+_current: Manager | None = None
 
 
 def request(module_name: str) -> None:
-    """Load ``module_name`` as a plugin too (``--plugin``); must come before the first ``get()``."""
+    """Load ``module_name`` as a plugin too (``--plugin``), now if plugins are loaded already."""
     _requested.append(module_name)
+    if _current is not None:
+        _current.add_module(module_name)
 
 
-def report_failures(echo) -> None:  # noqa: ANN001 - any callable taking one line
-    """Say once, one line each, which plugins failed, if any were loaded in this process."""
-    if get.cache_info().currsize:
-        manager = get()
-        for failure in manager.failures:
-            echo(f"hacfg: {failure}")
-        manager.failures.clear()
+def reset() -> None:
+    """Forget the loaded plugins, the requested ones and every registry built from them.
+
+    The next :func:`get` loads the entry points afresh: tests register plugins in-process this way.
+    """
+    global _current
+    _current = None
+    _requested.clear()
 
 
-@functools.cache
+def drain() -> list[PluginFailure]:
+    """The failures not reported yet, if plugins were loaded in this process at all."""
+    return _current.drain() if _current is not None else []
+
+
 def get() -> Manager:
     """The process's plugin manager, with every entry-point plugin loaded (once)."""
+    global _current
+    if _current is None:
+        _current = _load()
+    return _current
+
+
+def _load() -> Manager:
     pm = pluggy.PluginManager(GROUP)
     pm.add_hookspecs(hookspecs)
     manager = Manager(pm)
@@ -167,7 +274,9 @@ def get() -> Manager:
         try:
             plugin = entry_point.load()
         except Exception as err:
-            manager.failures.append(PluginFailure(name, "load", _describe(err)))
+            manager.failures.append(
+                PluginFailure(name, "load", _describe(err), builtin=dist_name == BUILTIN_DISTRIBUTION)
+            )
             continue
         manager.add(plugin, info)
     for module_name in _requested:

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hacfg import __version__
 from hacfg.lint import Finding, Report, RuleSource
@@ -31,7 +32,7 @@ def _active(report: Report) -> list[Finding]:
     return [f for f in report.findings if f.suppressed is None]
 
 
-def summary(report: Report) -> dict:
+def summary(report: Report) -> dict[str, int]:
     findings = _active(report)
     counts = Counter(f.severity for f in findings)
     return {
@@ -98,7 +99,7 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
     rule_ids = list(rules)
     results = []
     for f in report.findings:
-        result: dict = {
+        result: dict[str, Any] = {
             "ruleId": f.rule,
             "ruleIndex": rule_ids.index(f.rule) if f.rule in rules else -1,
             "level": _SARIF_LEVEL[f.severity],
@@ -152,8 +153,42 @@ def rules_markdown(rules: dict[str, RuleSource]) -> str:
         "| ID | name | severity | reads | source |",
         "|---|---|---|---|---|",
     ]
-    lines += [f"| [{i}](#{i.lower()}) | {s.rule.name} | {s.rule.severity} | {', '.join(s.rule.kinds)} | {s.distribution} |" for i, s in rules.items()]
+    lines += [f"| [{i}](#{i.lower()}) | {s.rule.name} | {s.rule.severity} | {', '.join(s.rule.kinds) or 'any file'} | {s.distribution} |" for i, s in rules.items()]
     for rule_id, source in rules.items():
         help_text = source.rule.help.replace("\n## ", "\n#### ")
         lines += ["", f"## {rule_id}", "", f"`{source.rule.name}`, {source.rule.severity}.", "", help_text]
     return "\n".join(lines) + "\n"
+
+
+def rules_listing(fmt: str, rules: dict[str, RuleSource]) -> str:
+    """``hacfg rules``: one line per rule (text), a JSON array (json), or the docs page (markdown)."""
+    if fmt == "markdown":
+        return rules_markdown(rules)
+    if fmt == "json":
+        rows = [
+            {
+                "id": rule_id,
+                "name": source.rule.name,
+                "severity": source.rule.severity,
+                "kinds": list(source.rule.kinds),
+                "source": source.distribution,
+                "summary": source.rule.summary,
+            }
+            for rule_id, source in rules.items()
+        ]
+        return json.dumps(rows, indent=2) + "\n"
+    return "".join(
+        f"{rule_id}  {s.rule.severity:<7}  {s.rule.name:<36}  {s.distribution:<12}  {s.rule.summary}\n"
+        for rule_id, s in rules.items()
+    )
+
+
+def explanation(rule_id: str, rules: dict[str, RuleSource]) -> str:
+    """``hacfg explain``: one rule's heading and help; an unknown ID is an InputError naming the nearest."""
+    from hacfg.source import InputError, did_you_mean
+
+    source = rules.get(rule_id.upper())
+    if source is None:
+        hint = did_you_mean(rule_id.upper(), list(rules))
+        raise InputError(f"unknown rule {rule_id!r}{hint}; `hacfg rules` lists them")
+    return explain(source) + "\n"

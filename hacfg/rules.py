@@ -1,34 +1,39 @@
-"""What a lint rule is, and what it sees: the API for rule authors.
+"""What a lint rule is, and what it sees: the types rule authors use (through :mod:`hacfg.plugin`).
 
-A rule is a function decorated with :func:`rule`; its docstring is the long help that
-``hacfg explain`` prints (first line: the summary; then What it does / Why is this bad? /
-Example / Fix). It receives a :class:`LintContext` and yields :class:`Problem` objects::
+A rule is a check per kind of file. :func:`rule` turns a check of scenario files into a
+:class:`Rule`, whose docstring is the long help ``hacfg explain`` prints (first line the
+summary; then What it does / Why is this bad? / Example / Fix); ``@the_rule.job`` adds its
+check of ModelArts request bodies. A rule reads the kinds of file it has checks for::
 
-    @rule("HA001", "restart-without-checkpoint", "error", kinds=("scenario", "job"))
-    def check(ctx):
+    @rule("HA001", "restart-without-checkpoint", "error")
+    def restart_without_checkpoint(ctx: ScenarioContext) -> Iterator[Problem]:
         '''Auto restart is on but nothing is saved to restart from. ...'''
         if ctx.config.restart.max and not ctx.config.checkpoint.path:
             yield Problem(("restart", "max"), "set checkpoint.path: ...")
 
-A plugin hands its rules to hacfg from the ``hacfg_rules`` hook.
+    @restart_without_checkpoint.job
+    def restart_without_checkpoint_in_body(ctx: JobContext) -> Iterator[Problem]:
+        ...
+
+A rule that reads only request bodies is made with ``@rule(..., kind="job")``. A plugin hands
+its rules to hacfg from the ``hacfg_rules`` hook.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 from hacfg import platform as ma
+from hacfg.names import Kind, Severity
 from hacfg.source import Document, LogicalPath, lookup
 
 if TYPE_CHECKING:
     from hacfg.config import HAConfig
 
-Severity = Literal["error", "warning", "info"]
-SEVERITIES: tuple[Severity, ...] = ("info", "warning", "error")  # in rising order
-Kind = Literal["scenario", "job"]
 RULE_ID = re.compile(r"[A-Z]{2,}[0-9]{3,}")
 
 
@@ -53,47 +58,12 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class Rule:
-    id: str
-    name: str
-    severity: Severity
-    kinds: tuple[Kind, ...]
-    check: Callable[[LintContext], Iterable[Problem]] | None
-    help: str
+class FileContext:
+    """One file, as a rule sees it. ``own`` is the file as written, without any preset."""
 
-    @property
-    def summary(self) -> str:
-        return self.help.strip().splitlines()[0] if self.help.strip() else self.name
-
-
-def rule(id: str, name: str, severity: Severity, *, kinds: tuple[Kind, ...] = ("scenario",)):  # noqa: A002 - the rule's ID
-    """Turn a check function into a :class:`Rule`; the function's docstring is its help."""
-    if not RULE_ID.fullmatch(id):
-        raise ValueError(f"rule ID {id!r} must be capital letters then at least three digits, like HA001 or ASC101")
-
-    def wrap(check: Callable[[LintContext], Iterable[Problem]]) -> Rule:
-        import inspect
-
-        return Rule(id, name, severity, kinds, check, inspect.cleandoc(check.__doc__ or ""))
-
-    return wrap
-
-
-@dataclass
-class LintContext:
-    """One file, as a rule sees it.
-
-    ``config`` is the validated scenario (preset merged in) for scenario files; ``body`` the
-    request as written for ModelArts job bodies. ``own`` is the file as the user wrote it,
-    without the preset, to tell what the user set from what was inherited.
-    """
-
-    kind: Kind
     document: Document
     own: Document
     platform: str
-    config: HAConfig | None = None
-    body: JobBody | None = None
 
     def is_set(self, path: LogicalPath) -> bool:
         """Whether this file itself writes ``path`` (not inherited from a preset)."""
@@ -106,18 +76,95 @@ class LintContext:
                 return tuple(path)
         return paths[-1]
 
-    def environment(self) -> tuple[dict[Any, Any], LogicalPath]:
-        """The job's environment variables and where they live, for either kind of file."""
-        if self.config is not None:
-            return dict(self.config.job.environment), ("job", "environment")
-        assert self.body is not None
-        return self.body.environments, JobBody.ENVIRONMENTS
 
-    def node_count(self) -> int | None:
-        if self.config is not None:
-            return self.config.job.nodes
-        assert self.body is not None
-        return self.body.node_count
+@dataclass(frozen=True)
+class ScenarioContext(FileContext):
+    """A scenario file: ``config`` is validated, with its preset merged in (``document``)."""
+
+    config: HAConfig
+
+    ENVIRONMENT: ClassVar[LogicalPath] = ("job", "environment")
+
+    @property
+    def environment(self) -> dict[Any, Any]:
+        return dict(self.config.job.environment)
+
+
+@dataclass(frozen=True)
+class JobContext(FileContext):
+    """A ModelArts request body, as written: ``body`` reads it however malformed it is."""
+
+    body: JobBody
+
+    ENVIRONMENT: ClassVar[LogicalPath] = ("algorithm", "environments")
+
+    @property
+    def environment(self) -> dict[Any, Any]:
+        return self.body.environments
+
+
+ScenarioCheck = Callable[[ScenarioContext], Iterable[Problem]]
+JobCheck = Callable[[JobContext], Iterable[Problem]]
+
+
+@dataclass(eq=False)
+class Rule:
+    """A rule's identity and help, and its check of each kind of file it reads."""
+
+    id: str
+    name: str
+    severity: Severity
+    help: str
+    scenario_check: ScenarioCheck | None = None
+    job_check: JobCheck | None = None
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        """The kinds of file this rule reads: those it has a check for."""
+        checks: tuple[tuple[Kind, object], ...] = (("scenario", self.scenario_check), ("job", self.job_check))
+        return tuple(kind for kind, check in checks if check is not None)
+
+    @property
+    def summary(self) -> str:
+        return self.help.strip().splitlines()[0] if self.help.strip() else self.name
+
+    def scenario(self, check: ScenarioCheck) -> ScenarioCheck:
+        """Decorator: ``check`` is this rule's check of scenario files."""
+        self.scenario_check = check
+        return check
+
+    def job(self, check: JobCheck) -> JobCheck:
+        """Decorator: ``check`` is this rule's check of request bodies."""
+        self.job_check = check
+        return check
+
+    def problems(self, ctx: ScenarioContext | JobContext) -> Iterable[Problem]:
+        """What this rule finds in one file; nothing when it does not read that kind."""
+        if isinstance(ctx, ScenarioContext):
+            return self.scenario_check(ctx) if self.scenario_check else ()
+        return self.job_check(ctx) if self.job_check else ()
+
+
+@overload
+def rule(
+    id: str, name: str, severity: Severity, *, kind: Literal["scenario"] = "scenario"
+) -> Callable[[ScenarioCheck], Rule]: ...
+@overload
+def rule(id: str, name: str, severity: Severity, *, kind: Literal["job"]) -> Callable[[JobCheck], Rule]: ...
+def rule(id: str, name: str, severity: Severity, *, kind: Kind = "scenario") -> Callable[[Any], Rule]:  # noqa: A002
+    """Turn a check of ``kind`` files into a :class:`Rule`; the function's docstring is its help."""
+    if not RULE_ID.fullmatch(id):
+        raise ValueError(f"rule ID {id!r} must be capital letters then at least three digits, like HA001 or ASC101")
+
+    def wrap(check: Callable[[Any], Iterable[Problem]]) -> Rule:
+        made = Rule(id, name, severity, inspect.cleandoc(check.__doc__ or ""))
+        if kind == "scenario":
+            made.scenario_check = check
+        else:
+            made.job_check = check
+        return made
+
+    return wrap
 
 
 _NPU_FLAVOR = re.compile(r"ascend|snt9|npu|d910|910b", re.IGNORECASE)
@@ -129,7 +176,6 @@ class JobBody:
     """Read access to a ModelArts request body that may be malformed in any way."""
 
     ANNOTATIONS: ClassVar[LogicalPath] = ("metadata", "annotations")
-    ENVIRONMENTS: ClassVar[LogicalPath] = ("algorithm", "environments")
 
     data: dict[str, Any]
     annotations: dict[Any, Any] = field(init=False)
@@ -137,14 +183,14 @@ class JobBody:
 
     def __post_init__(self) -> None:
         self.annotations = _mapping(self.get(self.ANNOTATIONS))
-        self.environments = _mapping(self.get(self.ENVIRONMENTS))
+        self.environments = _mapping(self.get(JobContext.ENVIRONMENT))
 
     def get(self, path: LogicalPath) -> Any:
         return lookup(self.data, path)
 
     def flag(self, key: str) -> bool:
         """An annotation switched on (``"true"``, or the mistakes HA007/HA015 report)."""
-        return str(self.annotations.get(key, "")).strip().lower() in ("true", "yes", "1", "on")
+        return ma.spelled_true(self.annotations.get(key, ""))
 
     def number(self, key: str) -> int | None:
         """An integer annotation, however it was written; None when absent or not a number."""
@@ -186,9 +232,3 @@ def _mapping(value: Any) -> dict[Any, Any]:
 
 def annotation_path(key: str) -> LogicalPath:
     return (*JobBody.ANNOTATIONS, key)
-
-
-def problems(rule_: Rule, ctx: LintContext) -> Iterator[Problem]:
-    """Run one rule if it reads this kind of file."""
-    if rule_.check is not None and ctx.kind in rule_.kinds:
-        yield from rule_.check(ctx)

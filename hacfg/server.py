@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,11 @@ from hacfg.settings import Settings, find_settings
 from hacfg.source import InputError
 
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.hacfg"
-_SEVERITY = {"error": types.DiagnosticSeverity.Error, "warning": types.DiagnosticSeverity.Warning, "info": types.DiagnosticSeverity.Information}
+_SEVERITY = {
+    "error": types.DiagnosticSeverity.Error,
+    "warning": types.DiagnosticSeverity.Warning,
+    "info": types.DiagnosticSeverity.Information,
+}
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # the protocol's lines, whatever else str.splitlines breaks on
 
 
@@ -50,7 +55,9 @@ class HacfgServer(LanguageServer):
         document = self.workspace.get_text_document(uri)
         self.shown[uri] = shown = _lint(document)
         diagnostics = [s.diagnostic for s in shown]
-        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=document.version))
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics, version=document.version)
+        )
 
     def forget(self, uri: str) -> None:
         self.shown.pop(uri, None)
@@ -69,18 +76,27 @@ def _lint(document: TextDocument) -> list[Shown]:
         findings = lint.lint_file(path, settings, rules, text=document.source)
     except InputError as err:  # the settings, or a file that cannot be read as text at all
         start = types.Position(line=0, character=0)
-        return [Shown(types.Diagnostic(types.Range(start=start, end=start), str(err), types.DiagnosticSeverity.Error, source="hacfg"), None)]
+        return [
+            Shown(
+                types.Diagnostic(
+                    types.Range(start=start, end=start), str(err), types.DiagnosticSeverity.Error, source="hacfg"
+                ),
+                None,
+            )
+        ]
     shown = []
     for finding in findings:
         if finding.suppressed is None:
             where = _range(document, lines, finding)
-            diagnostic = types.Diagnostic(where, finding.message, _SEVERITY[finding.severity], code=finding.rule, source="hacfg")
+            diagnostic = types.Diagnostic(
+                where, finding.message, _SEVERITY[finding.severity], code=finding.rule, source="hacfg"
+            )
             shown.append(Shown(diagnostic, finding))
     return shown
 
 
 _SETTINGS_FILES = (".hacfg.toml", "pyproject.toml")  # where find_settings looks, in each folder upwards
-_settings_read: dict[Path, tuple[tuple, Settings]] = {}
+_settings_read: dict[Path, tuple[tuple[int | None, ...], Settings]] = {}
 
 
 def _settings(folder: Path) -> Settings:
@@ -104,19 +120,29 @@ def _mtime(path: Path) -> int | None:
 
 def _range(document: TextDocument, lines: list[str], finding: lint.Finding) -> types.Range:
     """A finding's span (1-based, in characters) as a range in the client's code units."""
-    span = ServerTextRange(ServerTextPosition(finding.line - 1, finding.column - 1), ServerTextPosition(finding.end_line - 1, finding.end_column - 1))
+    span = ServerTextRange(
+        ServerTextPosition(finding.line - 1, finding.column - 1),
+        ServerTextPosition(finding.end_line - 1, finding.end_column - 1),
+    )
     return document.position_codec.range_to_client_units(lines, span)
 
 
 def _contains(where: types.Range, position: types.Position) -> bool:
-    return (where.start.line, where.start.character) <= (position.line, position.character) <= (where.end.line, where.end.character)
+    return (
+        (where.start.line, where.start.character)
+        <= (position.line, position.character)
+        <= (where.end.line, where.end.character)
+    )
 
 
 def _overlaps(a: types.Range, b: types.Range) -> bool:
-    return (a.start.line, a.start.character) <= (b.end.line, b.end.character) and (b.start.line, b.start.character) <= (a.end.line, a.end.character)
+    return (a.start.line, a.start.character) <= (b.end.line, b.end.character) and (b.start.line, b.start.character) <= (
+        a.end.line,
+        a.end.character,
+    )
 
 
-def _offered(kind: str, only: list[str] | None) -> bool:
+def _offered(kind: str, only: Sequence[str] | None) -> bool:
     """Whether the client asked for actions of ``kind`` (``source.fixAll`` covers ``source.fixAll.hacfg``)."""
     return only is None or any(kind == wanted or kind.startswith(f"{wanted}.") for wanted in only)
 
@@ -152,12 +178,16 @@ def did_close(ls: HacfgServer, params: types.DidCloseTextDocumentParams) -> None
 def hover(ls: HacfgServer, params: types.HoverParams) -> types.Hover | None:
     """The explanation of every rule with a finding under the cursor."""
     rules = lint.registry()
-    under = [s for s in ls.shown.get(params.text_document.uri, []) if s.finding is not None and _contains(s.diagnostic.range, params.position)]
-    explained = list(dict.fromkeys(s.finding.rule for s in under if s.finding.rule in rules))
+    under = [
+        (s.diagnostic, s.finding)
+        for s in ls.shown.get(params.text_document.uri, [])
+        if s.finding is not None and _contains(s.diagnostic.range, params.position)
+    ]
+    explained = list(dict.fromkeys(finding.rule for _, finding in under if finding.rule in rules))
     if not explained:
         return None
     text = "\n\n---\n\n".join(report.explain(rules[rule_id]) for rule_id in explained)
-    return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, text), range=under[0].diagnostic.range)
+    return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, text), range=under[0][0].range)
 
 
 @server.feature(
@@ -167,18 +197,22 @@ def hover(ls: HacfgServer, params: types.HoverParams) -> types.Hover | None:
 def code_action(ls: HacfgServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     """Each safe fix in the range as a quick fix, and all of them at once as ``hacfg fix`` applies them."""
     uri = params.text_document.uri
-    fixable = [s for s in ls.shown.get(uri, []) if s.finding is not None and s.finding.fix is not None]
+    fixable = [
+        (s.diagnostic, s.finding, s.finding.fix)
+        for s in ls.shown.get(uri, [])
+        if s.finding is not None and s.finding.fix is not None
+    ]
     only = params.context.only
     actions = []
     if _offered(types.CodeActionKind.QuickFix, only):
-        for shown in fixable:
-            if _overlaps(shown.diagnostic.range, params.range):
-                edit = types.TextEdit(shown.diagnostic.range, shown.finding.fix.replacement)
+        for diagnostic, finding, safe_fix in fixable:
+            if _overlaps(diagnostic.range, params.range):
+                edit = types.TextEdit(diagnostic.range, safe_fix.replacement)
                 actions.append(
                     types.CodeAction(
-                        f"{shown.finding.fix.description} ({shown.finding.rule})",
+                        f"{safe_fix.description} ({finding.rule})",
                         kind=types.CodeActionKind.QuickFix,
-                        diagnostics=[shown.diagnostic],
+                        diagnostics=[diagnostic],
                         edit=types.WorkspaceEdit(changes={uri: [edit]}),
                         is_preferred=True,
                     )
@@ -186,10 +220,16 @@ def code_action(ls: HacfgServer, params: types.CodeActionParams) -> list[types.C
     if fixable and _offered(FIX_ALL, only):
         document = ls.workspace.get_text_document(uri)
         lines = _LINE_BREAK.split(document.source)
-        end = document.position_codec.position_to_client_units(lines, ServerTextPosition(len(lines) - 1, len(lines[-1])))
-        after = fix.apply(document.source, [s.finding for s in fixable])
+        end = document.position_codec.position_to_client_units(
+            lines, ServerTextPosition(len(lines) - 1, len(lines[-1]))
+        )
+        after = fix.apply(document.source, [finding for _, finding, _ in fixable])
         edit = types.TextEdit(types.Range(types.Position(line=0, character=0), end), after)
-        actions.append(types.CodeAction("Apply every safe hacfg fix", kind=FIX_ALL, edit=types.WorkspaceEdit(changes={uri: [edit]})))
+        actions.append(
+            types.CodeAction(
+                "Apply every safe hacfg fix", kind=FIX_ALL, edit=types.WorkspaceEdit(changes={uri: [edit]})
+            )
+        )
     return actions
 
 

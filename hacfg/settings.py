@@ -22,13 +22,13 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from hacfg.names import PLATFORMS, SEVERITIES, Platform, Severity
 from hacfg.source import InputError, did_you_mean
 
 KEYS = ("select", "ignore", "per-file-ignores", "severity", "fail-on", "platform", "include")
-SEVERITY_NAMES = ("error", "warning", "info")
-PLATFORMS = ("huaweicloud", "otc")
+_Choice = TypeVar("_Choice", bound=str)
 
 
 @dataclass(eq=False)
@@ -36,16 +36,16 @@ class Settings:
     select: tuple[str, ...] = ("ALL",)
     ignore: tuple[str, ...] = ()
     per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    severity: dict[str, str] = field(default_factory=dict)
-    fail_on: str = "error"
-    platform: str | None = None
+    severity: dict[str, Severity] = field(default_factory=dict)
+    fail_on: Severity = "error"
+    platform: Platform | None = None
     include: tuple[str, ...] = ()
     root: Path = field(default_factory=Path.cwd)
     source: str | None = None  # the file the settings came from
 
     def enabled_rules(self, rule_ids: Iterable[str], path: str) -> frozenset[str]:
         """The rules that run on ``path``: selected, not ignored, not ignored for this file."""
-        enabled = self._selected(frozenset(rule_ids))
+        enabled: frozenset[str] | set[str] = self._selected(frozenset(rule_ids))
         if self.per_file_ignores:
             relative = self._relative(path)
             for pattern, ids in self.per_file_ignores.items():
@@ -55,7 +55,11 @@ class Settings:
 
     @functools.lru_cache(maxsize=8)  # noqa: B019 - settings live as long as the process
     def _selected(self, rule_ids: frozenset[str]) -> frozenset[str]:
-        return frozenset(r for r in rule_ids if any(_matches(r, s) for s in self.select) and not any(_matches(r, s) for s in self.ignore))
+        return frozenset(
+            r
+            for r in rule_ids
+            if any(_matches(r, s) for s in self.select) and not any(_matches(r, s) for s in self.ignore)
+        )
 
     def included(self, path: Path) -> bool:
         relative = self._relative(str(path))
@@ -69,10 +73,17 @@ class Settings:
 
     def check_rule_ids(self, known: set[str]) -> None:
         """Every ID or prefix in the settings names at least one known rule."""
-        named = [*self.select, *self.ignore, *self.severity, *(i for ids in self.per_file_ignores.values() for i in ids)]
+        named = [
+            *self.select,
+            *self.ignore,
+            *self.severity,
+            *(i for ids in self.per_file_ignores.values() for i in ids),
+        ]
         for rule_id in named:
             if rule_id != "ALL" and not any(_matches(k, rule_id) for k in known):
-                raise InputError(f"[tool.hacfg]: unknown rule {rule_id!r}{did_you_mean(rule_id, sorted(known))}", file=self.source)
+                raise InputError(
+                    f"[tool.hacfg]: unknown rule {rule_id!r}{did_you_mean(rule_id, sorted(known))}", file=self.source
+                )
 
 
 def _matches(rule_id: str, selector: str) -> bool:
@@ -121,10 +132,11 @@ def _settings(table: dict[str, Any], root: Path, source: Path) -> Settings:
             raise fail(f"{key}: expected a list of rule IDs")
         return tuple(v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for v in value)
 
-    def choice(key: str, value: Any, choices: tuple[str, ...]) -> str:
-        if value not in choices:
-            raise fail(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
-        return value
+    def choice(key: str, value: Any, choices: tuple[_Choice, ...]) -> _Choice:
+        for known in choices:
+            if value == known:
+                return known
+        raise fail(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
 
     def table_of(key: str, convert: Callable[[str, Any], Any]) -> dict[str, Any]:
         value = table.get(key, {})
@@ -138,9 +150,10 @@ def _settings(table: dict[str, Any], root: Path, source: Path) -> Settings:
     if "ignore" in table:
         settings.ignore = ids("ignore", table["ignore"])
     settings.per_file_ignores = table_of("per-file-ignores", ids)
-    settings.severity = {k.upper(): v for k, v in table_of("severity", lambda k, v: choice(k, v, SEVERITY_NAMES)).items()}
+    severities = table_of("severity", lambda k, v: choice(k, v, SEVERITIES))
+    settings.severity = {k.upper(): v for k, v in severities.items()}
     if "fail-on" in table:
-        settings.fail_on = choice("fail-on", table["fail-on"], SEVERITY_NAMES)
+        settings.fail_on = choice("fail-on", table["fail-on"], SEVERITIES)
     if "platform" in table:
         settings.platform = choice("platform", table["platform"], PLATFORMS)
     if "include" in table:

@@ -124,7 +124,10 @@ def load(path: str | Path) -> Document:
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", file=name) from None
     if len(raw) > MAX_BYTES:
-        raise InputError(f"file is larger than {MAX_BYTES >> 20} MiB; hacfg reads scenario files and request bodies", Span(name, 1, 1, 1, 1))
+        raise InputError(
+            f"file is larger than {MAX_BYTES >> 20} MiB; hacfg reads scenario files and request bodies",
+            Span(name, 1, 1, 1, 1),
+        )
     return parse(decode(raw, name), name)
 
 
@@ -147,9 +150,10 @@ def decode(raw: bytes, name: str) -> str:
 
 
 def _line_col(text: str | bytes, offset: int) -> tuple[int, int]:
-    newline = "\n" if isinstance(text, str) else b"\n"
-    line = text.count(newline, 0, offset) + 1
-    return line, offset - (text.rfind(newline, 0, offset) + 1) + 1
+    if isinstance(text, bytes):
+        text = text.decode("latin-1")  # one character per byte: offsets stay as they are
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
 def parse(text: str, name: str) -> Document:
@@ -173,7 +177,9 @@ def parse(text: str, name: str) -> Document:
     except yaml.reader.ReaderError as err:
         line, column = _line_col(text_for_yaml, err.position)
         character = err.character if isinstance(err.character, int) else ord(err.character)
-        raise InputError(f"control character 0x{character:02x} is not allowed in YAML", Span(name, line, column, line, column + 1)) from None
+        raise InputError(
+            f"control character 0x{character:02x} is not allowed in YAML", Span(name, line, column, line, column + 1)
+        ) from None
     except yaml.YAMLError as err:
         raise InputError(f"invalid YAML: {str(err).splitlines()[0]}", file=name) from None
     except RecursionError:
@@ -190,7 +196,9 @@ def _check_json(text: str, name: str) -> None:
     try:
         json.loads(text)
     except json.JSONDecodeError as err:
-        raise InputError(f"invalid JSON: {err.msg}", Span(name, err.lineno, err.colno, err.lineno, err.colno + 1)) from None
+        raise InputError(
+            f"invalid JSON: {err.msg}", Span(name, err.lineno, err.colno, err.lineno, err.colno + 1)
+        ) from None
     except RecursionError:
         raise InputError(f"nesting deeper than {MAX_DEPTH} levels", file=name) from None
 
@@ -201,10 +209,11 @@ _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class _Loader(_Base):  # type: ignore[misc, valid-type]
     """Marks plain scalars instead of resolving them, so explicit tags stay visible."""
 
-    def resolve(self, kind, value, implicit):  # noqa: ANN001, ANN201 - PyYAML's signature
+    def resolve(self, kind: type[yaml.Node], value: str | None, implicit: tuple[bool, bool]) -> str:
         if kind is yaml.ScalarNode and implicit[0]:
             return _PLAIN
-        return super().resolve(kind, value, implicit)
+        tag: str = super().resolve(kind, value, implicit)
+        return tag
 
 
 def _mark_span(name: str, start: yaml.Mark, end: yaml.Mark) -> Span:
@@ -216,6 +225,12 @@ _BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": Fal
 _INT = re.compile(r"[-+]?[0-9]+")
 _FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 _SPECIAL_FLOATS = {".inf": math.inf, "+.inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}
+
+
+def _is_a(value: object, kind: str) -> bool:
+    """Whether a plain scalar's value is what the explicit tag ``!!kind`` says."""
+    expected: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "bool": bool, "null": type(None)}
+    return isinstance(value, expected[kind]) and not (kind == "int" and isinstance(value, bool))
 
 
 def resolve_plain(value: str) -> Any:
@@ -269,12 +284,13 @@ class _Builder:
         try:
             if isinstance(node, yaml.SequenceNode):
                 return [self.build(item, (*path, index)) for index, item in enumerate(node.value)]
+            assert isinstance(node, yaml.MappingNode)  # the composer makes only these three kinds
             return self.mapping(node, path)
         finally:
             self.open.discard(id(node))
 
-    def mapping(self, node: yaml.MappingNode, path: LogicalPath) -> dict:
-        out: dict = {}
+    def mapping(self, node: yaml.MappingNode, path: LogicalPath) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 raise self.fail("a mapping key must be a scalar", key_node)
@@ -299,7 +315,6 @@ class _Builder:
         if kind == "str":
             return node.value
         value = resolve_plain(node.value)
-        expected = {"int": int, "float": (int, float), "bool": bool, "null": type(None)}[kind]
-        if not isinstance(value, expected) or (kind == "int" and isinstance(value, bool)):
+        if not _is_a(value, kind):
             raise self.fail(f"{node.value!r} is not a valid !!{kind}", node)
         return float(value) if kind == "float" else value

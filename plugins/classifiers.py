@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hacfg import hookimpl
-from hacfg.agent.classify import Classification, Failure
+from hacfg.plugin import Classification, Failure, hookimpl
 
 OOM_EXIT = 137  # SIGKILL, as the kernel's OOM killer leaves it
 ENVIRONMENT_PATTERNS = re.compile(
@@ -29,7 +28,9 @@ PEER_PATTERNS = re.compile(
 # torchrun's summary when one of its workers died by a signal: "exitcode : -9 (pid: 123)" and "Signal 9 (SIGKILL)".
 CHILD_SIGNAL = re.compile(r"(?:Signal (\d+) \((SIG\w+)\) received by PID|exitcode\s*:\s*-(\d+) \(pid)")
 TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
-EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)\b")
+EXCEPTION_LINE = re.compile(
+    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)\b"
+)
 
 
 @hookimpl(trylast=True)

@@ -10,10 +10,9 @@ import copy
 import math
 from typing import Any
 
-from hacfg import hookimpl
 from hacfg import platform as ma
-from hacfg.build import Build, Target, schema_file
-from hacfg.config import HAConfig, deep_merge, format_duration
+from hacfg.config import deep_merge, format_duration
+from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 
 ACCELERATED = ("gpu", "npu")
 
@@ -68,7 +67,11 @@ class ModelArts(Target):
             (ma.JOB_RETRY_NUM, ("restart", "max"), str(restart.max) if restart.max else None),
             (ma.UNCONDITIONAL_RETRY, ("restart", "unconditional"), "true" if restart.unconditional else None),
             (ma.HANG_RETRY, ("restart", "on_hang"), "true" if restart.on_hang else None),
-            (ma.POD_RETRY_NUM, ("restart", "pod_reschedules"), str(restart.pod_reschedules) if restart.pod_reschedules else None),
+            (
+                ma.POD_RETRY_NUM,
+                ("restart", "pod_reschedules"),
+                str(restart.pod_reschedules) if restart.pod_reschedules else None,
+            ),
             (ma.HCCL_OP_RETRY, ("operator_retry",), "true" if config.operator_retry else None),
         ]
         annotations = {}
@@ -77,7 +80,10 @@ class ModelArts(Target):
                 annotations[key] = value
                 built.origins[("metadata", "annotations", key)] = origin
         if not restart.max and (restart.unconditional or restart.on_hang or restart.pod_reschedules):
-            built.notes.append("restart.unconditional, restart.on_hang and restart.pod_reschedules take effect only with restart.max >= 1")
+            built.notes.append(
+                "restart.unconditional, restart.on_hang and restart.pod_reschedules "
+                "take effect only with restart.max >= 1"
+            )
         return annotations
 
     @staticmethod
@@ -91,19 +97,25 @@ class ModelArts(Target):
             seconds = hang.timeout.total_seconds()
             minutes = max(1, math.ceil(seconds / 60))
             if seconds % 60:
-                built.notes.append(f"hang.timeout {format_duration(hang.timeout)} rounded up to {minutes}m: the platform counts whole minutes")
+                built.notes.append(
+                    f"hang.timeout {format_duration(hang.timeout)} rounded up to {minutes}m: "
+                    "the platform counts whole minutes"
+                )
             if minutes != ma.DEFAULT_HANG_MINUTES:
                 environments[ma.HANG_DETECT_TIME] = str(minutes)
                 built.origins[("algorithm", "environments", ma.HANG_DETECT_TIME)] = ("hang", "timeout")
         elif watched:
             built.notes.append(
-                "hang.detect: false has no platform key: ModelArts watches every GPU/NPU job; raise hang.timeout to make it less eager"
+                "hang.detect: false has no platform key: ModelArts watches every GPU/NPU job; "
+                "raise hang.timeout to make it less eager"
             )
         if not config.precheck:
             environments[ma.PRECHECK_SWITCH] = "0"
             built.origins[("algorithm", "environments", ma.PRECHECK_SWITCH)] = ("precheck",)
         elif not config.restart.max:
-            built.notes.append("precheck: the platform runs the environment pre-check only with auto restart (restart.max >= 1)")
+            built.notes.append(
+                "precheck: the platform runs the environment pre-check only with auto restart (restart.max >= 1)"
+            )
         return environments
 
     def part(self, document: dict[str, Any], name: str) -> dict[str, Any]:
@@ -124,10 +136,11 @@ class ModelArts(Target):
             }
         if config.job.name is None and isinstance(metadata, dict) and "name" in metadata and "metadata" in document:
             document = deep_merge(document, {"metadata": {"name": metadata["name"]}})
-        return deep_merge(existing, document)
+        merged: dict[str, Any] = deep_merge(existing, document)
+        return merged
 
 
-def _leaves(tree: Any, path: tuple = ()) -> list[tuple]:
+def _leaves(tree: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     if isinstance(tree, dict) and tree:
         return [leaf for key, value in tree.items() for leaf in _leaves(value, (*path, key))]
     return [path] if path else []

@@ -9,8 +9,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
-from hacfg import hookimpl
-from hacfg.agent.prechecks import Precheck, PrecheckContext, PrecheckResult, human
+from hacfg.plugin import Precheck, PrecheckContext, PrecheckResult, hookimpl, human_size
 
 
 class Dns(Precheck):
@@ -29,7 +28,9 @@ class Dns(Precheck):
         failed = sorted(futures[f] for f in done if f.exception() is not None) + sorted(futures[f] for f in pending)
         value = f"{len(hosts) - len(failed)}/{len(hosts)}"
         if failed:
-            return [PrecheckResult(self.name, "failed", value, need="all resolve", detail=f"unresolved: {','.join(failed)}")]
+            return [
+                PrecheckResult(self.name, "failed", value, need="all resolve", detail=f"unresolved: {','.join(failed)}")
+            ]
         return [PrecheckResult(self.name, "passed", value, need="all resolve")]
 
     @staticmethod
@@ -57,12 +58,11 @@ class DiskSize(Precheck):
 
     def check(self, which: str, path: Path, minimum: int, *, optional: bool) -> PrecheckResult:
         name = f"{self.name} {which}"
-        need = f">{human(minimum)}"
+        need = f">{human_size(minimum)}"
         if not path.exists():
-            status = "skipped" if optional else "failed"
-            return PrecheckResult(name, status, need=need, detail=f"{path} does not exist")
+            return PrecheckResult(name, "skipped" if optional else "failed", need=need, detail=f"{path} does not exist")
         total = shutil.disk_usage(path).total
-        return PrecheckResult(name, "passed" if total > minimum else "failed", human(total), need)
+        return PrecheckResult(name, "passed" if total > minimum else "failed", human_size(total), need)
 
 
 class Ulimit(Precheck):
@@ -86,7 +86,11 @@ class Ulimit(Precheck):
             unlimited = soft == resource.RLIM_INFINITY
             value = "unlimited" if unlimited else str(soft // unit)
             ok = unlimited or soft // unit > minimum
-            results.append(PrecheckResult(f"{self.name} {label.replace(' ', '-')}", "passed" if ok else "failed", value, f">{minimum}"))
+            results.append(
+                PrecheckResult(
+                    f"{self.name} {label.replace(' ', '-')}", "passed" if ok else "failed", value, f">{minimum}"
+                )
+            )
         return results
 
 
@@ -120,5 +124,3 @@ class GpuCheck(Precheck):
 @hookimpl
 def hacfg_prechecks() -> list[Precheck]:
     return [Dns(), DiskSize(), Ulimit(), GpuCheck()]
-
-

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hacfg import hookimpl
 from hacfg.agent.policy import RETRY_ELSEWHERE
-from hacfg.build import Build, Target, dump_yaml, schema_file
-from hacfg.config import HAConfig, scenario_document
+from hacfg.config import scenario_document
+from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
+from hacfg.target import dump_yaml
 
 CONFIG_DIR = "/etc/hacfg"
 CONFIG_FILE = "ha.yaml"
@@ -47,7 +47,16 @@ class Volcano(Target):
             built.notes.append(f"job name {config.name!r} becomes {name!r}: Kubernetes names are lower case, with '-'")
         if not job.image:
             built.notes.append("job.image is not set: the pod needs an image with hacfg installed; set job.image")
-        command = ["hacfg", "agent", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}", "--", "/bin/sh", "-c", job.command or "true"]
+        command = [
+            "hacfg",
+            "agent",
+            "--config",
+            f"{CONFIG_DIR}/{CONFIG_FILE}",
+            "--",
+            "/bin/sh",
+            "-c",
+            job.command or "true",
+        ]
         container: dict[str, Any] = {"name": TASK, "image": job.image or "REPLACE-WITH-YOUR-IMAGE", "command": command}
         if job.environment:
             container["env"] = [{"name": key, "value": value} for key, value in job.environment.items()]
@@ -99,7 +108,10 @@ class Volcano(Target):
             return None
         match = _CARDS.search(config.job.flavor or "")
         if match is None:
-            built.notes.append(f"no card count for flavor {config.job.flavor!r}: set resources.limits[{DEVICE_RESOURCE[config.job.accelerator]!r}] yourself")
+            built.notes.append(
+                f"no card count for flavor {config.job.flavor!r}: "
+                f"set resources.limits[{DEVICE_RESOURCE[config.job.accelerator]!r}] yourself"
+            )
             return None
         return int(match.group(1) or 1)
 

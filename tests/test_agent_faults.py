@@ -100,15 +100,6 @@ def test_a_flood_without_newlines_is_relayed_and_the_tail_stays_bounded(tmp_path
     assert exit_event["cause"] == "environment" and "NCCL error" in exit_event["reason"]  # found in the tail
 
 
-def test_plugins_load_only_from_entry_points_or_an_explicit_flag(tmp_path):
-    (tmp_path / "hacfg_sneaky.py").write_text("from hacfg import hookimpl\nfrom pathlib import Path\nPath(__file__).with_name('loaded').touch()\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    subprocess.run([sys.executable, "-m", "hacfg", "rules"], capture_output=True, env=env, cwd=tmp_path, timeout=60)
-    assert not (tmp_path / "loaded").exists()
-    subprocess.run([sys.executable, "-m", "hacfg", "--plugin", "hacfg_sneaky", "rules"], capture_output=True, env=env, cwd=tmp_path, timeout=60)
-    assert (tmp_path / "loaded").exists()
-
-
 def test_wall_clock_jumps_neither_fire_nor_hide_a_hang(tmp_path):
     """Like libfaketime: the agent's wall clock leaps an hour at every reading; timeouts must not care."""
     jumper = tmp_path / "jump"

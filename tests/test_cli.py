@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import tomllib
 
 import pytest
 
-from conftest import REPO, run_hacfg
+from conftest import REPO
 from hacfg import __version__
 
 
@@ -21,10 +22,10 @@ from hacfg import __version__
     ],
     ids=["malformed", "python-tag", "duplicate-key", "wrong-type", "misspelled-key"],
 )
-def test_bad_input_exits_2_with_one_line(tmp_path, text, expected):
+def test_bad_input_exits_2_with_one_line(tmp_path, cli, text, expected):
     path = tmp_path / "ha.yaml"
     path.write_text(text)
-    result = run_hacfg("build", path)
+    result = cli("build", path)
     assert result.code == 2
     assert result.out == ""
     assert result.err == f"{path}{expected}" + result.err.split(expected, 1)[1]
@@ -32,18 +33,18 @@ def test_bad_input_exits_2_with_one_line(tmp_path, text, expected):
     assert "Traceback" not in result.err
 
 
-def test_otc_rejects_five_restarts(tmp_path):
+def test_otc_rejects_five_restarts(tmp_path, cli):
     path = tmp_path / "ha.yaml"
     path.write_text("version: 1\nscenario: multi-node\nrestart:\n  max: 5\n")
-    result = run_hacfg("build", "--platform", "otc", path)
+    result = cli("build", "--platform", "otc", path)
     assert (result.code, result.err) == (2, f"{path}:4:8: restart.max: otc allows 1 to 3 restarts (0 turns auto restart off), got 5\n")
-    assert run_hacfg("build", path).code == 0
+    assert cli("build", path).code == 0
 
 
-def test_missing_file_and_directory(tmp_path):
-    assert run_hacfg("build", tmp_path / "nope.yaml").err == f"{tmp_path}/nope.yaml: cannot read: No such file or directory\n"
+def test_missing_file_and_directory(tmp_path, cli):
+    assert cli("build", tmp_path / "nope.yaml").err == f"{tmp_path}/nope.yaml: cannot read: No such file or directory\n"
     (tmp_path / "dir.yaml").mkdir()
-    assert run_hacfg("build", tmp_path / "dir.yaml").err == f"{tmp_path}/dir.yaml: is a directory, not a file\n"
+    assert cli("build", tmp_path / "dir.yaml").err == f"{tmp_path}/dir.yaml: is a directory, not a file\n"
 
 
 def test_usage_errors_exit_2(cli):
@@ -53,6 +54,8 @@ def test_usage_errors_exit_2(cli):
 
 def test_version(cli):
     assert cli("--version").out == f"hacfg {__version__}\n"
+    # one source: the installed metadata, which pyproject.toml writes
+    assert __version__ == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
 def test_internal_errors_exit_3_with_a_short_message(cli, monkeypatch):

@@ -6,12 +6,13 @@ from datetime import timedelta
 
 import pytest
 
-from hacfg.config import ConfigInvalid, available_presets, format_duration, load_config, parse_duration
+from hacfg.config import ConfigInvalid, format_duration, load_config, parse_duration
+from hacfg.registry import presets
 
 
 def errors_of(path, **kwargs) -> list[str]:
     with pytest.raises(ConfigInvalid) as caught:
-        load_config(path, **kwargs)
+        load_config(path, presets(), **kwargs)
     return [str(e) for e in caught.value.errors]
 
 
@@ -37,7 +38,7 @@ def test_the_scenario_preset_is_the_base(write):
         job: {name: demo, nodes: 4}
         restart: {max: 8}
     """)
-    config = load_config(path).config
+    config = load_config(path, presets()).config
     assert config.job.nodes == 4
     assert config.restart.max == 8
     assert config.restart.unconditional and config.restart.on_hang  # from the multi-node preset
@@ -56,7 +57,7 @@ def test_extends_a_relative_file_over_its_own_preset(write):
         extends: ../base/team.yaml
         job: {name: run7, environment: {B: 2}}
     """)
-    config = load_config(path).config
+    config = load_config(path, presets()).config
     assert config.job.accelerator == "npu"
     assert config.job.environment == {"A": "1", "B": "2"}
     assert config.restart.pod_reschedules == 3  # from llm-long-term, under team.yaml
@@ -66,13 +67,13 @@ def test_extends_cycle_is_reported(write):
     write("a.yaml", "version: 1\nscenario: single-node\nextends: b.yaml\n")
     path = write("b.yaml", "version: 1\nscenario: single-node\nextends: a.yaml\n")
     with pytest.raises(Exception, match="extends cycle"):
-        load_config(path)
+        load_config(path, presets())
 
 
 def test_unknown_preset_suggests_one(write):
     path = write("ha.yaml", "version: 1\nscenario: multi-node\nextends: multinode\n")
     with pytest.raises(Exception, match=r"ha.yaml:3:10: extends: unknown preset 'multinode'; did you mean 'multi-node'\?"):
-        load_config(path)
+        load_config(path, presets())
 
 
 def test_every_error_is_reported_with_its_position(write):
@@ -104,14 +105,14 @@ def test_missing_keys_and_non_mappings(write):
 @pytest.mark.parametrize(("platform", "maximum"), [("huaweicloud", 128), ("otc", 3)])
 def test_restart_limits_follow_the_platform(write, platform, maximum):
     ok = write("ok.yaml", f"version: 1\nscenario: single-node\nplatform: {platform}\nrestart: {{max: {maximum}}}\n")
-    assert load_config(ok).config.restart.max == maximum
+    assert load_config(ok, presets()).config.restart.max == maximum
     over = write("over.yaml", f"version: 1\nscenario: single-node\nplatform: {platform}\nrestart: {{max: {maximum + 1}}}\n")
     assert errors_of(over)[0].startswith(f"{over}:4:16: restart.max:")
 
 
 def test_platform_override_applies_the_otc_limit(write):
     path = write("ha.yaml", "version: 1\nscenario: multi-node\nrestart: {max: 5}\n")
-    assert load_config(path).config.restart.max == 5
+    assert load_config(path, presets()).config.restart.max == 5
     assert errors_of(path, platform="otc") == [f"{path}:3:16: restart.max: otc allows 1 to 3 restarts (0 turns auto restart off), got 5"]
 
 
@@ -122,4 +123,4 @@ def test_errors_inherited_from_a_base_file_point_at_that_file(write):
 
 
 def test_builtin_presets_are_installed():
-    assert set(available_presets()) >= {"single-node", "multi-node", "llm-long-term"}
+    assert set(presets()) >= {"single-node", "multi-node", "llm-long-term"}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import subprocess
 import sys
 import tomllib
 
-from conftest import REPO, run_hacfg
-from hacfg import hookspecs
+from conftest import REPO
+from hacfg import hookspecs, plugin_manager
 
 GUIDE = (REPO / "docs" / "plugins.md").read_text()
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
@@ -26,7 +27,7 @@ def test_every_hook_has_a_section():
         assert f"\n### {hook}\n" in GUIDE, f"docs/plugins.md has no section for {hook}"
 
 
-def test_the_guide_is_a_working_plugin_with_passing_tests(tmp_path):
+def test_the_guide_is_a_working_plugin_with_passing_tests(tmp_path, cli, monkeypatch):
     module, files = [], {}
     for language in ("python", "yaml"):
         for body in blocks(language):
@@ -45,18 +46,20 @@ def test_the_guide_is_a_working_plugin_with_passing_tests(tmp_path):
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
     entry_points = "".join(f"{k} = {v}\n" for k, v in project["entry-points"]["hacfg"].items())
     (dist / "entry_points.txt").write_text(f"[hacfg]\n{entry_points}")
-    env = {"PYTHONPATH": str(tmp_path)}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugin_manager.reset()
 
-    listing = run_hacfg("plugins", env=env, cwd=tmp_path)
+    listing = cli("plugins")
     assert "example              hacfg-plugin-example 0.1.0" in listing.out
     for provided in ("rules: EXA101", "presets: example-site", "targets: summary", "prechecks: scratch", "checkpoint layouts: epoch-N", "failure classifier"):
         assert provided in listing.out
     assert listing.err == ""
 
-    built = run_hacfg("build", "--target", "summary", "multi-node", env=env, cwd=tmp_path)
+    built = cli("build", "--target", "summary", "multi-node")
     assert built.out == '{\n  "job": "multi-node",\n  "restarts": 3,\n  "hang_restarts": true\n}\n'
+    plugin_manager.reset()
 
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=tmp_path, capture_output=True, text=True,
-                           env={**__import__("os").environ, **env})
+                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert "3 passed" in tests.stdout
+    assert "4 passed" in tests.stdout

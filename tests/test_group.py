@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
 
+from conftest import REPO
 from hacfg.agent.classify import Failure, classify
 from hacfg.agent.group import DEFAULT_PORT, resolve_spec
 from hacfg.agent.policy import Budgets, Policy
@@ -142,7 +142,7 @@ def test_several_nodes_without_torch_hand_every_restart_to_the_platform(tmp_path
     assert result.returncode == 138
     assert "torch is not installed, so the nodes cannot restart together in place" in result.stderr.splitlines()[0]
     assert result.stdout.splitlines() == ["attempt 1 restarts 0"]  # no restart in place
-    decision = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines() if '"decision"' in line][0]
+    decision = next(json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines() if '"decision"' in line)
     assert decision["action"] == "job_reschedule" and "the platform restarts the whole job" in decision["reason"]
 
 

@@ -12,6 +12,7 @@ from hacfg import platform as ma
 from hacfg.config import validate, with_presets
 from hacfg.importer import import_body
 from hacfg.plugins.modelarts import ModelArts
+from hacfg.registry import presets
 from hacfg.source import load, parse
 
 FIXTURE_BODIES = sorted(path for path in (REPO / "tests" / "rules").rglob("*.yaml") if "\nkind: job" in "\n" + path.read_text())
@@ -26,7 +27,7 @@ def rebuilt(body_path, tmp_path):
     text, _ = import_body(load(body_path))
     imported = tmp_path / "ha.yaml"
     imported.write_text(text)
-    return ModelArts().build(validate(with_presets(parse(text, str(imported)))).config).document
+    return ModelArts().build(validate(with_presets(parse(text, str(imported)), presets())).config).document
 
 
 @pytest.mark.parametrize("preset", ["single-node", "multi-node", "llm-long-term"])

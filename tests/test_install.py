@@ -20,6 +20,8 @@ def test_wheel_installs_and_builds_from_another_directory(wheel_venv, tmp_path):
     assert wheel_venv.run(hacfg, "lint", "ha.yaml", cwd=tmp_path).returncode == 0
     imported = wheel_venv.run(wheel_venv.python, "-c", "import hacfg.build; print(hacfg.build.__file__)", cwd=tmp_path)
     assert "site-packages" in imported.stdout
+    typed = wheel_venv.run(wheel_venv.python, "-c", "import hacfg.plugin, pathlib; print((pathlib.Path(hacfg.plugin.__file__).parent / 'py.typed').is_file())")
+    assert typed.stdout == "True\n", typed.stderr  # type checkers read plugins against hacfg.plugin
 
 
 def test_third_party_plugin_package_is_picked_up_with_no_change_to_hacfg(wheel_venv, tmp_path):

@@ -155,7 +155,7 @@ def reference(tmp_path_factory) -> dict[int, dict]:
     weights = {}
     for nnodes in (2, 4):
         job = Job(tmp_path_factory.mktemp(f"reference{nnodes}"), nnodes)
-        assert job.run() == {rank: 0 for rank in range(nnodes)}, job.output(0)
+        assert job.run() == dict.fromkeys(range(nnodes), 0), job.output(0)
         weights[nnodes] = job.weights(0)
         for rank in range(nnodes):
             assert_weights_equal(job.weights(rank), weights[nnodes])
@@ -169,7 +169,7 @@ def assert_weights_equal(got: dict, want: dict) -> None:
 
 
 def assert_recovered(job: Job, codes: dict[int, int], reference: dict) -> list[dict]:
-    assert codes == {rank: 0 for rank in range(job.nnodes)}, "\n".join(job.output(r)[-3000:] for r in codes)
+    assert codes == dict.fromkeys(range(job.nnodes), 0), "\n".join(job.output(r)[-3000:] for r in codes)
     decisions = same_verdict_everywhere(job)
     for rank in range(job.nnodes):
         assert job.resumed(rank) == job.resumed(0), f"rank {rank} resumed from {job.resumed(rank)}, rank 0 from {job.resumed(0)}"
@@ -269,7 +269,7 @@ def test_an_agent_killed_and_restarted_rejoins_with_the_jobs_counters(tmp_path, 
     job.start(victim)
     decisions = assert_recovered(job, job.wait(), reference)
     assert [(d["action"], d["cause"]) for d in decisions] == [("proc_restart", "environment"), ("success", "success")]
-    assert decisions[0]["cause_node"] == victim and "restarted" in decisions[0]["cause_reason"] or "stopped" in decisions[0]["cause_reason"]
+    assert (decisions[0]["cause_node"] == victim and "restarted" in decisions[0]["cause_reason"]) or "stopped" in decisions[0]["cause_reason"]
     assert decisions[0]["counted"] == 1
 
 

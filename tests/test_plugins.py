@@ -3,32 +3,43 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
 
 from conftest import REPO, run_hacfg
+from hacfg import lint, plugin_manager
+from hacfg.plugin import JobContext, Problem, ScenarioContext, hookimpl, rule
+from hacfg.settings import Settings
 
 PLUGINS = REPO / "tests" / "plugins"
 BODY = '{"kind": "job", "metadata": {"name": "x", "annotations": {"fault-tolerance/job-retry-num": 3}}, "spec": {"volumes": [{}]}}\n'
 
 
-@pytest.fixture
-def site(tmp_path):
-    """A folder on PYTHONPATH holding a real (unpacked) distribution with entry points, like pip leaves."""
-    dist = tmp_path / "site" / "broken_plugins-1.2.3.dist-info"
+def distribution(folder, name, version, entry_points):
+    """An unpacked distribution with entry points, as pip leaves one in site-packages."""
+    dist = folder / f"{name.replace('-', '_')}-{version}.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugins\nVersion: 1.2.3\n")
-    (dist / "entry_points.txt").write_text(
-        "[hacfg]\nbroken = broken_import\nraising = raising\ngarbage = garbage\nrival = claims\n"
-    )
-    return {"PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(PLUGINS)])}
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (dist / "entry_points.txt").write_text("[hacfg]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
 
 
-def test_broken_plugins_are_named_once_and_everything_else_works(tmp_path, site):
-    (tmp_path / "job.json").write_text(BODY)
-    result = run_hacfg("lint", "-f", "json", "job.json", cwd=tmp_path, env=site)
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """Broken plugins installed on sys.path for this test; the plugin manager loads afresh."""
+    entry_points = {"broken": "broken_import", "raising": "raising", "garbage": "garbage", "rival": "claims"}
+    distribution(tmp_path / "site", "broken-plugins", "1.2.3", entry_points)
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.chdir(tmp_path)
+    plugin_manager.reset()
+    yield tmp_path
+    plugin_manager.reset()
+
+
+def test_broken_plugins_are_named_once_and_everything_else_works(site, cli):
+    (site / "job.json").write_text(BODY)
+    result = cli("lint", "-f", "json", "job.json")
     findings = json.loads(result.out)["findings"]
     assert result.code == 1
     assert ("HA007", "job.json") in {(f["rule"], f["path"]) for f in findings}  # built-in rules still ran
@@ -43,34 +54,91 @@ def test_broken_plugins_are_named_once_and_everything_else_works(tmp_path, site)
     assert "Traceback" not in result.err
 
 
-def test_wrong_types_from_presets_and_targets_get_a_clear_message(tmp_path, site):
-    result = run_hacfg("build", "--only", "annotations", "single-node", cwd=tmp_path, env=site)
+def test_wrong_types_from_presets_and_targets_get_a_clear_message(site, cli):
+    result = cli("build", "--only", "annotations", "single-node")
     assert result.code == 0
     assert json.loads(result.out) == {"metadata": {"annotations": {"fault-tolerance/job-retry-num": "2"}}}
     assert "hacfg: plugin 'garbage' raised in hacfg_presets: returned str, expected a dict of name -> path" in result.err
-    assert "hacfg: plugin 'garbage' raised in hacfg_targets: returned str, expected a hacfg.build.Target" in result.err
+    assert "hacfg: plugin 'garbage' raised in hacfg_targets: returned str, expected a hacfg.target.Target" in result.err
     assert result.err.count("plugin 'broken' failed to load") == 1
 
 
-def test_autoload_can_be_turned_off(tmp_path, site):
-    (tmp_path / "job.json").write_text(BODY)
-    result = run_hacfg("lint", "-f", "json", "job.json", cwd=tmp_path, env={**site, "HACFG_DISABLE_PLUGIN_AUTOLOAD": "1"})
+def test_autoload_can_be_turned_off(site, cli, monkeypatch):
+    (site / "job.json").write_text(BODY)
+    monkeypatch.setenv("HACFG_DISABLE_PLUGIN_AUTOLOAD", "1")
+    result = cli("lint", "-f", "json", "job.json")
     assert [f["rule"] for f in json.loads(result.out)["findings"]] == ["HA007"]
     assert result.err == ""
 
 
-def test_plugins_lists_distribution_version_and_what_each_provides(tmp_path, site):
-    result = run_hacfg("plugins", cwd=tmp_path, env=site)
+def test_plugins_lists_distribution_version_and_what_each_provides(site, cli):
+    result = cli("plugins")
     assert "raising              broken-plugins 1.2.3" in result.out
     assert "rules: RAI001" in result.out
     assert "rules-checkpoint     hacfg" in result.out and "rules: HA001, HA002, HA011, HA017" in result.out
 
 
-def test_plugin_option_loads_a_module_for_a_quick_trial(tmp_path):
-    env = {"PYTHONPATH": str(PLUGINS)}
-    result = run_hacfg("--plugin", "raising", "rules", cwd=tmp_path, env=env)
+def test_plugin_option_loads_a_module_for_a_quick_trial(cli, monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    plugin_manager.reset()
+    result = cli("--plugin", "raising", "rules")
     assert "RAI001" in result.out and "(--plugin)" in result.out
-    assert run_hacfg("rules", cwd=tmp_path, env=env).out.count("RAI001") == 0
+    plugin_manager.reset()
+    assert cli("rules").out.count("RAI001") == 0
+
+
+def test_plugins_load_only_from_entry_points_or_an_explicit_flag(tmp_path, cli, monkeypatch):
+    (tmp_path / "hacfg_sneaky.py").write_text("from pathlib import Path\nPath(__file__).with_name('loaded').touch()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugin_manager.reset()
+    cli("rules")
+    assert not (tmp_path / "loaded").exists()
+    cli("--plugin", "hacfg_sneaky", "rules")
+    assert (tmp_path / "loaded").exists()
+    plugin_manager.reset()
+
+
+@rule("TST001", "no-single-node", "info")
+def no_single_node(ctx: ScenarioContext):
+    """Flags single-node scenarios.
+
+    A rule registered in-process by a test.
+    It reads both kinds of file.
+    """
+    if ctx.config.scenario == "single-node":
+        yield Problem(("scenario",), "single node")
+
+
+@no_single_node.job
+def no_single_node_in_body(ctx: JobContext):
+    if ctx.body.node_count == 1:
+        yield Problem(("spec", "resource", "node_count"), "single node")
+
+
+class SitePlugin:
+    """A plugin can be any object with hook implementations."""
+
+    @hookimpl
+    def hacfg_rules(self):
+        return [no_single_node]
+
+
+def test_a_plugin_registered_in_process_runs_its_check_per_kind_of_file(hacfg_plugin, write):
+    hacfg_plugin(SitePlugin(), name="site")
+    scenario = write("ha.yaml", "version: 1\nscenario: single-node\n")
+    body = write("job.json", '{"kind": "job", "metadata": {"name": "x"}, "spec": {"resource": {"node_count": 1}}}\n')
+    report = lint.lint_paths([scenario, body], Settings(select=("TST",)))
+    assert [(f.path, f.line, f.logical_path) for f in report.findings] == [
+        (str(scenario), 2, "scenario"),
+        (str(body), 1, "spec.resource.node_count"),
+    ]
+    assert lint.registry()["TST001"].rule.kinds == ("scenario", "job")
+    assert lint.registry()["TST001"].plugin == "site"
+
+
+def test_the_registered_plugin_is_gone_after_the_test():
+    plugin_manager.reset()
+    assert "TST001" not in lint.registry()
 
 
 def test_agent_reports_broken_prechecks_and_classifiers_as_events(tmp_path):
@@ -95,3 +163,22 @@ def test_agent_reports_broken_prechecks_and_classifiers_as_events(tmp_path):
     failures = [e for e in events if e["event"] == "plugin_failure"]
     assert failures[0]["plugin"] == "raising" and failures[0]["error"] == "ValueError: classifier bug"
     assert [e["cause"] for e in events if e["event"] == "attempt_exit"] == ["environment", "environment"]
+
+
+def test_a_builtin_plugin_that_fails_to_load_exits_3_with_one_line(tmp_path):
+    """A broken installation, as a checkout on PYTHONPATH next to another hacfg's metadata gives."""
+    distribution(tmp_path, "hacfg", "0.0.1", {"presets": "hacfg.plugins.presets", "rules-gone": "hacfg.plugins.no_such_rules"})
+    for command in (("rules",), ("lint", "."), ("build", "single-node")):
+        result = run_hacfg(*command, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+        assert result.code == 3, result.err
+        assert result.err == (
+            "hacfg: error: built-in plugin 'rules-gone' failed to load: "
+            "ModuleNotFoundError: No module named 'hacfg.plugins.no_such_rules'; reinstall hacfg (pip install -e .)\n"
+        )
+
+
+def test_no_builtin_plugins_at_all_exits_3(tmp_path):
+    distribution(tmp_path, "hacfg", "0.0.1", {})
+    result = run_hacfg("rules", cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    assert result.code == 3
+    assert result.err.startswith("hacfg: error: hacfg's own plugins are not registered") and result.err.count("\n") == 1

@@ -7,7 +7,8 @@ import signal
 import pytest
 
 from hacfg.agent.checkpoints import newest_complete
-from hacfg.agent.classify import Failure, classify
+from hacfg.agent.classify import classify
+from hacfg.agent.extensions import Failure
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
 
 

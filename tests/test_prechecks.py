@@ -9,32 +9,38 @@ import sys
 
 import pytest
 
-from conftest import run_hacfg
+
+@pytest.fixture
+def precheck(tmp_path, cli, monkeypatch):
+    """Run ``hacfg precheck`` in this process on a scenario, with paths and thresholds moved under tmp_path."""
+
+    def run(scenario_extra: str = "", **env: str):
+        config = tmp_path / "ha.yaml"
+        config.write_text(f"version: 1\nscenario: single-node\n{scenario_extra}")
+        settings = {
+            "HACFG_PRECHECK_HOSTS_DIR": str(tmp_path / "volcano"),
+            "HACFG_PRECHECK_ROOT_MIN": "1K",
+            "HACFG_PRECHECK_SHM_PATH": str(tmp_path),
+            "HACFG_PRECHECK_SHM_MIN": "1K",
+            "HACFG_PRECHECK_CACHE_PATH": str(tmp_path / "no-cache"),
+            "HACFG_PRECHECK_GPU_DEVICES": str(tmp_path / "nvidia[0-9]*"),
+            "VC_WORKER_HOSTS": "localhost",
+            **env,
+        }
+        for name, value in settings.items():
+            monkeypatch.setenv(name, value)
+        result = cli("precheck", "--config", config)
+        items = {}
+        for line in result.out.splitlines():
+            name, rest = line.removeprefix("[hacfg] item=").split(" status=")
+            items[name] = rest.split()[0]
+        return result, items
+
+    return run
 
 
-def precheck(tmp_path, scenario_extra: str = "", **env: str):
-    config = tmp_path / "ha.yaml"
-    config.write_text(f"version: 1\nscenario: single-node\n{scenario_extra}")
-    settings = {
-        "HACFG_PRECHECK_HOSTS_DIR": str(tmp_path / "volcano"),
-        "HACFG_PRECHECK_ROOT_MIN": "1K",
-        "HACFG_PRECHECK_SHM_PATH": str(tmp_path),
-        "HACFG_PRECHECK_SHM_MIN": "1K",
-        "HACFG_PRECHECK_CACHE_PATH": str(tmp_path / "no-cache"),
-        "HACFG_PRECHECK_GPU_DEVICES": str(tmp_path / "nvidia[0-9]*"),
-        "VC_WORKER_HOSTS": "localhost",
-        **env,
-    }
-    result = run_hacfg("precheck", "--config", config, env=settings)
-    items = {}
-    for line in result.out.splitlines():
-        name, rest = line.removeprefix("[hacfg] item=").split(" status=")
-        items[name] = rest.split()[0]
-    return result, items
-
-
-def test_all_pass_on_a_cpu_job(tmp_path):
-    result, items = precheck(tmp_path, "job: {accelerator: cpu}\n")
+def test_all_pass_on_a_cpu_job(precheck):
+    result, items = precheck("job: {accelerator: cpu}\n")
     assert result.code == 0, result.out
     assert items == {
         "dns": "passed",
@@ -47,45 +53,45 @@ def test_all_pass_on_a_cpu_job(tmp_path):
     assert "[hacfg] item=disk-size shm status=passed value=" in result.out and "need=>1.0KiB" in result.out
 
 
-def test_dns_fails_on_an_unresolvable_host_and_reads_volcano_host_files(tmp_path):
+def test_dns_fails_on_an_unresolvable_host_and_reads_volcano_host_files(tmp_path, precheck):
     (tmp_path / "volcano").mkdir()
     (tmp_path / "volcano" / "worker.host").write_text("localhost\nno-such-host.invalid\n")
-    result, items = precheck(tmp_path, "job: {accelerator: cpu}\n")
+    result, items = precheck("job: {accelerator: cpu}\n")
     assert result.code == 138
     assert items["dns"] == "failed"
     assert "detail=unresolved: no-such-host.invalid" in result.out
 
 
 @pytest.mark.parametrize(("which", "env"), [("root", {"HACFG_PRECHECK_ROOT_MIN": "1024T"}), ("shm", {"HACFG_PRECHECK_SHM_MIN": "1024T"})])
-def test_disk_size_fails_below_the_threshold(tmp_path, which, env):
-    result, items = precheck(tmp_path, "job: {accelerator: cpu}\n", **env)
+def test_disk_size_fails_below_the_threshold(precheck, which, env):
+    result, items = precheck("job: {accelerator: cpu}\n", **env)
     assert result.code == 138
     assert items[f"disk-size {which}"] == "failed"
 
 
-def test_disk_size_cache_is_checked_when_present(tmp_path):
+def test_disk_size_cache_is_checked_when_present(tmp_path, precheck):
     (tmp_path / "cache").mkdir()
-    _, items = precheck(tmp_path, "job: {accelerator: cpu}\n", HACFG_PRECHECK_CACHE_PATH=str(tmp_path / "cache"), HACFG_PRECHECK_CACHE_MIN="1K")
+    _, items = precheck("job: {accelerator: cpu}\n", HACFG_PRECHECK_CACHE_PATH=str(tmp_path / "cache"), HACFG_PRECHECK_CACHE_MIN="1K")
     assert items["disk-size cache"] == "passed"
-    _, items = precheck(tmp_path, "job: {accelerator: cpu}\n", HACFG_PRECHECK_CACHE_PATH=str(tmp_path / "cache"), HACFG_PRECHECK_CACHE_MIN="1024T")
+    _, items = precheck("job: {accelerator: cpu}\n", HACFG_PRECHECK_CACHE_PATH=str(tmp_path / "cache"), HACFG_PRECHECK_CACHE_MIN="1024T")
     assert items["disk-size cache"] == "failed"
 
 
-def test_ulimit_only_on_infiniband(tmp_path):
+def test_ulimit_only_on_infiniband(precheck):
     soft_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     low = {"HACFG_PRECHECK_MEMLOCK_MIN_KB": "0", "HACFG_PRECHECK_NOFILE_MIN": "0", "HACFG_PRECHECK_STACK_MIN_KB": "0", "HACFG_PRECHECK_NPROC_MIN": "0"}
-    result, items = precheck(tmp_path, "job: {accelerator: cpu, network: infiniband}\n", **low)
+    result, items = precheck("job: {accelerator: cpu, network: infiniband}\n", **low)
     assert items["ulimit open-files"] == "passed", result.out
-    result, items = precheck(tmp_path, "job: {accelerator: cpu, network: infiniband}\n", **{**low, "HACFG_PRECHECK_NOFILE_MIN": str(soft_nofile)})
+    result, items = precheck("job: {accelerator: cpu, network: infiniband}\n", **{**low, "HACFG_PRECHECK_NOFILE_MIN": str(soft_nofile)})
     assert items["ulimit open-files"] == "failed"
     assert result.code == 138
 
 
-def test_gpu_check_counts_device_nodes(tmp_path):
-    result, items = precheck(tmp_path, "job: {accelerator: gpu}\n")
+def test_gpu_check_counts_device_nodes(tmp_path, precheck):
+    _, items = precheck("job: {accelerator: gpu}\n")
     assert items["gpu-check"] == "failed"
     (tmp_path / "nvidia0").touch()
-    result, items = precheck(tmp_path, "job: {accelerator: gpu}\n")
+    _, items = precheck("job: {accelerator: gpu}\n")
     assert items["gpu-check"] == "passed"
 
 

@@ -10,8 +10,8 @@ import threading
 import tty
 
 import pytest
-from conftest import REPO
 
+from conftest import REPO
 from hacfg.agent import relay as relay_module
 from hacfg.agent.relay import PIPE_BYTES, grow_pipe, relay, splice_allowed
 

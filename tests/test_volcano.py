@@ -9,6 +9,7 @@ import yaml
 
 from conftest import REPO
 from hacfg.config import load_config
+from hacfg.registry import presets
 
 CRD = yaml.safe_load((REPO / "tests/data/volcano-batch.volcano.sh_jobs.yaml").read_text())
 JOB_SCHEMA = next(v for v in CRD["spec"]["versions"] if v["name"] == "v1alpha1")["schema"]["openAPIV3Schema"]
@@ -49,7 +50,7 @@ def test_the_pod_gets_the_same_intent_without_the_preset(cli, tmp_path):
     config_map, _, _ = build(cli, REPO / "examples/llama-pretrain/ha.yaml")
     delivered = tmp_path / "ha.yaml"
     delivered.write_text(config_map["data"]["ha.yaml"])
-    assert load_config(delivered).config == load_config(REPO / "examples/llama-pretrain/ha.yaml").config
+    assert load_config(delivered, presets()).config == load_config(REPO / "examples/llama-pretrain/ha.yaml", presets()).config
 
 
 @pytest.mark.parametrize(("pod_reschedules", "action"), [(2, "RestartPod"), (0, "RestartJob")])

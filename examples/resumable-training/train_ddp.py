@@ -87,8 +87,10 @@ def main() -> int:
         if step % args.every == 0:
             if rank == 0:
                 def write(folder: Path, step: int = step) -> None:
-                    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, folder / "state.pt")
-                    if any(kind == "kill-in-save" and when == step and not saving.exists() for kind, _, when, _ in faults):
+                    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+                    torch.save(state, folder / "state.pt")
+                    kill_now = any(kind == "kill-in-save" and when == step for kind, _, when, _ in faults)
+                    if kill_now and not saving.exists():
                         saving.touch()
                         time.sleep(30)  # a slow save that a fault elsewhere interrupts
 
@@ -121,7 +123,8 @@ def fire(kind: str, saving: Path) -> None:
     elif kind == "hang":
         time.sleep(3600)
     elif kind == "collective":
-        print("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4242", file=sys.stderr, flush=True)
+        gloo = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534]"
+        print(f"RuntimeError: {gloo} Connection closed by peer [127.0.0.1]:4242", file=sys.stderr, flush=True)
         sys.exit(1)
     elif kind == "raise":
         raise ValueError("learning rate schedule produced NaN")

@@ -45,7 +45,8 @@ def main() -> None:
     print(f"pid {os.getpid()} attempt {os.environ.get('HACFG_ATTEMPT', '-')} starts at step {start}", flush=True)
 
     for step in range(start, args.steps):
-        batch = torch.randint(0, SAMPLES, (BATCH,), generator=torch.Generator().manual_seed(args.seed * 1_000_003 + step))
+        generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+        batch = torch.randint(0, SAMPLES, (BATCH,), generator=generator)
         loss = torch.mean((model(x[batch]).squeeze(1) - y[batch]) ** 2)
         optimizer.zero_grad()
         loss.backward()

@@ -1,52 +1,26 @@
-"""Finding the newest *complete* checkpoint under ``checkpoint.path``; layouts are plugins."""
+"""Which checkpoint an attempt resumes from: the newest *complete* one under ``checkpoint.path``.
+
+Checkpoint layouts are plugins; each reports the checkpoints it finds on disk.
+"""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from hacfg import plugin_manager
-
-
-@dataclass(frozen=True, order=True)
-class Checkpoint:
-    step: int
-    path: Path
-    complete: bool = True
-    layout: str = ""
-
-
-class CheckpointLayout:
-    """A way training code lays out checkpoints. Subclasses set ``name`` and implement ``find``."""
-
-    name: str = ""
-
-    def find(self, root: Path) -> Iterable[Checkpoint]:
-        """Every checkpoint under ``root``, complete or not (``complete=False`` is never resumed)."""
-        raise NotImplementedError
-
-
-_DIGITS = re.compile(r"(\d+)")
-
-
-def step_of(name: str) -> int | None:
-    """The last number in a directory name: ``checkpoint-1200`` -> 1200, ``iter_0000300`` -> 300."""
-    numbers = _DIGITS.findall(name)
-    return int(numbers[-1]) if numbers else None
+from hacfg.agent.extensions import CheckpointLayout, SavedCheckpoint
 
 
 def layouts() -> list[CheckpointLayout]:
     return [layout for _, layout in plugin_manager.get().items("hacfg_checkpoint_layouts", CheckpointLayout)]
 
 
-def newest_complete(root: Path | None) -> Checkpoint | None:
+def newest_complete(root: Path | None) -> SavedCheckpoint | None:
     """The complete checkpoint with the highest step, across every layout; None when there is none."""
     if root is None or not root.is_dir():
         return None
     manager = plugin_manager.get()
-    best: Checkpoint | None = None
+    best: SavedCheckpoint | None = None
     for layout in layouts():
         try:
             candidates = list(layout.find(root))

@@ -109,7 +109,7 @@ def torch_store() -> Any | None:
     if quiet:  # c10d logs every retried connection with a C++ backtrace; our messages say what matters
         os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     try:
-        from torch.distributed import TCPStore  # type: ignore[attr-defined]
+        from torch.distributed import TCPStore
     except ImportError:
         return None
     finally:

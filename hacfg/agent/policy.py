@@ -13,9 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hacfg import platform as ma
+
+if TYPE_CHECKING:
+    from hacfg.config import HAConfig
 
 RETRY_ELSEWHERE = 138  # Kubeflow's user-defined retryable code; the volcano target restarts the pod or job
 Cause = Literal["environment", "user", "hang"]
@@ -107,7 +110,7 @@ def _give_up(reason: str, command_code: int) -> Decision:
     return Decision("give_up", reason, command_code)
 
 
-def policy_from_config(config) -> Policy:  # noqa: ANN001 - a hacfg.config.HAConfig
+def policy_from_config(config: HAConfig) -> Policy:
     """The agent's policy for a validated scenario; an ``obs://`` checkpoint path is not local, so not scanned."""
     path = config.checkpoint.path
     return Policy(

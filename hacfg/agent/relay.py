@@ -109,7 +109,9 @@ def _borrow() -> tuple[int, tuple[int, int]]:
     return _devnull[0], copy
 
 
-def _splice_through(source: int, target: int, keep: Callable[[memoryview], None], tail_bytes: int, copy: tuple[int, int], devnull: int) -> bool:
+def _splice_through(
+    source: int, target: int, keep: Callable[[memoryview], None], tail_bytes: int, copy: tuple[int, int], devnull: int
+) -> bool:
     copy_read, copy_write = copy
     view = memoryview(bytearray(tail_bytes))
     while size := _tee_all(source, copy_write):
@@ -134,6 +136,7 @@ def _splice_through(source: int, target: int, keep: Callable[[memoryview], None]
 
 def _tee_all(source: int, copy: int) -> int:
     """Duplicate what waits in ``source`` into ``copy``, waiting for data; 0 at end of stream."""
+    assert _tee is not None  # splice_allowed() checked
     while True:
         size = _tee(source, copy, PIPE_BYTES, 0)
         if size >= 0:
@@ -150,7 +153,9 @@ def _covered(source: int, copy: int, tail_bytes: int) -> bool:
     return waiting >= tail_bytes and fcntl.fcntl(copy, fcntl.F_GETPIPE_SZ) >= fcntl.fcntl(source, fcntl.F_GETPIPE_SZ)
 
 
-def _take_tail(copy: int, devnull: int, view: memoryview, size: int, moved: int, keep: Callable[[memoryview], None]) -> None:
+def _take_tail(
+    copy: int, devnull: int, view: memoryview, size: int, moved: int, keep: Callable[[memoryview], None]
+) -> None:
     """Empty the ``size`` duplicated bytes out of ``copy``: the last of the ``moved`` ones fill ``view``."""
     _discard(copy, devnull, moved - len(view))
     got = 0

@@ -21,10 +21,11 @@ from pathlib import Path
 
 from hacfg import plugin_manager
 from hacfg.agent.accelerator import nvml_probe
-from hacfg.agent.classify import Failure, classify
-from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
-from hacfg.agent.prechecks import PrecheckContext, PrecheckSettings, run_prechecks
+from hacfg.agent.classify import classify
+from hacfg.agent.extensions import Failure, PrecheckContext, PrecheckSettings
 from hacfg.agent.group import GroupLost
+from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
+from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Rounds, Verdict, resume_visible
 from hacfg.agent.state import EventLog, StateStore
 from hacfg.agent.supervise import Supervisor, become_subreaper
@@ -196,11 +197,9 @@ class Agent:
 
     def _plugin_failures(self) -> None:
         """A plugin that broke is one line and one event, once; the agent carries on without it."""
-        manager = plugin_manager.get()
-        for failure in manager.failures:
+        for failure in plugin_manager.drain():
             self.echo(f"[hacfg] {failure}")
             self.events.write("plugin_failure", plugin=failure.plugin, hook=failure.hook, error=failure.error)
-        manager.failures.clear()
 
     def _exit(self, code: int, budgets: Budgets) -> int:
         self.events.write("agent_exit", exit_code=code, **self._counters(budgets))

@@ -6,7 +6,8 @@ import fcntl
 import json
 import os
 import sys
-from datetime import datetime, UTC
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,7 @@ class StateStore:
 class EventLog:
     """One JSON line per event. A full or read-only disk is reported once; supervision goes on."""
 
-    def __init__(self, path: Path, *, echo=None, node: int | None = None):  # noqa: ANN001 - any callable taking one line
+    def __init__(self, path: Path, *, echo: Callable[[str], None] | None = None, node: int | None = None) -> None:
         self.path = path
         self.node = node  # a group's node rank, written into every record so several logs merge
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from hacfg.agent.accelerator import UtilizationProbe
 from hacfg.agent.relay import relay
@@ -66,7 +67,7 @@ class Supervisor:
         heartbeat: Path,
         grace: float,
         on_hang: Callable[[tuple[str, ...]], None] = lambda tail: None,
-        on_signal: Callable[[int], None] = lambda signum: None,
+        on_signal: Callable[[int], object] = lambda signum: None,
         accelerator: UtilizationProbe | None = None,
     ):
         self.argv = argv
@@ -109,7 +110,7 @@ class Supervisor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_child_setup,  # noqa: PLW1509 - no thread runs while the agent forks
+                preexec_fn=_child_setup,  # no thread runs while the agent forks
             )
             pumps = [
                 threading.Thread(target=self._pump, args=(proc.stdout, sys.stdout.fileno(), wake_write), daemon=True),
@@ -142,7 +143,7 @@ class Supervisor:
             duration=time.monotonic() - started,
         )
 
-    def _watch(self, proc: subprocess.Popen, pumps: list[threading.Thread], wake_read: int, started: float) -> tuple[bool, int | None, bool]:
+    def _watch(self, proc: subprocess.Popen[bytes], pumps: list[threading.Thread], wake_read: int, started: float) -> tuple[bool, int | None, bool]:
         """Wait for the child to end, watching for hangs, signals and stop requests;
         (hung, signal received, stopped on request)."""
         last_activity = started
@@ -195,7 +196,7 @@ class Supervisor:
                         _signal_group(proc.pid, signum)
                         kill_at = time.monotonic() + self.grace
 
-    def _pump(self, source, target: int, wake: int) -> None:  # noqa: ANN001 - the child's pipe (a file object)
+    def _pump(self, source: IO[bytes], target: int, wake: int) -> None:
         """Relay one stream, keeping its tail and noting the time; wake the watcher at its end."""
         relay(source.fileno(), target, lambda chunk: self._keep(target, chunk), TAIL_BYTES)
         with contextlib.suppress(OSError):

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
-from hacfg import hookimpl
 from hacfg import platform as ma
-from hacfg.rules import Fix, LintContext, Problem, annotation_path, rule
+from hacfg.plugin import Fix, JobContext, Problem, Rule, annotation_path, hookimpl, rule
 from hacfg.source import did_you_mean
 
-TRUTHY = ("true", "yes", "on", "1", "y")
-FALSY = ("false", "no", "off", "0", "n")
 
-
-@rule("HA007", "annotation-not-string", "error", kinds=("job",))
-def annotation_not_string(ctx: LintContext):
+@rule("HA007", "annotation-not-string", "error", kind="job")
+def annotation_not_string(ctx: JobContext) -> Iterator[Problem]:
     """An annotation value is not a string.
 
     ## What it does
@@ -44,8 +41,8 @@ def annotation_not_string(ctx: LintContext):
         yield Problem(path, f"annotation {key} must be a string, not {json.dumps(value)}: quote it", fix=fix)
 
 
-@rule("HA008", "unknown-fault-tolerance-key", "error", kinds=("job",))
-def unknown_fault_tolerance_key(ctx: LintContext):
+@rule("HA008", "unknown-fault-tolerance-key", "error", kind="job")
+def unknown_fault_tolerance_key(ctx: JobContext) -> Iterator[Problem]:
     """An unknown `fault-tolerance/*` annotation key.
 
     ## What it does
@@ -67,11 +64,12 @@ def unknown_fault_tolerance_key(ctx: LintContext):
     """
     for key in ctx.body.annotations:
         if isinstance(key, str) and key.startswith(ma.FAULT_TOLERANCE_PREFIX) and key not in ma.FAULT_TOLERANCE_KEYS:
-            yield Problem(annotation_path(key), f"unknown annotation {key}{did_you_mean(key, list(ma.FAULT_TOLERANCE_KEYS))}", on_key=True)
+            hint = did_you_mean(key, list(ma.FAULT_TOLERANCE_KEYS))
+            yield Problem(annotation_path(key), f"unknown annotation {key}{hint}", on_key=True)
 
 
-@rule("HA015", "boolean-annotation-spelling", "error", kinds=("job",))
-def boolean_annotation_spelling(ctx: LintContext):
+@rule("HA015", "boolean-annotation-spelling", "error", kind="job")
+def boolean_annotation_spelling(ctx: JobContext) -> Iterator[Problem]:
     """A boolean annotation is not exactly `"true"` or `"false"`.
 
     ## What it does
@@ -94,12 +92,13 @@ def boolean_annotation_spelling(ctx: LintContext):
         if not isinstance(value, str) or value in ("true", "false"):
             continue
         word = value.strip().lower()
-        meant = "true" if word in TRUTHY else "false" if word in FALSY else None
+        meant = "true" if word in ma.TRUE_SPELLINGS else "false" if word in ma.FALSE_SPELLINGS else None
         fix = Fix(annotation_path(key), json.dumps(meant), f'write "{meant}"') if meant else None
         hint = f'write "{meant}"' if meant else 'use "true" or "false"'
-        yield Problem(annotation_path(key), f"{key} is {json.dumps(value)}; the platform reads only \"true\" or \"false\": {hint}", fix=fix)
+        message = f'{key} is {json.dumps(value)}; the platform reads only "true" or "false": {hint}'
+        yield Problem(annotation_path(key), message, fix=fix)
 
 
 @hookimpl
-def hacfg_rules():
+def hacfg_rules() -> list[Rule]:
     return [annotation_not_string, unknown_fault_tolerance_key, boolean_annotation_spelling]

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
-from hacfg import hookimpl
 from hacfg import platform as ma
-from hacfg.rules import LintContext, Problem, annotation_path, rule
+from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, Severity, annotation_path, hookimpl, rule
 
 VOLATILE_PREFIXES = ("/tmp", "/var/tmp", "/cache", "/dev/shm", "/run")
 LONG_RUN_NODES = 8
 MAX_LONG_RUN_INTERVAL = timedelta(hours=2)
 
 
-@rule("HA001", "restart-without-checkpoint", "error", kinds=("scenario", "job"))
-def restart_without_checkpoint(ctx: LintContext):
+@rule("HA001", "restart-without-checkpoint", "error")
+def restart_without_checkpoint(ctx: ScenarioContext) -> Iterator[Problem]:
     """Auto restart is on but there is no checkpoint location.
 
     ## What it does
@@ -37,21 +37,27 @@ def restart_without_checkpoint(ctx: LintContext):
     restart: {max: 3}
     ```
     """
-    if ctx.config is not None:
-        if ctx.config.restart.max and not ctx.config.checkpoint.path:
-            yield Problem(("restart", "max"), "auto restart is on but checkpoint.path is not set: every restart starts from step 0; set checkpoint.path")
-        return
+    if ctx.config.restart.max and not ctx.config.checkpoint.path:
+        yield Problem(
+            ("restart", "max"),
+            "auto restart is on but checkpoint.path is not set: every restart starts from step 0; set checkpoint.path",
+        )
+
+
+@restart_without_checkpoint.job
+def restart_without_checkpoint_in_body(ctx: JobContext) -> Iterator[Problem]:
     body = ctx.body
     has_output = bool(body.get(("algorithm", "outputs"))) or bool(body.get(("spec", "volumes")))
     if body.retries and not has_output:
         yield Problem(
             annotation_path(ma.JOB_RETRY_NUM),
-            "auto restart is on but the job has no output channel or volume to keep checkpoints: add algorithm.outputs or spec.volumes",
+            "auto restart is on but the job has no output channel or volume to keep checkpoints: "
+            "add algorithm.outputs or spec.volumes",
         )
 
 
 @rule("HA002", "checkpoint-not-durable", "error")
-def checkpoint_not_durable(ctx: LintContext):
+def checkpoint_not_durable(ctx: ScenarioContext) -> Iterator[Problem]:
     """`checkpoint.path` does not survive a reschedule.
 
     ## What it does
@@ -78,7 +84,7 @@ def checkpoint_not_durable(ctx: LintContext):
     if "://" in path or (path.startswith("/") and volatile is None):
         return
     reason = f"{volatile} is local to one container" if volatile else "a relative path depends on the working directory"
-    severity = "warning" if ctx.config.scenario == "single-node" else None
+    severity: Severity | None = "warning" if ctx.config.scenario == "single-node" else None
     yield Problem(
         ("checkpoint", "path"),
         f"checkpoint.path does not survive a reschedule ({reason}): use obs:// or a shared mount",
@@ -87,7 +93,7 @@ def checkpoint_not_durable(ctx: LintContext):
 
 
 @rule("HA011", "long-run-checkpoint-interval", "warning")
-def long_run_checkpoint_interval(ctx: LintContext):
+def long_run_checkpoint_interval(ctx: ScenarioContext) -> Iterator[Problem]:
     """A long or large run saves checkpoints rarely, or says nothing about how often.
 
     ## What it does
@@ -113,13 +119,17 @@ def long_run_checkpoint_interval(ctx: LintContext):
         return
     interval = config.checkpoint.interval
     if interval is None:
-        yield Problem(ctx.first_present(("checkpoint",), ("scenario",)), "long run without checkpoint.interval: save at least every 2h and set interval")
+        where = ctx.first_present(("checkpoint",), ("scenario",))
+        yield Problem(where, "long run without checkpoint.interval: save at least every 2h and set interval")
     elif interval > MAX_LONG_RUN_INTERVAL:
-        yield Problem(("checkpoint", "interval"), "checkpoint.interval is over 2h: a fault loses up to that much work on every node; save more often")
+        yield Problem(
+            ("checkpoint", "interval"),
+            "checkpoint.interval is over 2h: a fault loses up to that much work on every node; save more often",
+        )
 
 
 @rule("HA017", "restart-without-resume", "warning")
-def restart_without_resume(ctx: LintContext):
+def restart_without_resume(ctx: ScenarioContext) -> Iterator[Problem]:
     """Auto restart is on but the script does not resume from its checkpoint.
 
     ## What it does
@@ -140,9 +150,13 @@ def restart_without_resume(ctx: LintContext):
     `HACFG_RESUME_FROM`), then say so: `checkpoint: {resume: true}`.
     """
     if ctx.config.restart.max and not ctx.config.checkpoint.resume:
-        yield Problem(ctx.first_present(("checkpoint", "resume"), ("restart", "max")), "auto restart is on but checkpoint.resume is false: reload the newest checkpoint at start-up and set resume: true")
+        yield Problem(
+            ctx.first_present(("checkpoint", "resume"), ("restart", "max")),
+            "auto restart is on but checkpoint.resume is false: "
+            "reload the newest checkpoint at start-up and set resume: true",
+        )
 
 
 @hookimpl
-def hacfg_rules():
+def hacfg_rules() -> list[Rule]:
     return [restart_without_checkpoint, checkpoint_not_durable, long_run_checkpoint_interval, restart_without_resume]

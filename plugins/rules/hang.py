@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
-from hacfg import hookimpl
 from hacfg import platform as ma
-from hacfg.rules import LintContext, Problem, annotation_path, rule
+from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
 
 MIN_HANG_TIMEOUT = timedelta(minutes=10)
+_ONLY_WATCHED = "(only GPU/NPU jobs are watched): remove it"
+_KILLS_HEALTHY_JOBS = "kills healthy jobs during long steps and checkpoint saves"
 
 
-@rule("HA003", "multi-node-without-hang-restart", "warning", kinds=("scenario", "job"))
-def multi_node_without_hang_restart(ctx: LintContext):
+@rule("HA003", "multi-node-without-hang-restart", "warning")
+def multi_node_without_hang_restart(ctx: ScenarioContext) -> Iterator[Problem]:
     """A multi-node job without restart upon suspension.
 
     ## What it does
@@ -33,23 +35,29 @@ def multi_node_without_hang_restart(ctx: LintContext):
     ## Fix
     `restart: {on_hang: true}` (with auto restart on).
     """
-    if ctx.config is not None:
-        config = ctx.config
-        multi = config.job.nodes > 1 or config.scenario in ("multi-node", "llm-long-term")
-        if multi and not config.restart.on_hang:
-            yield Problem(
-                ctx.first_present(("restart", "on_hang"), ("job", "nodes"), ("scenario",)),
-                "multi-node job without restart upon suspension: one hung rank stalls them all; set restart.on_hang: true",
-            )
-        return
+    config = ctx.config
+    multi = config.job.nodes > 1 or config.scenario in ("multi-node", "llm-long-term")
+    if multi and not config.restart.on_hang:
+        yield Problem(
+            ctx.first_present(("restart", "on_hang"), ("job", "nodes"), ("scenario",)),
+            "multi-node job without restart upon suspension: one hung rank stalls them all; set restart.on_hang: true",
+        )
+
+
+@multi_node_without_hang_restart.job
+def multi_node_without_hang_restart_in_body(ctx: JobContext) -> Iterator[Problem]:
     nodes = ctx.body.node_count or 1
     if nodes > 1 and not ctx.body.flag(ma.HANG_RETRY):
-        where = annotation_path(ma.HANG_RETRY) if ma.HANG_RETRY in ctx.body.annotations else ("spec", "resource", "node_count")
-        yield Problem(where, f"{nodes}-node job without restart upon suspension: set {ma.HANG_RETRY}: \"true\"")
+        where = (
+            annotation_path(ma.HANG_RETRY)
+            if ma.HANG_RETRY in ctx.body.annotations
+            else ("spec", "resource", "node_count")
+        )
+        yield Problem(where, f'{nodes}-node job without restart upon suspension: set {ma.HANG_RETRY}: "true"')
 
 
-@rule("HA004", "hang-detection-on-cpu", "error", kinds=("scenario", "job"))
-def hang_detection_on_cpu(ctx: LintContext):
+@rule("HA004", "hang-detection-on-cpu", "error")
+def hang_detection_on_cpu(ctx: ScenarioContext) -> Iterator[Problem]:
     """Suspension detection or restart upon suspension on a CPU job.
 
     ## What it does
@@ -70,21 +78,23 @@ def hang_detection_on_cpu(ctx: LintContext):
     Drop the settings, and run the job under `hacfg agent`, whose hang detection works on any
     job (no output and no heartbeat for `hang.timeout`).
     """
-    if ctx.config is not None:
-        config = ctx.config
-        if config.job.accelerator != "cpu":
-            return
-        if config.restart.on_hang:
-            yield Problem(("restart", "on_hang"), "restart upon suspension does nothing on a CPU job (only GPU/NPU jobs are watched): remove it")
-        if config.hang.detect and ctx.is_set(("hang", "detect")):
-            yield Problem(("hang", "detect"), "suspension detection does nothing on a CPU job (only GPU/NPU jobs are watched): remove it")
+    config = ctx.config
+    if config.job.accelerator != "cpu":
         return
+    if config.restart.on_hang:
+        yield Problem(("restart", "on_hang"), f"restart upon suspension does nothing on a CPU job {_ONLY_WATCHED}")
+    if config.hang.detect and ctx.is_set(("hang", "detect")):
+        yield Problem(("hang", "detect"), f"suspension detection does nothing on a CPU job {_ONLY_WATCHED}")
+
+
+@hang_detection_on_cpu.job
+def hang_detection_on_cpu_in_body(ctx: JobContext) -> Iterator[Problem]:
     if ctx.body.accelerator == "cpu" and ctx.body.flag(ma.HANG_RETRY):
-        yield Problem(annotation_path(ma.HANG_RETRY), f"{ma.HANG_RETRY} does nothing on a CPU flavor (only GPU/NPU jobs are watched): remove it")
+        yield Problem(annotation_path(ma.HANG_RETRY), f"{ma.HANG_RETRY} does nothing on a CPU flavor {_ONLY_WATCHED}")
 
 
-@rule("HA016", "hang-timeout-short", "warning", kinds=("scenario", "job"))
-def hang_timeout_short(ctx: LintContext):
+@rule("HA016", "hang-timeout-short", "warning")
+def hang_timeout_short(ctx: ScenarioContext) -> Iterator[Problem]:
     """The hang timeout is under 10 minutes, or not whole minutes.
 
     ## What it does
@@ -103,28 +113,31 @@ def hang_timeout_short(ctx: LintContext):
     ## Fix
     10 minutes or more, whole minutes: `hang: {timeout: 30m}`.
     """
-    if ctx.config is not None:
-        hang = ctx.config.hang
-        if not hang.detect:
-            return
-        if hang.timeout < MIN_HANG_TIMEOUT:
-            yield Problem(("hang", "timeout"), "hang.timeout under 10m kills healthy jobs during long steps and checkpoint saves: use 10m or more")
-        elif hang.timeout.total_seconds() % 60:
-            yield Problem(("hang", "timeout"), "hang.timeout is not whole minutes; the platform rounds it: write it in minutes")
+    hang = ctx.config.hang
+    if not hang.detect:
         return
-    environments, base = ctx.environment()
-    if ma.HANG_DETECT_TIME not in environments:
+    if hang.timeout < MIN_HANG_TIMEOUT:
+        yield Problem(("hang", "timeout"), f"hang.timeout under 10m {_KILLS_HEALTHY_JOBS}: use 10m or more")
+    elif hang.timeout.total_seconds() % 60:
+        yield Problem(
+            ("hang", "timeout"), "hang.timeout is not whole minutes; the platform rounds it: write it in minutes"
+        )
+
+
+@hang_timeout_short.job
+def hang_timeout_short_in_body(ctx: JobContext) -> Iterator[Problem]:
+    if ma.HANG_DETECT_TIME not in ctx.environment:
         return
-    value = str(environments[ma.HANG_DETECT_TIME]).strip()
-    where = (*base, ma.HANG_DETECT_TIME)
+    value = str(ctx.environment[ma.HANG_DETECT_TIME]).strip()
+    where = (*ctx.ENVIRONMENT, ma.HANG_DETECT_TIME)
     if not value.isdigit():
-        yield Problem(where, f"{ma.HANG_DETECT_TIME} must be whole minutes, like \"30\"")
+        yield Problem(where, f'{ma.HANG_DETECT_TIME} must be whole minutes, like "30"')
     elif int(value) < MIN_HANG_TIMEOUT.total_seconds() // 60:
-        yield Problem(where, f"{ma.HANG_DETECT_TIME} under 10 minutes kills healthy jobs during long steps and checkpoint saves: use 10 or more")
+        yield Problem(where, f"{ma.HANG_DETECT_TIME} under 10 minutes {_KILLS_HEALTHY_JOBS}: use 10 or more")
 
 
 @rule("HA018", "hang-restart-without-detection", "warning")
-def hang_restart_without_detection(ctx: LintContext):
+def hang_restart_without_detection(ctx: ScenarioContext) -> Iterator[Problem]:
     """Restart upon suspension is on while suspension detection is off.
 
     ## What it does
@@ -145,11 +158,10 @@ def hang_restart_without_detection(ctx: LintContext):
     Keep detection on and tune `hang.timeout` instead.
     """
     if ctx.config.restart.on_hang and not ctx.config.hang.detect:
-        yield Problem(("hang", "detect"), "restart.on_hang needs suspension detection: set hang.detect: true and tune hang.timeout")
+        message = "restart.on_hang needs suspension detection: set hang.detect: true and tune hang.timeout"
+        yield Problem(("hang", "detect"), message)
 
 
 @hookimpl
-def hacfg_rules():
+def hacfg_rules() -> list[Rule]:
     return [multi_node_without_hang_restart, hang_detection_on_cpu, hang_timeout_short, hang_restart_without_detection]
-
-

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
+from typing import Any
 
-from hacfg import hookimpl
 from hacfg import platform as ma
-from hacfg.rules import LintContext, Problem, annotation_path, rule
+from hacfg.plugin import JobContext, LogicalPath, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
 
 _JOB_NAME = re.compile(ma.JOB_NAME_PATTERN)
 _ENV_NAME = re.compile(ma.ENV_NAME_PATTERN)
+_PRECHECK_OFF = "pre-check is off on a {nodes}-node job: one bad node fails the run after start"
 
 
-@rule("HA010", "operator-retry-off-npu", "error", kinds=("scenario", "job"))
-def operator_retry_off_npu(ctx: LintContext):
+@rule("HA010", "operator-retry-off-npu", "error")
+def operator_retry_off_npu(ctx: ScenarioContext) -> Iterator[Problem]:
     """Operator re-execution (`hccl_op_retry`) on a job that does not run on Ascend NPUs.
 
     ## What it does
@@ -34,17 +36,22 @@ def operator_retry_off_npu(ctx: LintContext):
     ## Fix
     Remove it, or move the job to an Ascend supernode pool: `job: {accelerator: npu}`.
     """
-    if ctx.config is not None:
-        if ctx.config.operator_retry and ctx.config.job.accelerator != "npu":
-            yield Problem(("operator_retry",), f"operator re-execution needs Ascend NPUs, this job runs on {ctx.config.job.accelerator}: remove operator_retry")
-        return
+    accelerator = ctx.config.job.accelerator
+    if ctx.config.operator_retry and accelerator != "npu":
+        message = f"operator re-execution needs Ascend NPUs, this job runs on {accelerator}: remove operator_retry"
+        yield Problem(("operator_retry",), message)
+
+
+@operator_retry_off_npu.job
+def operator_retry_off_npu_in_body(ctx: JobContext) -> Iterator[Problem]:
     body = ctx.body
     if body.flag(ma.HCCL_OP_RETRY) and body.flavor and body.accelerator != "npu":
-        yield Problem(annotation_path(ma.HCCL_OP_RETRY), f"{ma.HCCL_OP_RETRY} needs an Ascend supernode flavor, not {body.flavor}: remove it")
+        message = f"{ma.HCCL_OP_RETRY} needs an Ascend supernode flavor, not {body.flavor}: remove it"
+        yield Problem(annotation_path(ma.HCCL_OP_RETRY), message)
 
 
-@rule("HA012", "job-name", "error", kinds=("job",))
-def job_name(ctx: LintContext):
+@rule("HA012", "job-name", "error", kind="job")
+def job_name(ctx: JobContext) -> Iterator[Problem]:
     """The job name is not 1–64 characters of letters, digits, `_` and `-`.
 
     ## What it does
@@ -64,11 +71,12 @@ def job_name(ctx: LintContext):
     name = ctx.body.get(("metadata", "name"))
     if not isinstance(name, str) or not _JOB_NAME.fullmatch(name):
         shown = repr(name) if name is not None else "missing"
-        yield Problem(ctx.first_present(("metadata", "name"), ("metadata",)), f"job name {shown} must be 1-64 characters of A-Z a-z 0-9 _ -")
+        where = ctx.first_present(("metadata", "name"), ("metadata",))
+        yield Problem(where, f"job name {shown} must be 1-64 characters of A-Z a-z 0-9 _ -")
 
 
-@rule("HA013", "environment-rejected", "error", kinds=("scenario", "job"))
-def environment_rejected(ctx: LintContext):
+@rule("HA013", "environment-rejected", "error")
+def environment_rejected(ctx: ScenarioContext) -> Iterator[Problem]:
     """Environment variables the platform rejects.
 
     ## What it does
@@ -88,25 +96,42 @@ def environment_rejected(ctx: LintContext):
     ## Fix
     `environment: {DATA_DIR: /home/ma-user/data}`; expand variables in the start command.
     """
-    environments, base = ctx.environment()
-    if len(environments) > ma.MAX_ENV_PAIRS:
-        yield Problem(base, f"{len(environments)} environment variables; the platform takes at most {ma.MAX_ENV_PAIRS}")
-    for name, value in environments.items():
+    return _rejected(ctx.environment, ctx.ENVIRONMENT)
+
+
+@environment_rejected.job
+def environment_rejected_in_body(ctx: JobContext) -> Iterator[Problem]:
+    return _rejected(ctx.environment, ctx.ENVIRONMENT)
+
+
+def _rejected(environment: Mapping[Any, Any], base: LogicalPath) -> Iterator[Problem]:
+    if len(environment) > ma.MAX_ENV_PAIRS:
+        yield Problem(base, f"{len(environment)} environment variables; the platform takes at most {ma.MAX_ENV_PAIRS}")
+    for name, value in environment.items():
         path = (*base, name)
         name_text = str(name)
         if len(name_text) > ma.MAX_ENV_NAME:
             yield Problem(path, f"environment variable name over {ma.MAX_ENV_NAME} characters", on_key=True)
         elif not _ENV_NAME.fullmatch(name_text):
-            yield Problem(path, f"environment variable name {name_text!r} must be letters, digits and _, not starting with a digit", on_key=True)
+            message = (
+                f"environment variable name {name_text!r} must be letters, digits and _, not starting with a digit"
+            )
+            yield Problem(path, message, on_key=True)
         value_text = str(value)
         if "$" in value_text:
-            yield Problem(path, f"{name_text} contains '$': the platform refuses it and would not expand it; expand variables in the command")
+            message = (
+                f"{name_text} contains '$': the platform refuses it and would not expand it; "
+                "expand variables in the command"
+            )
+            yield Problem(path, message)
         if len(value_text) > ma.MAX_ENV_VALUE:
-            yield Problem(path, f"{name_text} is {len(value_text)} characters; the platform takes at most {ma.MAX_ENV_VALUE}")
+            yield Problem(
+                path, f"{name_text} is {len(value_text)} characters; the platform takes at most {ma.MAX_ENV_VALUE}"
+            )
 
 
-@rule("HA014", "platform-prefix-variable", "warning", kinds=("scenario", "job"))
-def platform_prefix_variable(ctx: LintContext):
+@rule("HA014", "platform-prefix-variable", "warning")
+def platform_prefix_variable(ctx: ScenarioContext) -> Iterator[Problem]:
     """A custom environment variable uses the platform's `MA_` prefix.
 
     ## What it does
@@ -125,14 +150,23 @@ def platform_prefix_variable(ctx: LintContext):
     ## Fix
     Pick another prefix: `environment: {TRAIN_DATASET: obs://b/data}`.
     """
-    environments, base = ctx.environment()
-    for name in environments:
+    return _platform_prefixed(ctx.environment, ctx.ENVIRONMENT)
+
+
+@platform_prefix_variable.job
+def platform_prefix_variable_in_body(ctx: JobContext) -> Iterator[Problem]:
+    return _platform_prefixed(ctx.environment, ctx.ENVIRONMENT)
+
+
+def _platform_prefixed(environment: Mapping[Any, Any], base: LogicalPath) -> Iterator[Problem]:
+    for name in environment:
         if str(name).startswith("MA_") and name not in ma.SETTABLE_PLATFORM_VARIABLES:
-            yield Problem((*base, name), f"{name} uses the platform's MA_ prefix and may collide with a ModelArts variable: rename it", on_key=True)
+            message = f"{name} uses the platform's MA_ prefix and may collide with a ModelArts variable: rename it"
+            yield Problem((*base, name), message, on_key=True)
 
 
-@rule("HA019", "precheck-off-multi-node", "warning", kinds=("scenario", "job"))
-def precheck_off_multi_node(ctx: LintContext):
+@rule("HA019", "precheck-off-multi-node", "warning")
+def precheck_off_multi_node(ctx: ScenarioContext) -> Iterator[Problem]:
     """The environment pre-check is off on a multi-node job.
 
     ## What it does
@@ -153,16 +187,19 @@ def precheck_off_multi_node(ctx: LintContext):
     ## Fix
     Leave the pre-check on (the default).
     """
-    nodes = ctx.node_count() or 1
-    if ctx.config is not None:
-        if not ctx.config.precheck and nodes > 1:
-            yield Problem(("precheck",), f"pre-check is off on a {nodes}-node job: one bad node fails the run after start; remove precheck: false")
-        return
-    environments, base = ctx.environment()
-    if str(environments.get(ma.PRECHECK_SWITCH, "")).strip() == "0" and nodes > 1:
-        yield Problem((*base, ma.PRECHECK_SWITCH), f"pre-check is off on a {nodes}-node job: one bad node fails the run after start; remove {ma.PRECHECK_SWITCH}")
+    nodes = ctx.config.job.nodes
+    if not ctx.config.precheck and nodes > 1:
+        yield Problem(("precheck",), f"{_PRECHECK_OFF.format(nodes=nodes)}; remove precheck: false")
+
+
+@precheck_off_multi_node.job
+def precheck_off_multi_node_in_body(ctx: JobContext) -> Iterator[Problem]:
+    nodes = ctx.body.node_count or 1
+    if str(ctx.environment.get(ma.PRECHECK_SWITCH, "")).strip() == "0" and nodes > 1:
+        where = (*ctx.ENVIRONMENT, ma.PRECHECK_SWITCH)
+        yield Problem(where, f"{_PRECHECK_OFF.format(nodes=nodes)}; remove {ma.PRECHECK_SWITCH}")
 
 
 @hookimpl
-def hacfg_rules():
+def hacfg_rules() -> list[Rule]:
     return [operator_retry_off_npu, job_name, environment_rejected, platform_prefix_variable, precheck_off_multi_node]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from hacfg import hookimpl
+from collections.abc import Iterator
+
 from hacfg import platform as ma
-from hacfg.rules import LintContext, Problem, annotation_path, rule
+from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+
+CAP = ma.CONSECUTIVE_RESTART_CAP
+_SPENDS_ALL = f"unconditional restarts may come {CAP} in a row and spend all"
 
 
-@rule("HA005", "retry-options-without-auto-restart", "error", kinds=("scenario", "job"))
-def retry_options_without_auto_restart(ctx: LintContext):
+@rule("HA005", "retry-options-without-auto-restart", "error")
+def retry_options_without_auto_restart(ctx: ScenarioContext) -> Iterator[Problem]:
     """Unconditional restart, hang restart or pod reschedules are set while auto restart is off.
 
     ## What it does
@@ -27,27 +31,35 @@ def retry_options_without_auto_restart(ctx: LintContext):
     ## Fix
     Turn auto restart on: `restart: {max: 3, unconditional: true, on_hang: true}`.
     """
-    if ctx.config is not None:
-        restart = ctx.config.restart
-        if restart.max:
-            return
-        settings = [("unconditional", restart.unconditional), ("on_hang", restart.on_hang), ("pod_reschedules", restart.pod_reschedules)]
-        for name, value in settings:
-            if value:
-                yield Problem(("restart", name), f"restart.{name} does nothing while auto restart is off: set restart.max >= 1")
+    restart = ctx.config.restart
+    if restart.max:
         return
+    settings = (
+        ("unconditional", restart.unconditional),
+        ("on_hang", restart.on_hang),
+        ("pod_reschedules", restart.pod_reschedules),
+    )
+    for name, value in settings:
+        if value:
+            yield Problem(
+                ("restart", name), f"restart.{name} does nothing while auto restart is off: set restart.max >= 1"
+            )
+
+
+@retry_options_without_auto_restart.job
+def retry_options_without_auto_restart_in_body(ctx: JobContext) -> Iterator[Problem]:
     body = ctx.body
     if body.retries:
         return
-    for key in (ma.UNCONDITIONAL_RETRY, ma.HANG_RETRY):
-        if body.flag(key):
-            yield Problem(annotation_path(key), f"{key} does nothing without {ma.JOB_RETRY_NUM}: add it with a value >= 1")
+    switched_on = [key for key in (ma.UNCONDITIONAL_RETRY, ma.HANG_RETRY) if body.flag(key)]
     if body.number(ma.POD_RETRY_NUM):
-        yield Problem(annotation_path(ma.POD_RETRY_NUM), f"{ma.POD_RETRY_NUM} does nothing without {ma.JOB_RETRY_NUM}: add it with a value >= 1")
+        switched_on.append(ma.POD_RETRY_NUM)
+    for key in switched_on:
+        yield Problem(annotation_path(key), f"{key} does nothing without {ma.JOB_RETRY_NUM}: add it with a value >= 1")
 
 
-@rule("HA006", "retry-num-out-of-range", "error", kinds=("job",))
-def retry_num_out_of_range(ctx: LintContext):
+@rule("HA006", "retry-num-out-of-range", "error", kind="job")
+def retry_num_out_of_range(ctx: JobContext) -> Iterator[Problem]:
     """`fault-tolerance/job-retry-num` is not an integer, or outside the platform's range.
 
     ## What it does
@@ -71,13 +83,14 @@ def retry_num_out_of_range(ctx: LintContext):
     value = ctx.body.number(key)
     low, high = ma.RETRY_LIMITS[ctx.platform]
     if value is None:
-        yield Problem(annotation_path(key), f"{key} must be a whole number in a string, like \"3\"")
+        yield Problem(annotation_path(key), f'{key} must be a whole number in a string, like "3"')
     elif not low <= value <= high:
-        yield Problem(annotation_path(key), f"{key} is {value}: {ctx.platform} allows {low} to {high}; leave it out to turn auto restart off")
+        message = f"{key} is {value}: {ctx.platform} allows {low} to {high}; leave it out to turn auto restart off"
+        yield Problem(annotation_path(key), message)
 
 
-@rule("HA009", "unconditional-spends-budget", "warning", kinds=("scenario", "job"))
-def unconditional_spends_budget(ctx: LintContext):
+@rule("HA009", "unconditional-spends-budget", "warning")
+def unconditional_spends_budget(ctx: ScenarioContext) -> Iterator[Problem]:
     """Unconditional restart with a budget of 3 or fewer restarts.
 
     ## What it does
@@ -98,17 +111,20 @@ def unconditional_spends_budget(ctx: LintContext):
     platform's recommended combination is what you want:
     `# hacfg: disable=HA009 -- short job, fail fast`.
     """
-    cap = ma.CONSECUTIVE_RESTART_CAP
-    if ctx.config is not None:
-        restart = ctx.config.restart
-        if restart.unconditional and 1 <= restart.max <= cap:
-            yield Problem(("restart", "max"), f"unconditional restarts may come {cap} in a row and spend all {restart.max}: raise restart.max above {cap}")
-        return
+    restart = ctx.config.restart
+    if restart.unconditional and 1 <= restart.max <= CAP:
+        yield Problem(("restart", "max"), f"{_SPENDS_ALL} {restart.max}: raise restart.max above {CAP}")
+
+
+@unconditional_spends_budget.job
+def unconditional_spends_budget_in_body(ctx: JobContext) -> Iterator[Problem]:
     body = ctx.body
-    if body.flag(ma.UNCONDITIONAL_RETRY) and 1 <= body.retries <= cap:
-        yield Problem(annotation_path(ma.JOB_RETRY_NUM), f"unconditional restarts may come {cap} in a row and spend all {body.retries}: raise {ma.JOB_RETRY_NUM} above {cap}")
+    if body.flag(ma.UNCONDITIONAL_RETRY) and 1 <= body.retries <= CAP:
+        yield Problem(
+            annotation_path(ma.JOB_RETRY_NUM), f"{_SPENDS_ALL} {body.retries}: raise {ma.JOB_RETRY_NUM} above {CAP}"
+        )
 
 
 @hookimpl
-def hacfg_rules():
+def hacfg_rules() -> list[Rule]:
     return [retry_options_without_auto_restart, retry_num_out_of_range, unconditional_spends_budget]

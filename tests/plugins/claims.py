@@ -1,6 +1,5 @@
 """A plugin claiming IDs it may not: hacfg's HA prefix, and one another plugin already has."""
-from hacfg import hookimpl
-from hacfg.rules import rule
+from hacfg.plugin import hookimpl, rule
 
 
 @rule("HA050", "not-yours", "info")

@@ -1,5 +1,5 @@
 """A plugin returning the wrong types from its hooks."""
-from hacfg import hookimpl
+from hacfg.plugin import hookimpl
 
 
 @hookimpl

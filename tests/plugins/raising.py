@@ -1,16 +1,19 @@
 """A plugin whose rule, pre-check and classifier raise."""
-from hacfg import hookimpl
-from hacfg.agent.prechecks import Precheck
-from hacfg.rules import rule
+from hacfg.plugin import Precheck, hookimpl, rule
 
 
-@rule("RAI001", "always-raises", "warning", kinds=("scenario", "job"))
+@rule("RAI001", "always-raises", "warning")
 def always_raises(ctx):
     """Raises on every file.
 
     Used to show that one broken rule does not stop the others.
     It never yields a finding.
     """
+    raise KeyError("spec")
+
+
+@always_raises.job
+def always_raises_in_body(ctx):
     raise KeyError("spec")
 
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hacfg.agent.policy import Policy
-from hacfg.agent.prechecks import PrecheckContext, PrecheckSettings
+from hacfg.plugin import Policy, PrecheckContext, PrecheckSettings
 from hacfg.testing import check_rule_catalogue, fixtures_for
 from hacfg_plugin_ascend import NpuCheck, operator_retry_needs_pytorch_full_card
 
@@ -24,7 +23,8 @@ def test_catalogue():
 
 
 def test_npu_check(tmp_path):
-    ctx = PrecheckContext(Policy(accelerator="npu"), PrecheckSettings(), {"HACFG_PRECHECK_NPU_DEVICES": str(tmp_path / "davinci[0-9]*")})
+    devices = {"HACFG_PRECHECK_NPU_DEVICES": str(tmp_path / "davinci[0-9]*")}
+    ctx = PrecheckContext(Policy(accelerator="npu"), PrecheckSettings(), devices)
     assert NpuCheck().run(ctx)[0].status == "failed"
     (tmp_path / "davinci0").touch()
     assert NpuCheck().run(ctx)[0].status == "passed"

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import glob
+from collections.abc import Iterator
 
-from hacfg import hookimpl
-from hacfg.agent.prechecks import Precheck, PrecheckContext, PrecheckResult
-from hacfg.rules import LintContext, Problem, annotation_path, rule
+from hacfg.plugin import (
+    JobContext,
+    LogicalPath,
+    Precheck,
+    PrecheckContext,
+    PrecheckResult,
+    Problem,
+    Rule,
+    ScenarioContext,
+    annotation_path,
+    hookimpl,
+    rule,
+)
 
 HCCL_OP_RETRY = "fault-tolerance/hccl_op_retry"
 FULL_CARD_FLAVOR = ".16xlarge"  # all 16 cards of a 910A3 supernode server
 
 
-@rule("ASC101", "operator-retry-needs-pytorch-full-card", "error", kinds=("scenario", "job"))
-def operator_retry_needs_pytorch_full_card(ctx: LintContext):
+@rule("ASC101", "operator-retry-needs-pytorch-full-card", "error")
+def operator_retry_needs_pytorch_full_card(ctx: ScenarioContext) -> Iterator[Problem]:
     """Operator re-execution on an image that is not PyTorch, or on a flavor that is not full-card.
 
     ## What it does
@@ -34,18 +45,19 @@ def operator_retry_needs_pytorch_full_card(ctx: LintContext):
     ## Fix
     Use a PyTorch image and a full-card flavor, or turn operator re-execution off.
     """
-    if ctx.config is not None:
-        if not ctx.config.operator_retry:
-            return
-        image, flavor = ctx.config.job.image or "", ctx.config.job.flavor or ""
-        where = ("operator_retry",)
-    else:
-        if not ctx.body.flag(HCCL_OP_RETRY):
-            return
+    if ctx.config.operator_retry:
+        yield from _unsupported(ctx.config.job.image or "", ctx.config.job.flavor or "", ("operator_retry",))
+
+
+@operator_retry_needs_pytorch_full_card.job
+def operator_retry_needs_pytorch_full_card_in_body(ctx: JobContext) -> Iterator[Problem]:
+    if ctx.body.flag(HCCL_OP_RETRY):
         image = str(ctx.body.get(("algorithm", "engine", "image_url")) or "")
-        flavor = ctx.body.flavor
-        where = annotation_path(HCCL_OP_RETRY)
-    if image and "pytorch" not in image.lower() and "torch" not in image.lower():
+        yield from _unsupported(image, ctx.body.flavor, annotation_path(HCCL_OP_RETRY))
+
+
+def _unsupported(image: str, flavor: str, where: LogicalPath) -> Iterator[Problem]:
+    if image and "torch" not in image.lower():
         yield Problem(where, f"operator re-execution needs a PyTorch image, not {image}: switch image or remove it")
     if flavor and not flavor.endswith(FULL_CARD_FLAVOR):
         yield Problem(where, f"operator re-execution needs a full-card flavor (*{FULL_CARD_FLAVOR}), not {flavor}")
@@ -61,16 +73,17 @@ class NpuCheck(Precheck):
             return [PrecheckResult(self.name, "skipped", detail=f"accelerator is {ctx.policy.accelerator}")]
         pattern = ctx.environ.get("HACFG_PRECHECK_NPU_DEVICES", "/dev/davinci[0-9]*")
         count = len(glob.glob(pattern))
-        return [PrecheckResult(self.name, "passed" if count else "failed", str(count), ">=1", detail=f"devices {pattern}")]
+        status = "passed" if count else "failed"
+        return [PrecheckResult(self.name, status, str(count), ">=1", detail=f"devices {pattern}")]
 
 
 @hookimpl
-def hacfg_rules():
+def hacfg_rules() -> list[Rule]:
     return [operator_retry_needs_pytorch_full_card]
 
 
 @hookimpl
-def hacfg_prechecks():
+def hacfg_prechecks() -> list[Precheck]:
     return [NpuCheck()]
 
 

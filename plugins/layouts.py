@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from hacfg import hookimpl
-from hacfg.agent.checkpoints import Checkpoint, CheckpointLayout, step_of
+from hacfg.plugin import CheckpointLayout, SavedCheckpoint, hookimpl, step_of
 
 
 def _subdirs(root: Path, prefix: str = "") -> Iterator[tuple[Path, int]]:
     for entry in sorted(root.iterdir()):
         if entry.is_dir() and entry.name.startswith(prefix):
-            step = step_of(entry.name[len(prefix):] if prefix else entry.name)
+            step = step_of(entry.name[len(prefix) :] if prefix else entry.name)
             if step is not None:
                 yield entry, step
 
@@ -22,10 +21,10 @@ class TrainerDirs(CheckpointLayout):
 
     name = "checkpoint-N"
 
-    def find(self, root: Path) -> Iterator[Checkpoint]:
+    def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         for path, step in _subdirs(root, "checkpoint-"):
             complete = (path / "trainer_state.json").is_file() or (path / ".complete").exists()
-            yield Checkpoint(step, path, complete, self.name)
+            yield SavedCheckpoint(step, path, complete, self.name)
 
 
 class PointerFile(CheckpointLayout):
@@ -33,18 +32,19 @@ class PointerFile(CheckpointLayout):
 
     name = "pointer"
 
-    def find(self, root: Path) -> Iterator[Checkpoint]:
+    def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         deepspeed, megatron = root / "latest", root / "latest_checkpointed_iteration.txt"
         if deepspeed.is_file():
             tag = deepspeed.read_text().strip()
-            if tag and step_of(tag) is not None:
+            step = step_of(tag)
+            if tag and step is not None:
                 target = root / tag
-                yield Checkpoint(step_of(tag), target, target.is_dir(), self.name)
+                yield SavedCheckpoint(step, target, target.is_dir(), self.name)
         if megatron.is_file():
             text = megatron.read_text().strip()
             if text.isdigit():
                 target = root / f"iter_{int(text):07d}"
-                yield Checkpoint(int(text), target, target.is_dir(), self.name)
+                yield SavedCheckpoint(int(text), target, target.is_dir(), self.name)
 
 
 class StepDirs(CheckpointLayout):
@@ -52,9 +52,9 @@ class StepDirs(CheckpointLayout):
 
     name = "step_N"
 
-    def find(self, root: Path) -> Iterator[Checkpoint]:
+    def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         for path, step in _subdirs(root, "step_"):
-            yield Checkpoint(step, path, (path / ".complete").exists(), self.name)
+            yield SavedCheckpoint(step, path, (path / ".complete").exists(), self.name)
 
 
 class TorchDcp(CheckpointLayout):
@@ -62,10 +62,10 @@ class TorchDcp(CheckpointLayout):
 
     name = "torch-dcp"
 
-    def find(self, root: Path) -> Iterator[Checkpoint]:
+    def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         for path, step in _subdirs(root):
             if any(p.suffix == ".distcp" for p in path.iterdir()) or (path / ".metadata").exists():
-                yield Checkpoint(step, path, (path / ".metadata").is_file(), self.name)
+                yield SavedCheckpoint(step, path, (path / ".metadata").is_file(), self.name)
 
 
 @hookimpl

@@ -1,0 +1,104 @@
+"""The lint engine as a library: rule selection, suppressions, the fail threshold and fixes."""
+
+from __future__ import annotations
+
+import pytest
+
+from hacfg import fix, lint
+from hacfg.plugin import Rule, rule
+from hacfg.settings import Settings
+
+
+def test_selection_by_id_prefix_ignore_and_per_file(tmp_path):
+    settings = Settings(select=("HA0",), ignore=("HA01",), per_file_ignores={"legacy/*.json": ("HA007",)}, root=tmp_path)
+    ids = ["HA001", "HA007", "HA011", "HA100", "ASC101"]
+    assert settings.enabled_rules(ids, str(tmp_path / "ha.yaml")) == {"HA001", "HA007"}
+    assert settings.enabled_rules(ids, str(tmp_path / "legacy" / "job.json")) == {"HA001"}
+    assert Settings().enabled_rules(ids, "x.yaml") == set(ids)
+
+
+def test_suppressions_on_the_line_above_and_for_the_file():
+    text = (
+        "restart:\n"
+        "  max: 3  # hacfg: disable=HA001,ha017 -- checkpoints live elsewhere\n"
+        "  # hacfg: disable=HA009\n"
+        "\n"
+        "  unconditional: true\n"
+        "# hacfg: disable-file=HA011\n"
+    )
+    found = lint.suppressions_in(text)
+    assert [(s.line, s.comment_line, s.ids, s.reason) for s in found.items] == [
+        (2, 2, ("HA001", "HA017"), "checkpoints live elsewhere"),
+        (5, 3, ("HA009",), ""),
+        (0, 6, ("HA011",), ""),
+    ]
+
+
+def finding(rule_id, line, severity="error", **extra):
+    return lint.Finding(rule_id, severity, "ha.yaml", line, 1, line, 2, "", "message", **extra)
+
+
+def test_suppressions_match_findings_and_report_what_they_left_unused():
+    found = lint.suppressions_in("a: 1  # hacfg: disable=HA001 -- why\n# hacfg: disable-file=HA011,XX999\n")
+    assert found.match(finding("HA001", 1)) == "why"
+    assert found.match(finding("HA001", 2)) is None  # only on its own line
+    assert found.match(finding("HA011", 7)) == ""  # anywhere in the file
+    assert list(found.leftovers(lint.registry())) == [(2, 1, "unknown rule 'XX999' in suppression comment", "error")]
+
+
+@pytest.mark.parametrize(
+    ("severities", "threshold", "fails"),
+    [((), "info", False), (("info",), "warning", False), (("warning",), "warning", True), (("info", "error"), "error", True)],
+)
+def test_the_fail_threshold(severities, threshold, fails):
+    report = lint.Report([finding("HA001", 1, severity) for severity in severities])
+    assert report.fails(threshold) is fails
+
+
+def test_a_suppressed_finding_does_not_fail_the_run():
+    assert not lint.Report([finding("HA001", 1, suppressed="")]).fails("info")
+
+
+def edit(line, column, end_column, replacement, **extra):
+    return lint.Finding("HA007", "error", "ha.yaml", line, column, line, end_column, "", "m", lint.Fix((), replacement, ""), **extra)
+
+
+def test_fixes_replace_each_span_and_keep_the_first_of_overlapping_edits():
+    text = 'a: 3\nb: "True"\n'
+    edits = [
+        edit(1, 4, 5, '"3"'),
+        edit(2, 4, 10, '"true"'),
+        edit(2, 5, 9, "yes"),  # overlaps the edit before
+        edit(1, 1, 2, "z", suppressed=""),
+    ]
+    assert fix.apply(text, edits) == 'a: "3"\nb: "true"\n'
+
+
+def test_fixes_of_a_report_name_only_the_files_they_change(tmp_path):
+    body = tmp_path / "job.json"
+    body.write_text('{"kind": "job", "metadata": {"name": "x", "annotations": {"fault-tolerance/hang-retry": true}}}\n')
+    clean = tmp_path / "ha.yaml"
+    clean.write_text("version: 1\nscenario: single-node\n")
+    changed = fix.fixes(lint.lint_paths([body, clean], Settings()))
+    assert [(c.path, c.count) for c in changed] == [(str(body), 1)]
+    changed[0].write()
+    assert '"fault-tolerance/hang-retry": "true"' in body.read_text()
+    assert fix.fixes(lint.lint_paths([body], Settings())) == []
+
+
+def test_a_rule_reads_the_kinds_it_has_checks_for():
+    @rule("TST101", "body-only", "info", kind="job")
+    def body_only(ctx):
+        """Reads request bodies only.
+
+        Made with kind="job".
+        It has no scenario check.
+        """
+        return []
+
+    assert isinstance(body_only, Rule) and body_only.kinds == ("job",)
+    body_only.scenario(lambda ctx: [])
+    assert body_only.kinds == ("scenario", "job")
+    assert body_only.summary == "Reads request bodies only."
+    with pytest.raises(ValueError, match="capital letters then at least three digits"):
+        rule("tst1", "bad-id", "info")
