@@ -96,7 +96,17 @@ def _splice(source: int, target: int, keep: Callable[[memoryview], None], tail_b
 # them once, and holds as many descriptors between attempts as during them.
 _spare_pipes: list[tuple[int, int]] = []
 _spare_lock = threading.Lock()
-_devnull: list[int] = []
+_devnull: list[int] = []  # opened with the first copy pipe, before any thread needs it
+
+
+def prepare() -> None:
+    """Open what splicing needs up front, so an agent holds the same descriptors from its first
+    attempt to its last (pump threads start in any order)."""
+    with _spare_lock:
+        if not _devnull:
+            _devnull.append(os.open(os.devnull, os.O_WRONLY))
+        while len(_spare_pipes) < 2:  # one per relayed stream
+            _spare_pipes.append(os.pipe())
 
 
 def _borrow() -> tuple[int, tuple[int, int]]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from hacfg.agent.accelerator import UtilizationProbe
-from hacfg.agent.relay import relay
+from hacfg.agent.relay import prepare, relay
 
 TAIL_BYTES = 64 * 1024
 TAIL_LINES = 50
@@ -112,6 +112,7 @@ class Supervisor:
                 start_new_session=True,
                 preexec_fn=_child_setup,  # no thread runs while the agent forks
             )
+            prepare()
             pumps = [
                 threading.Thread(target=self._pump, args=(proc.stdout, sys.stdout.fileno(), wake_write), daemon=True),
                 threading.Thread(target=self._pump, args=(proc.stderr, sys.stderr.fileno(), wake_write), daemon=True),
