@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 import signal
-import sys
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -74,11 +73,11 @@ class ExitStatus:
 
     def describe(self) -> str:
         ended = self.failure.describe()
-        if self.how == "read":
-            return f"{ended}, read from line {self.line.number}"
+        if self.line is None:
+            return f"{ended} assumed: the log does not say how the command ended"
         if self.how == "inferred":
             return f"{ended}, as a Python traceback ends (line {self.line.number})"
-        return f"{ended} assumed: the log does not say how the command ended"
+        return f"{ended}, read from line {self.line.number}"
 
 
 @dataclass(frozen=True)
@@ -103,19 +102,15 @@ class Diagnosis:
         return self.classification is not None
 
 
-def read_log(path: str | Path, *, window: int = WINDOW) -> Log:
-    """The last ``window`` lines of a log file (``-`` is stdin), numbered as in the whole file."""
+def read_log(path: str | Path) -> Log:
+    """The last ``WINDOW`` lines of a log file (``-`` is stdin), numbered as in the whole file."""
     name = str(path)
-    tail: deque[Line] = deque(maxlen=window)
+    tail: deque[Line] = deque(maxlen=WINDOW)
     number = 0
     try:
-        stream = sys.stdin if name == STDIN else open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below unless stdin
-        try:
+        with open(0 if name == STDIN else path, encoding="utf-8", errors="replace", closefd=name != STDIN) as stream:
             for number, text in enumerate(stream, 1):
                 tail.append(Line(number, text.rstrip("\r\n")))
-        finally:
-            if stream is not sys.stdin:
-                stream.close()
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", file=name) from None
     return Log(name, number, tuple(tail))
@@ -165,7 +160,7 @@ def _clue(line: Line) -> ExitStatus | None:
 def diagnose(log: Log, policy: Policy) -> Diagnosis:
     """Classify the log's failure, find the lines the verdict rests on, and apply the restart rules."""
     status = exit_status(log.tail)
-    if status.exit_code == 0:
+    if status.exit_code == 0 and status.line is not None:  # only a line says so
         return Diagnosis(log, status, None, (status.line,), ())
     failure = replace(status.failure, tail=tuple(line.text for line in log.tail))
     verdict = classify(failure)
