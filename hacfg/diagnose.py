@@ -31,8 +31,8 @@ from hacfg.source import InputError
 WINDOW = 2 * TAIL_LINES  # the agent keeps the last lines of stdout and of stderr; a log holds both
 STDIN = "-"
 
-# What a shell prints when its foreground command dies of a signal (bash: "run.sh: line 3:
-# 9514 Killed   python train.py"; interactively just "Killed"), and Python's faulthandler.
+# What a shell prints when its foreground command dies of a signal ("run.sh: line 3: 9514 Killed
+#   python train.py", "bash: 9514 Segmentation fault ...", or just "Terminated"), and Python's faulthandler.
 _SHELL_SIGNALS = {
     "Killed": signal.SIGKILL,
     "Terminated": signal.SIGTERM,
@@ -43,7 +43,7 @@ _SHELL_SIGNALS = {
     "Illegal instruction": signal.SIGILL,
 }
 _NAMES = "|".join(map(re.escape, _SHELL_SIGNALS))
-_SHELL = re.compile(rf"^(?:\S.*: line \d+: +\d+ +(?P<job>{_NAMES})\b.*|(?P<bare>{_NAMES})(?: \(core dumped\))?)\s*$")
+_SHELL = re.compile(rf"^(?:\S.*?: (?:line \d+: +)?\d+ +(?P<job>{_NAMES})\b.*|(?P<bare>{_NAMES})(?: \(core dumped\))?)\s*$")
 _FAULTHANDLER = re.compile(rf"Fatal Python error: (?P<name>{_NAMES})")
 _TORCHRUN_EXIT = re.compile(r"\bexitcode\s*:\s*(-?\d+)")  # "exitcode  : -9 (pid: 77)", "failed (exitcode: 1)"
 _TORCHRUN_SIGNAL = re.compile(r"\bSignal (\d+) \(SIG\w+\) received by PID")

@@ -112,6 +112,24 @@ def test_live_runs_without_torch(tmp_path, cli):
     assert reports[1]["evidence"][0]["text"].startswith("run.sh: line 3: ") and " Killed " in reports[1]["evidence"][0]["text"]
 
 
+KILL_SELF = "import os; os.kill(os.getpid(), {})"
+
+
+@pytest.mark.parametrize(("command", "signal", "printed"), [
+    ([sys.executable, "-X", "faulthandler", "-c", "import ctypes; ctypes.string_at(0)"], "SIGSEGV", "Fatal Python error: Segmentation fault"),
+    (["bash", "-c", f"{sys.executable} -c '{KILL_SELF.format(11)}'; true"], "SIGSEGV", "bash: line 1: "),
+    (["bash", "-c", f"{sys.executable} -c '{KILL_SELF.format(15)}'; true"], "SIGTERM", "Terminated"),
+    (["bash", "-c", f"{sys.executable} -c '{KILL_SELF.format(6)}'; true"], "SIGABRT", "bash: line 1: "),
+], ids=["faulthandler", "bash segfault", "bash terminated", "bash aborted"])
+def test_signals_as_shells_and_python_print_them(cli, tmp_path, command, signal, printed):
+    log = tmp_path / "job.log"
+    with log.open("w") as out:
+        subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False, timeout=60)
+    _, [report] = diagnose_json(cli, log)
+    assert (report["cause"], report["exit_status"]["signal"]) == ("environment", signal)
+    assert report["exit_status"]["from"]["text"].startswith(printed)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torchrun needs torch==2.13.0")
 def test_live_torchrun_worker_killed_by_a_signal(tmp_path, cli):
     [log] = generate(tmp_path, "torchrun-sigkill.log")
