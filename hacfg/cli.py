@@ -392,7 +392,7 @@ def events_command(
 
 @app.command("diagnose")
 def diagnose_command(
-    logs: list[Path] = typer.Argument(..., readable=False, help="Training logs (a downloaded job log, torchrun output, ...); - reads stdin."),
+    logs: list[Path] = typer.Argument(..., readable=False, metavar="LOG", help="Training logs (a downloaded job log, torchrun output, ...); - reads stdin."),
     config: Optional[str] = typer.Option(None, "--config", "-c", help="Scenario file or preset whose restart rules apply (default: none, as `hacfg agent` without one)."),
     fmt: Literal["text", "json"] = typer.Option("text", "--format", "-f"),
 ) -> None:

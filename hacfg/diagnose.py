@@ -18,6 +18,7 @@ import re
 import signal
 from collections import deque
 from collections.abc import Iterable
+from itertools import groupby
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -233,13 +234,7 @@ def _decision_text(decision: Decision) -> str:
 def _summary(decisions: tuple[Decision, ...]) -> str:
     """``proc_restart x3, then job_reschedule (exit 138): restart budget of 3 spent: retry elsewhere``."""
     *restarts, last = decisions
-    runs: list[list[Any]] = []
-    for decision in restarts:
-        if runs and runs[-1][0] == decision.action:
-            runs[-1][1] += 1
-        else:
-            runs.append([decision.action, 1])
-    steps = ", ".join(f"{action} x{count}" for action, count in runs)
+    steps = ", ".join(f"{action} x{len(list(run))}" for action, run in groupby(d.action for d in restarts))
     return f"{steps}, then {_decision_text(last)}"
 
 
