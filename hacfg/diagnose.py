@@ -217,6 +217,8 @@ def render_text(diagnoses: list[Diagnosis], policy_name: str) -> str:
         out.append(f"{where}: {CAUSES.get(verdict.cause, verdict.cause)}: {verdict.reason}")
         out.append(f"  exit status: {status.describe()}")
         out.append(f"  classifier:  {verdict.classifier}")
+        if verdict.peer:
+            out.append("  consequence: another rank failed first; the log of its node holds the cause")
         out.append("  evidence:" if d.evidence else "  evidence:    none; no line was recognised")
         width = len(str(d.evidence[-1].number)) if d.evidence else 0
         out += [f"    {line.number:>{width}} | {line.text}" for line in d.evidence]
@@ -252,6 +254,7 @@ def to_json(diagnoses: list[Diagnosis], policy_name: str) -> list[dict[str, Any]
             "cause": verdict.cause if verdict else None,
             "reason": verdict.reason if verdict else None,
             "classifier": verdict.classifier if verdict else None,
+            "peer": verdict.peer if verdict else None,
             "exit_status": {
                 "exit_code": status.exit_code,
                 "signal": signal.Signals(status.signal).name if status.signal else None,

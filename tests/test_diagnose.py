@@ -47,7 +47,7 @@ def test_each_real_log_gets_its_cause_evidence_and_decision(cli, name):
     cause, (code, signal, how, line), evidence, (action, exit_code) = FIXTURES[name]
     result, [report] = diagnose_json(cli, LOGS / name)
     assert result.code == 1, result.err
-    assert report["outcome"] == "failure" and report["cause"] == cause
+    assert report["outcome"] == "failure" and report["cause"] == cause and report["peer"] is False
     status = report["exit_status"]
     assert (status["exit_code"], status["signal"], status["how"], status["from"]["line"]) == (code, signal, how, line)
     text = (LOGS / name).read_text().splitlines()
@@ -165,8 +165,9 @@ def test_rank_log_without_the_launcher_report_is_classified_from_its_lines(cli, 
     log = tmp_path / "node0.log"
     log.write_text("".join(lines[:18]))
     _, [report] = diagnose_json(cli, log)
-    assert report["cause"] == "environment" and report["exit_status"]["how"] == "inferred"
+    assert report["cause"] == "environment" and report["peer"] and report["exit_status"]["how"] == "inferred"
     assert report["evidence"][-1] == {"line": 18, "text": lines[17].rstrip("\n")}
+    assert "  consequence: another rank failed first; the log of its node holds the cause\n" in cli("diagnose", log).out
 
 
 def test_plugin_classifiers_are_asked_and_their_evidence_found(tmp_path):
