@@ -392,19 +392,26 @@ def events_command(
 
 @app.command("diagnose")
 def diagnose_command(
-    logs: list[Path] = typer.Argument(..., readable=False, metavar="LOG", help="Training logs (a downloaded job log, torchrun output, ...); - reads stdin."),
-    config: Optional[str] = typer.Option(None, "--config", "-c", help="Scenario file or preset whose restart rules apply (default: none, as `hacfg agent` without one)."),
+    logs: list[Path] = typer.Argument(
+        ..., readable=False, metavar="LOG", help="Training logs (a job's downloaded log, torchrun output); - is stdin."
+    ),
+    config: Optional[str] = typer.Option(
+        None, "--config", "-c", help="Scenario file or preset whose restart rules apply (default: no restarts)."
+    ),
     fmt: Literal["text", "json"] = typer.Option("text", "--format", "-f"),
 ) -> None:
     """Say why a job failed from its log: the cause, the evidence lines, and what the restart rules would do."""
     import json
 
-    from hacfg import diagnose
+    from hacfg import diagnose, registry
 
-    policy = _agent_policy(_scenario_file(config) if config else None)
+    policy = _agent_policy(registry.preset_or_path(config) if config else None)
     label = diagnose.policy_label(policy, config)
     results = [diagnose.diagnose(diagnose.read_log(path), policy) for path in logs]
-    _write(json.dumps(diagnose.to_json(results, label), indent=2) + "\n" if fmt == "json" else diagnose.render_text(results, label), None)
+    if fmt == "json":
+        _write(json.dumps(diagnose.to_json(results, label), indent=2) + "\n", None)
+    else:
+        _write(diagnose.render_text(results, label), None)
     if any(result.failed for result in results):
         raise typer.Exit(EXIT_FINDINGS)
 

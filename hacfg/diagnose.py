@@ -18,13 +18,14 @@ import re
 import signal
 from collections import deque
 from collections.abc import Iterable
-from itertools import groupby
 from dataclasses import dataclass, replace
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal
 
 from hacfg import plugin_manager
-from hacfg.agent.classify import Classification, Failure, classify
+from hacfg.agent.classify import classify
+from hacfg.agent.extensions import Classification, Failure
 from hacfg.agent.policy import Budgets, Decision, Policy, decide
 from hacfg.agent.supervise import TAIL_LINES
 from hacfg.source import InputError
@@ -44,7 +45,9 @@ _SHELL_SIGNALS = {
     "Illegal instruction": signal.SIGILL,
 }
 _NAMES = "|".join(map(re.escape, _SHELL_SIGNALS))
-_SHELL = re.compile(rf"^(?:\S.*?: (?:line \d+: +)?\d+ +(?P<job>{_NAMES})\b.*|(?P<bare>{_NAMES})(?: \(core dumped\))?)\s*$")
+_SHELL = re.compile(
+    rf"^(?:\S.*?: (?:line \d+: +)?\d+ +(?P<job>{_NAMES})\b.*|(?P<bare>{_NAMES})(?: \(core dumped\))?)\s*$"
+)
 _FAULTHANDLER = re.compile(rf"Fatal Python error: (?P<name>{_NAMES})")
 _TORCHRUN_EXIT = re.compile(r"\bexitcode\s*:\s*(-?\d+)")  # "exitcode  : -9 (pid: 77)", "failed (exitcode: 1)"
 _TORCHRUN_SIGNAL = re.compile(r"\bSignal (\d+) \(SIG\w+\) received by PID")
@@ -127,7 +130,7 @@ def exit_status(lines: Iterable[Line]) -> ExitStatus:
             clues.append(clue)
         elif _TRACEBACK.search(line.text):
             traceback = line
-    since_success = clues[max((i + 1 for i, c in enumerate(clues) if c.exit_code == 0), default=0):]
+    since_success = clues[max((i + 1 for i, c in enumerate(clues) if c.exit_code == 0), default=0) :]
     if since_success:
         # torchrun, a shell and ModelArts turn a worker's death by signal into their own exit 1 or 137.
         signalled = [c for c in since_success if c.signal is not None]
@@ -168,7 +171,13 @@ def diagnose(log: Log, policy: Policy) -> Diagnosis:
     evidence = set(_relied_on(log.tail, failure, verdict))
     if status.line is not None:
         evidence.add(status.line)
-    return Diagnosis(log, status, verdict, tuple(sorted(evidence, key=lambda line: line.number)), _decisions(verdict, policy, failure.code))
+    return Diagnosis(
+        log,
+        status,
+        verdict,
+        tuple(sorted(evidence, key=lambda line: line.number)),
+        _decisions(verdict, policy, failure.code),
+    )
 
 
 def _relied_on(lines: tuple[Line, ...], failure: Failure, verdict: Classification) -> list[Line]:
@@ -247,22 +256,24 @@ def to_json(diagnoses: list[Diagnosis], policy_name: str) -> list[dict[str, Any]
     rows = []
     for d in diagnoses:
         status, verdict = d.status, d.classification
-        rows.append({
-            "log": d.log.name,
-            "lines": d.log.total,
-            "outcome": "failure" if verdict else "success",
-            "cause": verdict.cause if verdict else None,
-            "reason": verdict.reason if verdict else None,
-            "classifier": verdict.classifier if verdict else None,
-            "peer": verdict.peer if verdict else None,
-            "exit_status": {
-                "exit_code": status.exit_code,
-                "signal": signal.Signals(status.signal).name if status.signal else None,
-                "how": status.how,
-                "from": line(status.line),
-            },
-            "evidence": [line(item) for item in d.evidence],
-            "policy": policy_name,
-            "decisions": [{"action": x.action, "reason": x.reason, "exit_code": x.exit_code} for x in d.decisions],
-        })
+        rows.append(
+            {
+                "log": d.log.name,
+                "lines": d.log.total,
+                "outcome": "failure" if verdict else "success",
+                "cause": verdict.cause if verdict else None,
+                "reason": verdict.reason if verdict else None,
+                "classifier": verdict.classifier if verdict else None,
+                "peer": verdict.peer if verdict else None,
+                "exit_status": {
+                    "exit_code": status.exit_code,
+                    "signal": signal.Signals(status.signal).name if status.signal else None,
+                    "how": status.how,
+                    "from": line(status.line),
+                },
+                "evidence": [line(item) for item in d.evidence],
+                "policy": policy_name,
+                "decisions": [{"action": x.action, "reason": x.reason, "exit_code": x.exit_code} for x in d.decisions],
+            }
+        )
     return rows

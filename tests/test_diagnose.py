@@ -21,7 +21,9 @@ PLUGINS = REPO / "tests" / "plugins"
 
 def generate(tmp_path, *names: str, steps: int | None = None):
     """Run generate.py for real into tmp_path; returns the paths of the logs."""
-    subprocess.run([sys.executable, LOGS / "generate.py", "--into", tmp_path, *names], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, LOGS / "generate.py", "--into", tmp_path, *names], check=True, capture_output=True, timeout=300
+    )
     return [tmp_path / name for name in names]
 
 
@@ -71,12 +73,15 @@ def test_text_report_names_the_line_the_evidence_and_the_rules(cli):
 
 
 def test_the_scenario_file_decides_what_the_rules_would_do(cli, write):
-    config = write("ha.yaml", """
+    config = write(
+        "ha.yaml",
+        """
         version: 1
         scenario: single-node
         checkpoint: {path: /mnt/sfs/ckpt, resume: true}
         restart: {max: 8, unconditional: true, pod_reschedules: 1}
-    """)
+    """,
+    )
     _, [user] = diagnose_json(cli, "--config", config, LOGS / "python-traceback.log")
     assert user["policy"] == f"{config}: restart.max 8, unconditional, pod_reschedules 1"
     assert [d["action"] for d in user["decisions"]] == ["proc_restart"] * 3 + ["give_up"]
@@ -103,24 +108,40 @@ def test_several_logs_exit_1_when_any_failed(cli):
 
 
 def test_live_runs_without_torch(tmp_path, cli):
-    traceback, killed, oom, success = generate(tmp_path, "python-traceback.log", "shell-killed.log", "modelarts-exit-137.log", "modelarts-success.log")
+    traceback, killed, oom, success = generate(
+        tmp_path, "python-traceback.log", "shell-killed.log", "modelarts-exit-137.log", "modelarts-success.log"
+    )
     _, reports = diagnose_json(cli, traceback, killed, oom, success)
     assert [(r["cause"], r["exit_status"]["exit_code"], r["exit_status"]["signal"]) for r in reports] == [
-        ("user", 1, None), ("environment", None, "SIGKILL"), ("environment", 137, None), (None, 0, None),
+        ("user", 1, None),
+        ("environment", None, "SIGKILL"),
+        ("environment", 137, None),
+        (None, 0, None),
     ]
     assert [e["text"] for e in reports[0]["evidence"]] == ["Traceback (most recent call last):", "KeyError: 'labels'"]
-    assert reports[1]["evidence"][0]["text"].startswith("run.sh: line 3: ") and " Killed " in reports[1]["evidence"][0]["text"]
+    assert (
+        reports[1]["evidence"][0]["text"].startswith("run.sh: line 3: ")
+        and " Killed " in reports[1]["evidence"][0]["text"]
+    )
 
 
 KILL_SELF = "import os; os.kill(os.getpid(), {})"
 
 
-@pytest.mark.parametrize(("command", "signal", "printed"), [
-    ([sys.executable, "-X", "faulthandler", "-c", "import ctypes; ctypes.string_at(0)"], "SIGSEGV", "Fatal Python error: Segmentation fault"),
-    (["bash", "-c", f"{sys.executable} -c '{KILL_SELF.format(11)}'; true"], "SIGSEGV", "bash: line 1: "),
-    (["bash", "-c", f"{sys.executable} -c '{KILL_SELF.format(15)}'; true"], "SIGTERM", "Terminated"),
-    (["bash", "-c", f"{sys.executable} -c '{KILL_SELF.format(6)}'; true"], "SIGABRT", "bash: line 1: "),
-], ids=["faulthandler", "bash segfault", "bash terminated", "bash aborted"])
+@pytest.mark.parametrize(
+    ("command", "signal", "printed"),
+    [
+        (
+            [sys.executable, "-X", "faulthandler", "-c", "import ctypes; ctypes.string_at(0)"],
+            "SIGSEGV",
+            "Fatal Python error: Segmentation fault",
+        ),
+        (["bash", "-c", f"{sys.executable} -c '{KILL_SELF.format(11)}'; true"], "SIGSEGV", "bash: line 1: "),
+        (["bash", "-c", f"{sys.executable} -c '{KILL_SELF.format(15)}'; true"], "SIGTERM", "Terminated"),
+        (["bash", "-c", f"{sys.executable} -c '{KILL_SELF.format(6)}'; true"], "SIGABRT", "bash: line 1: "),
+    ],
+    ids=["faulthandler", "bash segfault", "bash terminated", "bash aborted"],
+)
 def test_signals_as_shells_and_python_print_them(cli, tmp_path, command, signal, printed):
     log = tmp_path / "job.log"
     with log.open("w") as out:
@@ -140,7 +161,9 @@ def test_live_torchrun_worker_killed_by_a_signal(tmp_path, cli):
 
 def test_line_numbers_count_the_whole_log_though_only_the_tail_is_classified(cli, tmp_path):
     log = tmp_path / "long.log"
-    run = subprocess.run([sys.executable, LOGS / "train.py", "raise", "500"], capture_output=True, text=True, check=False)
+    run = subprocess.run(
+        [sys.executable, LOGS / "train.py", "raise", "500"], capture_output=True, text=True, check=False
+    )
     log.write_text(run.stdout + run.stderr)
     _, [report] = diagnose_json(cli, log)
     assert report["lines"] == 507
@@ -149,7 +172,9 @@ def test_line_numbers_count_the_whole_log_though_only_the_tail_is_classified(cli
 
 def test_nothing_recognised_is_an_assumed_exit_1(cli, tmp_path):
     log = tmp_path / "quiet.log"
-    log.write_text(subprocess.run([sys.executable, LOGS / "train.py", "ok"], capture_output=True, text=True, check=False).stdout)
+    log.write_text(
+        subprocess.run([sys.executable, LOGS / "train.py", "ok"], capture_output=True, text=True, check=False).stdout
+    )
     result, [report] = diagnose_json(cli, log)
     assert result.code == 1
     assert report["exit_status"] == {"exit_code": 1, "signal": None, "how": "assumed", "from": None}
@@ -177,16 +202,28 @@ def test_plugin_classifiers_are_asked_and_their_evidence_found(tmp_path):
     env = {"PYTHONPATH": str(PLUGINS)}
     result = run_hacfg("--plugin", "remote_rank", "--plugin", "raising", "diagnose", "-f", "json", log, env=env)
     [report] = json.loads(result.out)
-    assert (report["classifier"], report["reason"]) == ("remote_rank", "a rank on another process or node died first (gloo lost its peer)")
+    assert (report["classifier"], report["reason"]) == (
+        "remote_rank",
+        "a rank on another process or node died first (gloo lost its peer)",
+    )
     assert [e["line"] for e in report["evidence"]] == [8, 18]  # the traceback (exit 1) and gloo's error
     assert result.err.count("plugin 'raising' raised in hacfg_classify_failure: ValueError: classifier bug") == 1
 
 
 def test_a_log_piped_on_stdin():
-    piped = subprocess.run([sys.executable, "-m", "hacfg", "diagnose", "-f", "json", "-"], input=b"\xff\n" + (LOGS / "shell-killed.log").read_bytes(),
-                           capture_output=True, check=False, timeout=60)
+    piped = subprocess.run(
+        [sys.executable, "-m", "hacfg", "diagnose", "-f", "json", "-"],
+        input=b"\xff\n" + (LOGS / "shell-killed.log").read_bytes(),
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
     [report] = json.loads(piped.stdout)
-    assert report["log"] == "-" and report["exit_status"]["signal"] == "SIGKILL" and report["exit_status"]["from"]["line"] == 6
+    assert (
+        report["log"] == "-"
+        and report["exit_status"]["signal"] == "SIGKILL"
+        and report["exit_status"]["from"]["line"] == 6
+    )
 
 
 def test_bad_input_exits_2_with_one_line(cli, tmp_path, write):

@@ -27,9 +27,11 @@ import pytest
 
 from conftest import REPO, run_hacfg
 from hacfg import platform as ma
+from hacfg.agent.extensions import GiB, PrecheckContext, PrecheckSettings
 from hacfg.agent.policy import Budgets, Policy, decide
-from hacfg.agent.prechecks import GiB, PrecheckContext, PrecheckSettings, prechecks
-from hacfg.config import available_presets, load_config
+from hacfg.agent.prechecks import prechecks
+from hacfg.config import load_config
+from hacfg.registry import presets as available_presets
 
 DOCUMENTS = {
     "ha-configuration.txt": Path("/work/shared/seeds/ha-configuration.txt"),
@@ -44,7 +46,7 @@ LOGS = REPO / "tests" / "data" / "logs"
 
 
 def preset(name: str):
-    return load_config(available_presets()[name]).config
+    return load_config(available_presets()[name], available_presets()).config
 
 
 def annotations(cli, scenario: str | Path) -> dict[str, str]:
@@ -66,8 +68,12 @@ def findings(cli, path: Path, *args: str) -> set[tuple[str, str, str]]:
 
 
 def body(annotations: dict | None = None, environments: dict | None = None) -> str:
-    job = {"kind": "job", "metadata": {"name": "job1", "annotations": annotations or {}},
-           "algorithm": {"environments": environments or {}}, "spec": {"resource": {"node_count": 1}, "volumes": [{}]}}
+    job = {
+        "kind": "job",
+        "metadata": {"name": "job1", "annotations": annotations or {}},
+        "algorithm": {"environments": environments or {}},
+        "spec": {"resource": {"node_count": 1}, "volumes": [{}]},
+    }
     return json.dumps(job)
 
 
@@ -92,10 +98,14 @@ def agent(tmp_path: Path, restart: str, script: str, *options: str) -> AgentRun:
     """``hacfg agent`` on a CPU single-node job without pre-checks, around ``sh -c script``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "ha.yaml"
-    config.write_text(f"version: 1\nscenario: single-node\njob: {{accelerator: cpu}}\nprecheck: false\nrestart: {restart}\n")
+    config.write_text(
+        f"version: 1\nscenario: single-node\njob: {{accelerator: cpu}}\nprecheck: false\nrestart: {restart}\n"
+    )
     seen = tmp_path / "attempts"
     command = f'echo "$HACFG_ATTEMPT $HACFG_RESTART_COUNT" >> {seen}; {script}'
-    result = run_hacfg("agent", "--config", config, "--state-dir", tmp_path / "state", *options, "--", "sh", "-c", command)
+    result = run_hacfg(
+        "agent", "--config", config, "--state-dir", tmp_path / "state", *options, "--", "sh", "-c", command
+    )
     events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
     attempts = [(int(a), int(r)) for a, r in (line.split() for line in seen.read_text().splitlines())]
     return AgentRun(result.code, attempts, events, result.err)
@@ -108,7 +118,15 @@ KILLED = "kill -9 $$"
 @pytest.fixture(scope="module")
 def hang_run(tmp_path_factory) -> AgentRun:
     """A command that hangs every time, under restart upon suspension with restart.max 10."""
-    return agent(tmp_path_factory.mktemp("hang"), "{max: 10, on_hang: true}", "exec sleep 60", "--hang-timeout", "1s", "--initial-hang-timeout", "1s")
+    return agent(
+        tmp_path_factory.mktemp("hang"),
+        "{max: 10, on_hang: true}",
+        "exec sleep 60",
+        "--hang-timeout",
+        "1s",
+        "--initial-hang-timeout",
+        "1s",
+    )
 
 
 def items(output: str) -> dict[str, tuple[str, str]]:
@@ -124,10 +142,17 @@ def items(output: str) -> dict[str, tuple[str, str]]:
 def _namespaces_work() -> bool:
     if shutil.which("unshare") is None:
         return False
-    return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True, check=False).returncode == 0
+    return (
+        subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
 
 
-namespaces = pytest.mark.skipif(not _namespaces_work(), reason="needs user and mount namespaces (unshare -rm) for a tmpfs of an exact size")
+namespaces = pytest.mark.skipif(
+    not _namespaces_work(), reason="needs user and mount namespaces (unshare -rm) for a tmpfs of an exact size"
+)
 
 
 def precheck_on_tmpfs(tmp_path: Path, sizes: dict[str, int], **env: str) -> dict[str, tuple[str, str]]:
@@ -139,8 +164,14 @@ def precheck_on_tmpfs(tmp_path: Path, sizes: dict[str, int], **env: str) -> dict
         Path(path).mkdir(parents=True, exist_ok=True)
         mounts.append(f"mount -t tmpfs -o size={size} tmpfs {path}")
     script = " && ".join([*mounts, f"exec {sys.executable} -m hacfg precheck --config {config}"])
-    result = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script], capture_output=True, text=True,
-                            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env}, timeout=60, check=False)
+    result = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env},
+        timeout=60,
+        check=False,
+    )
     return items(result.stdout) or pytest.fail(result.stderr)
 
 
@@ -162,7 +193,10 @@ def test_suspension_detected_only_on_gpu_and_npu(cli, write):
     On a CPU job hang settings are an error and no MA_HANG_DETECT_TIME is emitted; on GPU and NPU it is.
     """
     for accelerator in ("gpu", "npu", "cpu"):
-        path = write(f"{accelerator}.yaml", f"version: 1\nscenario: single-node\njob: {{accelerator: {accelerator}}}\nhang: {{detect: true, timeout: 45m}}\n")
+        path = write(
+            f"{accelerator}.yaml",
+            f"version: 1\nscenario: single-node\njob: {{accelerator: {accelerator}}}\nhang: {{detect: true, timeout: 45m}}\n",
+        )
         job = json.loads(cli("build", path).out)
         emitted = job["algorithm"].get("environments", {}).get(ma.HANG_DETECT_TIME)
         hang_errors = {f for f in findings(cli, path) if f[0] == "HA004"}
@@ -232,7 +266,9 @@ def test_unconditional_example_leaves_seven_restarts(tmp_path):
 
     restart.max 10: three user errors restart and leave 7, which environment faults then use; a fourth user error in a row does not restart.
     """
-    run = agent(tmp_path / "env", "{max: 10, unconditional: true}", f'[ "$HACFG_ATTEMPT" -le 3 ] && {USER_ERROR}; {KILLED}')
+    run = agent(
+        tmp_path / "env", "{max: 10, unconditional: true}", f'[ "$HACFG_ATTEMPT" -le 3 ] && {USER_ERROR}; {KILLED}'
+    )
     assert [r for _, r in run.attempts] == list(range(11))
     assert run.actions == ["proc_restart"] * 10 + ["job_reschedule"] and run.code == 138
     after_three = agent(tmp_path / "user", "{max: 10, unconditional: true}", USER_ERROR)
@@ -296,7 +332,9 @@ def test_job_retry_num_is_an_integer_from_1_to_128(cli, tmp_path):
     for value, bad in (("1", False), ("128", False), ("0", True), ("129", True), ("3.5", True), ("three", True)):
         request = tmp_path / f"job-{value}.json"
         request.write_text(body({ma.JOB_RETRY_NUM: value}))
-        assert (("HA006", f'metadata.annotations."{ma.JOB_RETRY_NUM}"', "error") in findings(cli, request)) == bad, value
+        assert (("HA006", f'metadata.annotations."{ma.JOB_RETRY_NUM}"', "error") in findings(cli, request)) == bad, (
+            value
+        )
 
 
 def test_job_retry_num_default_0_is_not_reissued(cli, tmp_path):
@@ -308,7 +346,7 @@ def test_job_retry_num_default_0_is_not_reissued(cli, tmp_path):
     request = tmp_path / "job.json"
     request.write_text(body({}))
     assert cli("import", request, "-o", tmp_path / "ha.yaml").code == 0
-    assert load_config(tmp_path / "ha.yaml").config.restart.max == 0
+    assert load_config(tmp_path / "ha.yaml", available_presets()).config.restart.max == 0
     assert ma.JOB_RETRY_NUM not in annotations(cli, tmp_path / "ha.yaml")
     run = agent(tmp_path / "agent", "{max: 0}", KILLED)
     assert (run.actions, run.code, len(run.attempts)) == (["give_up"], 137, 1)
@@ -323,7 +361,9 @@ def test_job_retry_num_default_0_means_no_platform_precheck(cli, write):
     assert "the platform runs the environment pre-check only with auto restart (restart.max >= 1)" in notes
 
 
-@pytest.mark.xfail(strict=True, reason="hacfg agent runs its pre-checks with restart.max 0 (policy_from_config/runner.py, agent files)")
+@pytest.mark.xfail(
+    strict=True, reason="hacfg agent runs its pre-checks with restart.max 0 (policy_from_config/runner.py, agent files)"
+)
 def test_job_retry_num_default_0_agent_runs_no_precheck(tmp_path):
     """ha-configuration.txt: "the environment pre-check will not be enabled"
 
@@ -331,8 +371,16 @@ def test_job_retry_num_default_0_agent_runs_no_precheck(tmp_path):
     """
     config = tmp_path / "ha.yaml"
     config.write_text("version: 1\nscenario: single-node\njob: {accelerator: gpu}\nrestart: {max: 0}\n")
-    result = run_hacfg("agent", "--config", config, "--state-dir", tmp_path / "state", "--", "true",
-                       env={"HACFG_PRECHECK_GPU_DEVICES": str(tmp_path / "no-gpu[0-9]")})
+    result = run_hacfg(
+        "agent",
+        "--config",
+        config,
+        "--state-dir",
+        tmp_path / "state",
+        "--",
+        "true",
+        env={"HACFG_PRECHECK_GPU_DEVICES": str(tmp_path / "no-gpu[0-9]")},
+    )
     assert "item=" not in result.err and result.code == 0
 
 
@@ -343,14 +391,19 @@ def test_unconditional_retry_annotation(cli, write):
     """
     on, _ = built(cli, write, "version: 1\nscenario: single-node\nrestart: {max: 4, unconditional: true}\n")
     off, _ = built(cli, write, "version: 1\nscenario: single-node\nrestart: {max: 4, unconditional: false}\n")
-    assert on["metadata"]["annotations"][ma.UNCONDITIONAL_RETRY] == "true" and ma.UNCONDITIONAL_RETRY not in off["metadata"]["annotations"]
+    assert (
+        on["metadata"]["annotations"][ma.UNCONDITIONAL_RETRY] == "true"
+        and ma.UNCONDITIONAL_RETRY not in off["metadata"]["annotations"]
+    )
 
 
 def test_hang_retry_annotation(cli, write):
     """ha-configuration.txt: "Specifies whether to enable restart upon suspension." """
     on, _ = built(cli, write, "version: 1\nscenario: single-node\nrestart: {max: 2, on_hang: true}\n")
     off, _ = built(cli, write, "version: 1\nscenario: single-node\nrestart: {max: 2, on_hang: false}\n")
-    assert on["metadata"]["annotations"][ma.HANG_RETRY] == "true" and ma.HANG_RETRY not in off["metadata"]["annotations"]
+    assert (
+        on["metadata"]["annotations"][ma.HANG_RETRY] == "true" and ma.HANG_RETRY not in off["metadata"]["annotations"]
+    )
 
 
 def test_pod_retry_num_annotation(cli, write, tmp_path):
@@ -392,8 +445,16 @@ def test_disk_size_root_greater_than_32_gb(tmp_path):
     A root of exactly 32 GiB fails, 4 KiB more passes (the default threshold, on tmpfs).
     """
     exact, above = tmp_path / "exact", tmp_path / "above"
-    assert precheck_on_tmpfs(tmp_path, {str(exact): 32 * GiB}, HACFG_PRECHECK_ROOT_PATH=str(exact))["disk-size root"][0] == "failed"
-    assert precheck_on_tmpfs(tmp_path, {str(above): 32 * GiB + 4096}, HACFG_PRECHECK_ROOT_PATH=str(above))["disk-size root"][0] == "passed"
+    assert (
+        precheck_on_tmpfs(tmp_path, {str(exact): 32 * GiB}, HACFG_PRECHECK_ROOT_PATH=str(exact))["disk-size root"][0]
+        == "failed"
+    )
+    assert (
+        precheck_on_tmpfs(tmp_path, {str(above): 32 * GiB + 4096}, HACFG_PRECHECK_ROOT_PATH=str(above))[
+            "disk-size root"
+        ][0]
+        == "passed"
+    )
 
 
 @namespaces
@@ -414,8 +475,16 @@ def test_disk_size_cache_greater_than_32_gb(tmp_path):
     """
     assert PrecheckSettings().cache_path == Path("/cache")
     exact, above = tmp_path / "exact", tmp_path / "above"
-    assert precheck_on_tmpfs(tmp_path, {str(exact): 32 * GiB}, HACFG_PRECHECK_CACHE_PATH=str(exact))["disk-size cache"][0] == "failed"
-    assert precheck_on_tmpfs(tmp_path, {str(above): 32 * GiB + 4096}, HACFG_PRECHECK_CACHE_PATH=str(above))["disk-size cache"][0] == "passed"
+    assert (
+        precheck_on_tmpfs(tmp_path, {str(exact): 32 * GiB}, HACFG_PRECHECK_CACHE_PATH=str(exact))["disk-size cache"][0]
+        == "failed"
+    )
+    assert (
+        precheck_on_tmpfs(tmp_path, {str(above): 32 * GiB + 4096}, HACFG_PRECHECK_CACHE_PATH=str(above))[
+            "disk-size cache"
+        ][0]
+        == "passed"
+    )
 
 
 def test_ulimit_only_on_infiniband(tmp_path):
@@ -423,8 +492,14 @@ def test_ulimit_only_on_infiniband(tmp_path):
 
     Skipped on ethernet and RoCE; on InfiniBand each of the four limits is one item.
     """
-    for network, expected in (("ethernet", {"ulimit"}), ("roce", {"ulimit"}),
-                              ("infiniband", {"ulimit max-locked-memory", "ulimit open-files", "ulimit stack-size", "ulimit max-user-processes"})):
+    for network, expected in (
+        ("ethernet", {"ulimit"}),
+        ("roce", {"ulimit"}),
+        (
+            "infiniband",
+            {"ulimit max-locked-memory", "ulimit open-files", "ulimit stack-size", "ulimit max-user-processes"},
+        ),
+    ):
         config = tmp_path / f"{network}.yaml"
         config.write_text(f"version: 1\nscenario: single-node\njob: {{accelerator: cpu, network: {network}}}\n")
         found = {name for name in items(run_hacfg("precheck", "--config", config).out) if name.startswith("ulimit")}
@@ -450,15 +525,23 @@ def test_ulimit_minimums(tmp_path, monkeypatch, item, limit, minimum, unit):
     soft = minimum * unit if hard == resource.RLIM_INFINITY else min(hard, minimum * unit)
     config = tmp_path / "ib.yaml"
     config.write_text("version: 1\nscenario: single-node\njob: {accelerator: cpu, network: infiniband}\n")
-    result = subprocess.run([sys.executable, "-m", "hacfg", "precheck", "--config", config], capture_output=True, text=True, timeout=60, check=False,
-                            preexec_fn=lambda: resource.setrlimit(limit, (soft, hard)))
+    result = subprocess.run(
+        [sys.executable, "-m", "hacfg", "precheck", "--config", config],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=lambda: resource.setrlimit(limit, (soft, hard)),
+    )
     assert items(result.stdout)[item] == ("failed", str(soft // unit)) and result.returncode == 138
     assert f"need=>{minimum}" in result.stdout
     assert ulimit_with(monkeypatch, limit, minimum * unit)[item] == ("failed", str(minimum))
     assert ulimit_with(monkeypatch, limit, (minimum + 1) * unit)[item] == ("passed", str(minimum + 1))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pynvml") is not None, reason="with NVML the check counts real GPUs, not device nodes")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pynvml") is not None, reason="with NVML the check counts real GPUs, not device nodes"
+)
 def test_gpu_check_on_gpu_jobs_only(tmp_path):
     """ha-configuration.txt: "GPU check	gpu-check	GPU and the v2 training engine are used.	GPUs are detected."
 
@@ -493,8 +576,14 @@ def test_workflow_checkpoint_saving_and_loading(cli, write):
 def test_workflow_checkpoint_path_survives_a_restart(cli, write):
     """ha-configuration.txt: "Confirm that the checkpoint path is located in a location accessible after a job restarts." """
     for path in ("/tmp/ckpt", "/cache/ckpt", "/dev/shm/ckpt", "ckpt"):
-        assert ("HA002", "checkpoint.path", "error") in findings(cli, write("ha.yaml", f"version: 1\nscenario: multi-node\ncheckpoint: {{path: {path}}}\n")), path
-    assert not {f for f in findings(cli, write("ok.yaml", "version: 1\nscenario: multi-node\ncheckpoint: {path: obs://b/ckpt}\n")) if f[0] == "HA002"}
+        assert ("HA002", "checkpoint.path", "error") in findings(
+            cli, write("ha.yaml", f"version: 1\nscenario: multi-node\ncheckpoint: {{path: {path}}}\n")
+        ), path
+    assert not {
+        f
+        for f in findings(cli, write("ok.yaml", "version: 1\nscenario: multi-node\ncheckpoint: {path: obs://b/ckpt}\n"))
+        if f[0] == "HA002"
+    }
 
 
 def test_workflow_appropriate_maximum(cli, write):
@@ -502,13 +591,23 @@ def test_workflow_appropriate_maximum(cli, write):
 
     Unconditional restarts with a budget of 3 or fewer can spend it all on one bug (HA009); 4 is enough.
     """
-    assert ("HA009", "restart.max", "warning") in findings(cli, write("a.yaml", "version: 1\nscenario: single-node\nrestart: {max: 3, unconditional: true}\n"))
-    assert not {f for f in findings(cli, write("b.yaml", "version: 1\nscenario: single-node\nrestart: {max: 4, unconditional: true}\n")) if f[0] == "HA009"}
+    assert ("HA009", "restart.max", "warning") in findings(
+        cli, write("a.yaml", "version: 1\nscenario: single-node\nrestart: {max: 3, unconditional: true}\n")
+    )
+    assert not {
+        f
+        for f in findings(
+            cli, write("b.yaml", "version: 1\nscenario: single-node\nrestart: {max: 4, unconditional: true}\n")
+        )
+        if f[0] == "HA009"
+    }
 
 
 def test_workflow_multi_node_hang_restart(cli, write):
     """ha-configuration.txt: "For multi-node multi-PU tasks, enable job suspension detection or restart upon suspension." """
-    assert ("HA003", "restart.on_hang", "warning") in findings(cli, write("a.yaml", "version: 1\nscenario: multi-node\nrestart: {on_hang: false}\n"))
+    assert ("HA003", "restart.on_hang", "warning") in findings(
+        cli, write("a.yaml", "version: 1\nscenario: multi-node\nrestart: {on_hang: false}\n")
+    )
     assert not {f for f in findings(cli, write("b.yaml", "version: 1\nscenario: multi-node\n")) if f[0] == "HA003"}
 
 
@@ -519,7 +618,9 @@ def test_workflow_operator_re_execution_on_ascend(cli, write):
     """
     job, _ = built(cli, write, "version: 1\nscenario: multi-node\njob: {accelerator: npu}\noperator_retry: true\n")
     assert job["metadata"]["annotations"][ma.HCCL_OP_RETRY] == "true"
-    assert ("HA010", "operator_retry", "error") in findings(cli, write("gpu.yaml", "version: 1\nscenario: multi-node\njob: {accelerator: gpu}\noperator_retry: true\n"))
+    assert ("HA010", "operator_retry", "error") in findings(
+        cli, write("gpu.yaml", "version: 1\nscenario: multi-node\njob: {accelerator: gpu}\noperator_retry: true\n")
+    )
 
 
 def test_workflow_monitor_events(tmp_path, cli):
@@ -528,7 +629,11 @@ def test_workflow_monitor_events(tmp_path, cli):
     Every attempt and decision is an event, and `hacfg events` shows them.
     """
     run = agent(tmp_path, "{max: 1}", KILLED)
-    assert [e["event"] for e in run.events if e["event"] in ("attempt_start", "attempt_exit", "decision")] == ["attempt_start", "attempt_exit", "decision"] * 2
+    assert [e["event"] for e in run.events if e["event"] in ("attempt_start", "attempt_exit", "decision")] == [
+        "attempt_start",
+        "attempt_exit",
+        "decision",
+    ] * 2
     table = cli("events", tmp_path / "state" / "events.jsonl").out
     assert "proc_restart: environment fault: restart 1 of 1" in table and "job_reschedule" in table
 
@@ -543,7 +648,11 @@ def test_table_4_single_node(cli):
 
 def test_table_4_multi_node(cli):
     """ha-configuration.txt: "{ "metadata": { "annotations": { "fault-tolerance/job-retry-num": "3", "fault-tolerance/job-unconditional-retry": "true", "fault-tolerance/hang-retry": "true" } } }" """
-    assert annotations(cli, "multi-node") == {ma.JOB_RETRY_NUM: "3", ma.UNCONDITIONAL_RETRY: "true", ma.HANG_RETRY: "true"}
+    assert annotations(cli, "multi-node") == {
+        ma.JOB_RETRY_NUM: "3",
+        ma.UNCONDITIONAL_RETRY: "true",
+        ma.HANG_RETRY: "true",
+    }
 
 
 def test_table_4_long_term(cli):
@@ -551,7 +660,12 @@ def test_table_4_long_term(cli):
 
     The page writes the pod count as a bare 3; annotations are strings, so it is "3".
     """
-    assert annotations(cli, "llm-long-term") == {ma.JOB_RETRY_NUM: "5", ma.UNCONDITIONAL_RETRY: "true", ma.HANG_RETRY: "true", ma.POD_RETRY_NUM: "3"}
+    assert annotations(cli, "llm-long-term") == {
+        ma.JOB_RETRY_NUM: "5",
+        ma.UNCONDITIONAL_RETRY: "true",
+        ma.HANG_RETRY: "true",
+        ma.POD_RETRY_NUM: "3",
+    }
 
 
 # --- ha-configuration.txt: effect of the check, restart details ---------------------------------
@@ -564,7 +678,11 @@ def test_passed_checks_log_the_keyword_item(tmp_path):
     """
     config = tmp_path / "cpu.yaml"
     config.write_text("version: 1\nscenario: single-node\njob: {accelerator: cpu}\nrestart: {max: 1}\n")
-    env = {"VC_WORKER_HOSTS": "localhost", "HACFG_PRECHECK_ROOT_PATH": str(tmp_path), "HACFG_PRECHECK_SHM_PATH": str(tmp_path)}
+    env = {
+        "VC_WORKER_HOSTS": "localhost",
+        "HACFG_PRECHECK_ROOT_PATH": str(tmp_path),
+        "HACFG_PRECHECK_SHM_PATH": str(tmp_path),
+    }
     result = run_hacfg("agent", "--config", config, "--state-dir", tmp_path / "state", "--", "true", env=env)
     assert "[hacfg] item=dns status=passed value=1/1" in result.err
 
@@ -577,8 +695,17 @@ def test_failed_checks_log_the_keyword_item(tmp_path):
     config = tmp_path / "gpu.yaml"
     config.write_text("version: 1\nscenario: single-node\njob: {accelerator: gpu}\nrestart: {max: 1}\n")
     marker = tmp_path / "ran"
-    result = run_hacfg("agent", "--config", config, "--state-dir", tmp_path / "state", "--", "touch", marker,
-                       env={"HACFG_PRECHECK_GPU_DEVICES": str(tmp_path / "nvidia[0-9]*")})
+    result = run_hacfg(
+        "agent",
+        "--config",
+        config,
+        "--state-dir",
+        tmp_path / "state",
+        "--",
+        "touch",
+        marker,
+        env={"HACFG_PRECHECK_GPU_DEVICES": str(tmp_path / "nvidia[0-9]*")},
+    )
     assert "[hacfg] item=gpu-check status=failed value=0" in result.err
     assert result.code == 138 and not marker.exists()
 
@@ -602,7 +729,11 @@ def test_restarted_job_that_fails_logs_error_exiting(tmp_path):
 def test_restart_count_and_maximum_are_shown(tmp_path, cli):
     """ha-configuration.txt: "Restarts displays the current number of restart times and the maximum number of restart times." """
     run = agent(tmp_path, "{max: 2}", KILLED)
-    assert [(e["restarts"], e["max_restarts"]) for e in run.events if e["event"] == "decision"] == [(1, 2), (2, 2), (2, 2)]
+    assert [(e["restarts"], e["max_restarts"]) for e in run.events if e["event"] == "decision"] == [
+        (1, 2),
+        (2, 2),
+        (2, 2),
+    ]
     assert "2/2" in cli("events", tmp_path / "state" / "events.jsonl").out
 
 
@@ -672,7 +803,9 @@ def test_resumable_training_required(cli, write):
     """
     for name in ("multi-node", "llm-long-term"):
         assert preset(name).checkpoint.path and preset(name).checkpoint.resume
-        assert ("HA001", "restart.max", "error") in findings(cli, write(f"{name}.yaml", f"version: 1\nscenario: {name}\ncheckpoint: {{path: null}}\n"))
+        assert ("HA001", "restart.max", "error") in findings(
+            cli, write(f"{name}.yaml", f"version: 1\nscenario: {name}\ncheckpoint: {{path: null}}\n")
+        )
 
 
 def test_multi_node_reliable_shared_storage(cli, write):
@@ -680,8 +813,12 @@ def test_multi_node_reliable_shared_storage(cli, write):
 
     Local storage is a warning on one node and an error on many.
     """
-    assert ("HA002", "checkpoint.path", "warning") in findings(cli, write("a.yaml", "version: 1\nscenario: single-node\ncheckpoint: {path: /tmp/c}\n"))
-    assert ("HA002", "checkpoint.path", "error") in findings(cli, write("b.yaml", "version: 1\nscenario: multi-node\ncheckpoint: {path: /tmp/c}\n"))
+    assert ("HA002", "checkpoint.path", "warning") in findings(
+        cli, write("a.yaml", "version: 1\nscenario: single-node\ncheckpoint: {path: /tmp/c}\n")
+    )
+    assert ("HA002", "checkpoint.path", "error") in findings(
+        cli, write("b.yaml", "version: 1\nscenario: multi-node\ncheckpoint: {path: /tmp/c}\n")
+    )
 
 
 def test_re_entrant_scripts_are_launched_again(tmp_path):
@@ -738,7 +875,9 @@ def test_llm_periodic_checkpoints(cli, write):
     The preset saves every 30 minutes; a long run saving less often than every 2 hours, or not saying, is warned (HA011).
     """
     assert preset("llm-long-term").checkpoint.interval == timedelta(minutes=30)
-    assert ("HA011", "checkpoint.interval", "warning") in findings(cli, write("a.yaml", "version: 1\nscenario: llm-long-term\ncheckpoint: {interval: 3h}\n"))
+    assert ("HA011", "checkpoint.interval", "warning") in findings(
+        cli, write("a.yaml", "version: 1\nscenario: llm-long-term\ncheckpoint: {interval: 3h}\n")
+    )
 
 
 def test_llm_recovers_from_the_newest_valid_checkpoint(tmp_path):
@@ -755,13 +894,18 @@ def test_llm_recovers_from_the_newest_valid_checkpoint(tmp_path):
     assert seen.read_text().splitlines() == [str(ckpt / "checkpoint-100")] * 2
 
 
-@pytest.mark.xfail(strict=True, reason="no lint rule asks an llm-long-term scenario to turn auto restart on (plugins/rules)")
+@pytest.mark.xfail(
+    strict=True, reason="no lint rule asks an llm-long-term scenario to turn auto restart on (plugins/rules)"
+)
 def test_llm_auto_restart_required(cli, write):
     """ha-scenarios.txt: "Auto restart	Required"
 
     An LLM long-term scenario with auto restart off gets a finding on restart.max.
     """
-    path = write("a.yaml", "version: 1\nscenario: llm-long-term\nrestart: {max: 0, unconditional: false, on_hang: false, pod_reschedules: 0}\n")
+    path = write(
+        "a.yaml",
+        "version: 1\nscenario: llm-long-term\nrestart: {max: 0, unconditional: false, on_hang: false, pod_reschedules: 0}\n",
+    )
     assert any(rule_path == "restart.max" for _, rule_path, _ in findings(cli, path))
 
 
@@ -793,15 +937,24 @@ def test_llm_log_failure_analysis(cli):
 # --- reference notes (modelarts.md) -------------------------------------------------------------
 
 
-LONG_KEYS = pytest.mark.xfail(strict=True, reason="JSON is parsed for positions by libyaml, whose implicit keys stop at 1024 characters: "
-                              "a name over 1024 is a parse error (HA100), not read (hacfg/source.py)")
+LONG_KEYS = pytest.mark.xfail(
+    strict=True,
+    reason="JSON is parsed for positions by libyaml, whose implicit keys stop at 1024 characters: "
+    "a name over 1024 is a parse error (HA100), not read (hacfg/source.py)",
+)
 
 
-@pytest.mark.parametrize(("count", "name", "value", "bad"), [
-    pytest.param(100, 2, 1, False, id="100 pairs"), pytest.param(101, 2, 1, True, id="101 pairs"),
-    pytest.param(1, 8192, 1, False, id="name 8192", marks=LONG_KEYS), pytest.param(1, 8193, 1, True, id="name 8193", marks=LONG_KEYS),
-    pytest.param(1, 2, 4096, False, id="value 4096"), pytest.param(1, 2, 4097, True, id="value 4097"),
-])
+@pytest.mark.parametrize(
+    ("count", "name", "value", "bad"),
+    [
+        pytest.param(100, 2, 1, False, id="100 pairs"),
+        pytest.param(101, 2, 1, True, id="101 pairs"),
+        pytest.param(1, 8192, 1, False, id="name 8192", marks=LONG_KEYS),
+        pytest.param(1, 8193, 1, True, id="name 8193", marks=LONG_KEYS),
+        pytest.param(1, 2, 4096, False, id="value 4096"),
+        pytest.param(1, 2, 4097, True, id="value 4097"),
+    ],
+)
 def test_environment_limits(cli, tmp_path, count, name, value, bad):
     """modelarts.md: "At most 100 pairs; key ≤ 8,192 characters, value ≤ 4,096 characters."
 
@@ -835,7 +988,10 @@ def test_otc_allows_1_to_3_restarts(cli, write, tmp_path):
     A scenario for OTC builds with 3 and is refused at 4; a request body with "4" is HA006 on OTC only.
     """
     built(cli, write, "version: 1\nscenario: single-node\nplatform: otc\nrestart: {max: 3}\n")
-    assert cli("build", write("otc.yaml", "version: 1\nscenario: single-node\nplatform: otc\nrestart: {max: 4}\n")).code == 2
+    assert (
+        cli("build", write("otc.yaml", "version: 1\nscenario: single-node\nplatform: otc\nrestart: {max: 4}\n")).code
+        == 2
+    )
     request = tmp_path / "job.json"
     request.write_text(body({ma.JOB_RETRY_NUM: "4"}))
     assert any(rule == "HA006" for rule, _, _ in findings(cli, request, "--platform", "otc"))
@@ -857,7 +1013,10 @@ def test_annotation_values_are_strings(cli, tmp_path):
     """
     request = tmp_path / "job.json"
     request.write_text(body({ma.JOB_RETRY_NUM: 3, ma.HANG_RETRY: True}))
-    assert {path for rule, path, _ in findings(cli, request) if rule == "HA007"} == {f'metadata.annotations."{ma.JOB_RETRY_NUM}"', f'metadata.annotations."{ma.HANG_RETRY}"'}
+    assert {path for rule, path, _ in findings(cli, request) if rule == "HA007"} == {
+        f'metadata.annotations."{ma.JOB_RETRY_NUM}"',
+        f'metadata.annotations."{ma.HANG_RETRY}"',
+    }
     assert all(isinstance(value, str) for name in available_presets() for value in annotations(cli, name).values())
 
 
@@ -885,7 +1044,10 @@ def test_precheck_switch(cli, write):
 
 def test_retry_options_need_job_retry_num(cli, write):
     """modelarts.md: "`job-unconditional-retry` and `hang-retry` both depend on `job-retry-num` ≥ 1" """
-    found = findings(cli, write("a.yaml", "version: 1\nscenario: single-node\nrestart: {max: 0, unconditional: true, on_hang: true}\n"))
+    found = findings(
+        cli,
+        write("a.yaml", "version: 1\nscenario: single-node\nrestart: {max: 0, unconditional: true, on_hang: true}\n"),
+    )
     assert {("HA005", "restart.unconditional", "error"), ("HA005", "restart.on_hang", "error")} <= found
 
 
@@ -911,7 +1073,11 @@ def pinned() -> list[tuple[str, str, str]]:
     module = sys.modules[__name__]
     found = []
     for name, function in inspect.getmembers(module, inspect.isfunction):
-        if name.startswith("test_") and function.__module__ == __name__ and name != "test_every_quote_is_in_its_document":
+        if (
+            name.startswith("test_")
+            and function.__module__ == __name__
+            and name != "test_every_quote_is_in_its_document"
+        ):
             match = QUOTE.match(inspect.getdoc(function) or "")
             found.append((name, match["doc"] if match else "", match["quote"] if match else ""))
     return found
@@ -921,6 +1087,11 @@ def test_every_quote_is_in_its_document():
     texts = {name: _normalized(path.read_text()) for name, path in DOCUMENTS.items() if path.exists()}
     if len(texts) < len(DOCUMENTS):
         pytest.skip("the seed documents are not on this machine")
-    wrong = [f"{test}: the docstring must start with a document and a quoted sentence" if document not in texts else f"{test}: {quote!r} is not in {document}"
-             for test, document, quote in pinned() if document not in texts or _normalized(quote) not in texts[document]]
+    wrong = [
+        f"{test}: the docstring must start with a document and a quoted sentence"
+        if document not in texts
+        else f"{test}: {quote!r} is not in {document}"
+        for test, document, quote in pinned()
+        if document not in texts or _normalized(quote) not in texts[document]
+    ]
     assert not wrong, "\n".join(wrong)

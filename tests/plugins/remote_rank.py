@@ -1,4 +1,5 @@
 """A site classifier: gloo's "by peer" errors mean a rank died elsewhere, an environment fault."""
+
 import re
 
 from hacfg import hookimpl

@@ -45,13 +45,23 @@ def run(name: str, into: Path) -> Path:
     with tempfile.TemporaryDirectory() as scratch:
         shutil.copy(HERE / "train.py", scratch)
         Path(scratch, "run.sh").write_text(f"#!/bin/bash\necho 'epoch 1'\n{sys.executable} train.py kill\n")
-        proc = subprocess.run(CASES[name], cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, check=False,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.run(
+            CASES[name],
+            cwd=scratch,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+            check=False,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         text = proc.stdout.replace(scratch, WORKDIR).replace(sys.prefix, PREFIX)
     if name.startswith("modelarts-"):
         code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode  # as the platform's shell reports it
-        text = (f"[ModelArts Service Log]modelarts-pipe: will create log file /tmp/log/{name}\n{text}"
-                f"[Modelarts Service Log]Training end with return code: {code}\n[Modelarts Service Log]Training completed.\n")
+        text = (
+            f"[ModelArts Service Log]modelarts-pipe: will create log file /tmp/log/{name}\n{text}"
+            f"[Modelarts Service Log]Training end with return code: {code}\n[Modelarts Service Log]Training completed.\n"
+        )
     path = into / name
     path.write_text(text)
     return path
