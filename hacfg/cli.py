@@ -390,6 +390,32 @@ def events_command(
         typer.echo(f"wrote {plot}", err=True)
 
 
+@app.command("diagnose")
+def diagnose_command(
+    logs: list[Path] = typer.Argument(
+        ..., readable=False, metavar="LOG", help="Training logs (a job's downloaded log, torchrun output); - is stdin."
+    ),
+    config: Optional[str] = typer.Option(
+        None, "--config", "-c", help="Scenario file or preset whose restart rules apply (default: no restarts)."
+    ),
+    fmt: Literal["text", "json"] = typer.Option("text", "--format", "-f"),
+) -> None:
+    """Say why a job failed from its log: the cause, the evidence lines, and what the restart rules would do."""
+    import json
+
+    from hacfg import diagnose, registry
+
+    policy = _agent_policy(registry.preset_or_path(config) if config else None)
+    label = diagnose.policy_label(policy, config)
+    results = [diagnose.diagnose(diagnose.read_log(path), policy) for path in logs]
+    if fmt == "json":
+        _write(json.dumps(diagnose.to_json(results, label), indent=2) + "\n", None)
+    else:
+        _write(diagnose.render_text(results, label), None)
+    if any(result.failed for result in results):
+        raise typer.Exit(EXIT_FINDINGS)
+
+
 def _claim_standard_streams() -> None:
     """Open /dev/null on a closed fd 0, 1 or 2, so no file or pipe hacfg opens later takes its number
     (and reaches a supervised command as its stdin)."""

@@ -1,0 +1,279 @@
+"""Why a training job failed, from its log alone, and what the restart rules would do about it.
+
+Under ``hacfg agent`` the exit status of an attempt is known; a log downloaded from a job that
+ran without it (a ModelArts job log, torchrun's output, a plain traceback) has to say it in
+words. :func:`exit_status` reads what launchers print: torchrun's failure report, a shell's
+``Killed``, ModelArts' ``Training end with return code``. Failing that, a Python traceback means
+exit 1 (an uncaught exception), and with nothing at all exit 1 is assumed, and said to be.
+
+The classifiers (built-in and plugins) then see the log's last lines as they see an attempt's
+output under the agent, through the same :func:`hacfg.agent.classify.classify`. The evidence
+is what the verdict rests on: lines are left out one at a time, and a line stays only when
+leaving it out changes the verdict. That works for any plugin without asking it why.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from itertools import groupby
+from pathlib import Path
+from typing import Any, Literal
+
+from hacfg import plugin_manager
+from hacfg.agent.classify import classify
+from hacfg.agent.extensions import Classification, Failure
+from hacfg.agent.policy import Budgets, Decision, Policy, decide
+from hacfg.agent.supervise import TAIL_LINES
+from hacfg.source import InputError
+
+WINDOW = 2 * TAIL_LINES  # the agent keeps the last lines of stdout and of stderr; a log holds both
+STDIN = "-"
+
+# What a shell prints when its foreground command dies of a signal ("run.sh: line 3: 9514 Killed
+#   python train.py", "bash: 9514 Segmentation fault ...", or just "Terminated"), and Python's faulthandler.
+_SHELL_SIGNALS = {
+    "Killed": signal.SIGKILL,
+    "Terminated": signal.SIGTERM,
+    "Segmentation fault": signal.SIGSEGV,
+    "Aborted": signal.SIGABRT,
+    "Bus error": signal.SIGBUS,
+    "Floating point exception": signal.SIGFPE,
+    "Illegal instruction": signal.SIGILL,
+}
+_NAMES = "|".join(map(re.escape, _SHELL_SIGNALS))
+_SHELL = re.compile(
+    rf"^(?:\S.*?: (?:line \d+: +)?\d+ +(?P<job>{_NAMES})\b.*|(?P<bare>{_NAMES})(?: \(core dumped\))?)\s*$"
+)
+_FAULTHANDLER = re.compile(rf"Fatal Python error: (?P<name>{_NAMES})")
+_TORCHRUN_EXIT = re.compile(r"\bexitcode\s*:\s*(-?\d+)")  # "exitcode  : -9 (pid: 77)", "failed (exitcode: 1)"
+_TORCHRUN_SIGNAL = re.compile(r"\bSignal (\d+) \(SIG\w+\) received by PID")
+_MODELARTS_EXIT = re.compile(r"\[ModelArts Service Log\]\s*Training end with return code:\s*(\d+)", re.IGNORECASE)
+_KNOWN_SIGNALS = frozenset(s.value for s in signal.Signals)
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
+
+
+@dataclass(frozen=True)
+class Line:
+    number: int  # 1-based, in the whole log
+    text: str
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How the command ended, and on what grounds: ``read`` from a line, ``inferred`` or ``assumed``."""
+
+    exit_code: int | None
+    signal: int | None
+    how: Literal["read", "inferred", "assumed"]
+    line: Line | None = None
+
+    @property
+    def failure(self) -> Failure:
+        return Failure(self.exit_code, self.signal, ())
+
+    def describe(self) -> str:
+        ended = self.failure.describe()
+        if self.line is None:
+            return f"{ended} assumed: the log does not say how the command ended"
+        if self.how == "inferred":
+            return f"{ended}, as a Python traceback ends (line {self.line.number})"
+        return f"{ended}, read from line {self.line.number}"
+
+
+@dataclass(frozen=True)
+class Log:
+    """A log's name, its length and its last lines (what the classifiers see)."""
+
+    name: str
+    total: int
+    tail: tuple[Line, ...]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    log: Log
+    status: ExitStatus
+    classification: Classification | None  # None when the log ends in success
+    evidence: tuple[Line, ...]
+    decisions: tuple[Decision, ...]  # this failure, then the same again until the rules stop
+
+    @property
+    def failed(self) -> bool:
+        return self.classification is not None
+
+
+def read_log(path: str | Path) -> Log:
+    """The last ``WINDOW`` lines of a log file (``-`` is stdin), numbered as in the whole file."""
+    name = str(path)
+    tail: deque[Line] = deque(maxlen=WINDOW)
+    number = 0
+    try:
+        with open(0 if name == STDIN else path, encoding="utf-8", errors="replace", closefd=name != STDIN) as stream:
+            for number, text in enumerate(stream, 1):
+                tail.append(Line(number, text.rstrip("\r\n")))
+    except OSError as err:
+        raise InputError(f"cannot read: {err.strerror or err}", file=name) from None
+    return Log(name, number, tuple(tail))
+
+
+def exit_status(lines: Iterable[Line]) -> ExitStatus:
+    """The exit status the log states; a signal beats a later non-zero code, which wraps it."""
+    clues: list[ExitStatus] = []
+    traceback: Line | None = None
+    for line in lines:
+        clue = _clue(line)
+        if clue is not None:
+            clues.append(clue)
+        elif _TRACEBACK.search(line.text):
+            traceback = line
+    since_success = clues[max((i + 1 for i, c in enumerate(clues) if c.exit_code == 0), default=0) :]
+    if since_success:
+        # torchrun, a shell and ModelArts turn a worker's death by signal into their own exit 1 or 137.
+        signalled = [c for c in since_success if c.signal is not None]
+        return (signalled or since_success)[-1]
+    if clues:
+        return clues[-1]  # the last word is a clean exit
+    if traceback is not None:
+        return ExitStatus(1, None, "inferred", traceback)
+    return ExitStatus(1, None, "assumed")
+
+
+def _clue(line: Line) -> ExitStatus | None:
+    text = line.text
+    if match := _SHELL.match(text):
+        return ExitStatus(None, _SHELL_SIGNALS[match.group("job") or match.group("bare")], "read", line)
+    if match := _FAULTHANDLER.search(text):
+        return ExitStatus(None, _SHELL_SIGNALS[match.group("name")], "read", line)
+    if (match := _TORCHRUN_SIGNAL.search(text)) and int(match.group(1)) in _KNOWN_SIGNALS:
+        return ExitStatus(None, int(match.group(1)), "read", line)
+    if match := _TORCHRUN_EXIT.search(text):
+        code = int(match.group(1))
+        if code >= 0:
+            return ExitStatus(code, None, "read", line)
+        if -code in _KNOWN_SIGNALS:
+            return ExitStatus(None, -code, "read", line)
+    if match := _MODELARTS_EXIT.search(text):
+        return ExitStatus(int(match.group(1)), None, "read", line)
+    return None
+
+
+def diagnose(log: Log, policy: Policy) -> Diagnosis:
+    """Classify the log's failure, find the lines the verdict rests on, and apply the restart rules."""
+    status = exit_status(log.tail)
+    if status.exit_code == 0 and status.line is not None:  # only a line says so
+        return Diagnosis(log, status, None, (status.line,), ())
+    failure = replace(status.failure, tail=tuple(line.text for line in log.tail))
+    verdict = classify(failure)
+    evidence = set(_relied_on(log.tail, failure, verdict))
+    if status.line is not None:
+        evidence.add(status.line)
+    return Diagnosis(
+        log,
+        status,
+        verdict,
+        tuple(sorted(evidence, key=lambda line: line.number)),
+        _decisions(verdict, policy, failure.code),
+    )
+
+
+def _relied_on(lines: tuple[Line, ...], failure: Failure, verdict: Classification) -> list[Line]:
+    """The lines without which the classifiers would say something else."""
+    manager = plugin_manager.get()
+    reported = len(manager.failures)
+    kept = list(lines)
+    for line in lines:
+        without = [other for other in kept if other is not line]
+        if classify(replace(failure, tail=tuple(other.text for other in without))) == verdict:
+            kept = without
+    del manager.failures[reported:]  # a broken plugin is reported once, not once per line tried
+    return kept
+
+
+def _decisions(verdict: Classification, policy: Policy, command_code: int) -> tuple[Decision, ...]:
+    """The rules' answer to this failure, then to the same failure again, until they stop restarting."""
+    budgets = Budgets()
+    decisions = [decide(verdict.cause, budgets, policy, progressed=False, command_code=command_code)]
+    while decisions[-1].exit_code is None:
+        decisions.append(decide(verdict.cause, budgets, policy, progressed=False, command_code=command_code))
+    return tuple(decisions)
+
+
+def policy_label(policy: Policy, source: str | None) -> str:
+    """``ha.yaml: restart.max 3, unconditional, on_hang``: where the rules came from and what they allow."""
+    allowed = [f"restart.max {policy.max_restarts}"]
+    allowed += [name for name, on in (("unconditional", policy.unconditional), ("on_hang", policy.on_hang)) if on]
+    if policy.pod_reschedules:
+        allowed.append(f"pod_reschedules {policy.pod_reschedules}")
+    return f"{source or 'no --config'}: {', '.join(allowed)}"
+
+
+CAUSES = {"environment": "environment fault", "user": "user error", "hang": "hang"}
+
+
+def render_text(diagnoses: list[Diagnosis], policy_name: str) -> str:
+    out = []
+    for d in diagnoses:
+        log, status = d.log, d.status
+        where = f"{log.name}:{d.evidence[-1].number}" if d.evidence else log.name
+        if d.classification is None:
+            out.append(f"{where}: success: {status.describe()}")
+            continue
+        verdict = d.classification
+        out.append(f"{where}: {CAUSES.get(verdict.cause, verdict.cause)}: {verdict.reason}")
+        out.append(f"  exit status: {status.describe()}")
+        out.append(f"  classifier:  {verdict.classifier}")
+        if verdict.peer:
+            out.append("  consequence: another rank failed first; the log of its node holds the cause")
+        out.append("  evidence:" if d.evidence else "  evidence:    none; no line was recognised")
+        width = len(str(d.evidence[-1].number)) if d.evidence else 0
+        out += [f"    {line.number:>{width}} | {line.text}" for line in d.evidence]
+        out.append(f"  restart rules ({policy_name}): {_decision_text(d.decisions[0])}")
+        if len(d.decisions) > 1:
+            out.append(f"  if it keeps failing this way: {_summary(d.decisions)}")
+    return "\n".join(out) + "\n"
+
+
+def _decision_text(decision: Decision) -> str:
+    code = f" (exit {decision.exit_code})" if decision.exit_code is not None else ""
+    return f"{decision.action}{code}: {decision.reason}"
+
+
+def _summary(decisions: tuple[Decision, ...]) -> str:
+    """``proc_restart x3, then job_reschedule (exit 138): restart budget of 3 spent: retry elsewhere``."""
+    *restarts, last = decisions
+    steps = ", ".join(f"{action} x{len(list(run))}" for action, run in groupby(d.action for d in restarts))
+    return f"{steps}, then {_decision_text(last)}"
+
+
+def to_json(diagnoses: list[Diagnosis], policy_name: str) -> list[dict[str, Any]]:
+    def line(item: Line | None) -> dict[str, Any] | None:
+        return None if item is None else {"line": item.number, "text": item.text}
+
+    rows = []
+    for d in diagnoses:
+        status, verdict = d.status, d.classification
+        rows.append(
+            {
+                "log": d.log.name,
+                "lines": d.log.total,
+                "outcome": "failure" if verdict else "success",
+                "cause": verdict.cause if verdict else None,
+                "reason": verdict.reason if verdict else None,
+                "classifier": verdict.classifier if verdict else None,
+                "peer": verdict.peer if verdict else None,
+                "exit_status": {
+                    "exit_code": status.exit_code,
+                    "signal": signal.Signals(status.signal).name if status.signal else None,
+                    "how": status.how,
+                    "from": line(status.line),
+                },
+                "evidence": [line(item) for item in d.evidence],
+                "policy": policy_name,
+                "decisions": [{"action": x.action, "reason": x.reason, "exit_code": x.exit_code} for x in d.decisions],
+            }
+        )
+    return rows
