@@ -7,8 +7,8 @@ import os
 import random
 import signal
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 from conftest import REPO
