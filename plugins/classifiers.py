@@ -27,9 +27,11 @@ PEER_PATTERNS = re.compile(
 )
 # torchrun's summary when one of its workers died by a signal: "exitcode : -9 (pid: 123)" and "Signal 9 (SIGKILL)".
 CHILD_SIGNAL = re.compile(r"(?:Signal (\d+) \((SIG\w+)\) received by PID|exitcode\s*:\s*-(\d+) \(pid)")
-TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+# torch prefixes each worker's lines with "[rank0]: "; the user's traceback is still the user's.
+RANK_PREFIX = r"^(?:\[(?:default)?rank\d+\]:\s?)?"
+TRACEBACK = re.compile(RANK_PREFIX + r"Traceback \(most recent call last\):")
 EXCEPTION_LINE = re.compile(
-    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)\b"
+    RANK_PREFIX + r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|AssertionError|KeyError|StopIteration)\b"
 )
 
 
@@ -50,6 +52,7 @@ def hacfg_classify_failure(failure: Failure) -> Classification | None:
         if match := ENVIRONMENT_PATTERNS.search(line):
             return Classification("environment", f"{failure.describe()} after {match.group(0)!r} in the output")
     if any(TRACEBACK.match(line) for line in failure.tail):
-        last = next((line for line in reversed(failure.tail) if EXCEPTION_LINE.match(line)), "an exception")
+        raised = (line for line in reversed(failure.tail) if EXCEPTION_LINE.match(line) and "ChildFailedError" not in line)
+        last = re.sub(RANK_PREFIX, "", next(raised, "an exception"))  # torchrun's wrapper names no cause
         return Classification("user", f"{failure.describe()}: Python exception in the command: {last.strip()[:200]}")
     return None

@@ -37,7 +37,7 @@ FIXTURES = {
     "python-traceback.log": ("user", (1, None, "inferred", 4), [4, 10], ("give_up", 1)),
     "shell-killed.log": ("environment", (None, "SIGKILL", "read", 5), [5], ("give_up", 137)),
     "modelarts-exit-137.log": ("environment", (137, None, "read", 5), [5], ("give_up", 137)),
-    "torchrun-exception.log": ("user", (1, None, "read", 39), [11, 27, 39], ("give_up", 1)),
+    "torchrun-exception.log": ("user", (1, None, "read", 39), [9, 11, 39], ("give_up", 1)),
     "torchrun-sigkill.log": ("environment", (None, "SIGKILL", "read", 35), [35], ("give_up", 137)),
     "torchrun-peer-killed.log": ("environment", (None, "SIGKILL", "read", 57), [57], ("give_up", 137)),
     "modelarts-torchrun-sigkill.log": ("environment", (None, "SIGKILL", "read", 36), [36], ("give_up", 137)),

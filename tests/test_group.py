@@ -156,3 +156,10 @@ def test_standalone_keeps_restarting_in_place_whatever_the_jobs_size(tmp_path):
     assert result.returncode == 138
     assert result.stdout.splitlines() == ["attempt 1 restarts 0", "attempt 2 restarts 1", "attempt 3 restarts 2"]
     assert "torch is not installed" not in result.stderr
+
+
+def test_a_workers_exception_under_torchs_rank_prefix_is_named():
+    tail = ("[rank0]: Traceback (most recent call last):", '[rank0]:   File "train.py", line 9', "[rank0]: ValueError: bad config",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "  exitcode  : 1 (pid: 4242)")
+    verdict = classify(Failure(1, None, tail))
+    assert verdict.cause == "user" and "ValueError: bad config" in verdict.reason
