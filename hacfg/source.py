@@ -149,6 +149,15 @@ def decode(raw: bytes, name: str) -> str:
     return text
 
 
+# What libyaml counts as a line break, so line numbers and columns mean the same here as in its marks.
+_LINE_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
+
+
+def line_starts(text: str) -> list[int]:
+    """The offset at which each line of ``text`` starts, breaking lines where libyaml does."""
+    return [0, *(match.end() for match in _LINE_BREAK.finditer(text))]
+
+
 def _line_col(text: str | bytes, offset: int) -> tuple[int, int]:
     if isinstance(text, bytes):
         text = text.decode("latin-1")  # one character per byte: offsets stay as they are
