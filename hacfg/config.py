@@ -204,14 +204,19 @@ def load_config(path: str | Path, presets: Presets, *, platform: str | None = No
 
 def validate(document: Document, *, platform: str | None = None) -> Loaded:
     data = document.data
+    if data is None:
+        raise ConfigInvalid(
+            [InputError("empty file: a scenario file needs at least 'version: 1' and 'scenario'", document.span(()))]
+        )
     if not isinstance(data, dict):
         raise ConfigInvalid(
             [InputError("a scenario file is a mapping of keys (version, scenario, job, ...)", document.span(()))]
         )
     if platform is not None:
         data = {**data, "platform": platform}
+    chosen = data.get("platform", "huaweicloud")  # a bad value is reported on its own line; limits need a name
     try:
-        config = HAConfig.model_validate(data, context={"platform": data.get("platform", "huaweicloud")})
+        config = HAConfig.model_validate(data, context={"platform": chosen if isinstance(chosen, str) else None})
     except ValidationError as err:
         raise ConfigInvalid(_errors(err, document)) from None
     return Loaded(config=config, document=document)
@@ -318,7 +323,11 @@ def _errors(err: ValidationError, document: Document) -> list[ConfigError]:
 
 
 def _message(item: ErrorDetails) -> str:
-    message = item["msg"].removeprefix("Value error, ")
+    if item["type"] == "value_error":
+        return item["msg"].removeprefix("Value error, ")  # hacfg's own words, which name the value
+    message = item["msg"]
+    if isinstance(item["input"], str | int | float | bool):
+        message += f" (got {item['input']!r})"
     if item["type"] == "literal_error":
         choices = re.findall(r"'([^']*)'", item["ctx"]["expected"])
         message += did_you_mean(item["input"], choices)

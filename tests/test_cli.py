@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 
 import pytest
@@ -17,10 +18,19 @@ from hacfg import __version__
         ("version: 1\nscenario: [\n", ":3:1: while parsing a flow node"),
         ("version: 1\nscenario: !!python/object:os.system ls\n", ":2:11: YAML tag !!python/object:os.system is not allowed"),
         ("version: 1\nscenario: single-node\nscenario: multi-node\n", ":3:1: duplicate key 'scenario'"),
-        ("version: 1\nscenario: single-node\njob: {nodes: four}\n", ":3:14: job.nodes: Input should be a valid integer"),
+        ("version: 1\nscenario: single-node\njob: {nodes: four}\n", ":3:14: job.nodes: Input should be a valid integer (got 'four')"),
         ("version: 1\nscenario: single-node\nrestart: {maks: 2}\n", ":3:11: unknown key 'maks' in restart; did you mean 'max'?"),
+        ("version: 1\nscenario: single-node\njob:\n\tnodes: 2\n", ":4:1: a tab in indentation: YAML indents with spaces only"),
+        ("version: 1\njob:\n  nodes: 2\n   accelerator: gpu\n", ":4:15: unexpected ':': this line is indented deeper than the key above it"),
+        ("version: 1\njob:\n    nodes: 2\n  accelerator: gpu\n", ":4:3: bad indentation: this line does not line up with the keys above it"),
+        ("", ":1:1: empty file: a scenario file needs at least 'version: 1' and 'scenario'"),
+        ("# nothing yet\n\n", ":1:1: empty file: a scenario file needs at least 'version: 1' and 'scenario'"),
+        ("version: 1\nscenario: single-node\nrestart:\n  max: \"five\"\n", ":4:8: restart.max: Input should be a valid integer (got 'five')"),
+        ("version: 1\nscenario: single-node\njob: {accelerator: GPU}\n", ":3:20: job.accelerator: Input should be 'gpu', 'npu' or 'cpu' (got 'GPU'); did you mean 'gpu'?"),
+        ("version: 1\nscenario: single-node\nplatform: {a: 1}\nrestart:\n  max: 3\n", ":3:11: platform: Input should be 'huaweicloud' or 'otc'"),
     ],
-    ids=["malformed", "python-tag", "duplicate-key", "wrong-type", "misspelled-key"],
+    ids=["malformed", "python-tag", "duplicate-key", "wrong-type", "misspelled-key", "tab", "indent-deeper", "indent-shallower",
+         "empty", "only-comments", "bad-value-shown", "case-insensitive-suggestion", "platform-mapping-beside-restart"],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, cli, text, expected):
     path = tmp_path / "ha.yaml"
@@ -31,6 +41,10 @@ def test_bad_input_exits_2_with_one_line(tmp_path, cli, text, expected):
     assert result.err == f"{path}{expected}" + result.err.split(expected, 1)[1]
     assert result.err.count("\n") == 1
     assert "Traceback" not in result.err
+    linted = cli("lint", path)  # the same words as a finding
+    assert (linted.code, linted.err) == (1, "")
+    position, message = expected.split(": ", 1)
+    assert re.match(rf"{re.escape(f'{path}{position}')}: HA10[0-2] error {re.escape(message)}", linted.out), linted.out
 
 
 def test_otc_rejects_five_restarts(tmp_path, cli):
