@@ -55,6 +55,12 @@ def compile_config(
             raise InputError("--into expects a request body, a mapping", into.span(()))
         document = target.merge_into(into.data, target.part(document, only) if only else document, loaded.config)
     _validate(document, target, built, loaded, into)
+    missing = target.missing(loaded.config, document) if only is None else []
+    if missing:
+        hint = f" (--only {target.parts[0]} builds just that part)" if target.parts else ""
+        raise InputError(
+            f"the {target.name} job is incomplete: {'; '.join(missing)}{hint}", loaded.document.span(("job",))
+        )
     if only is not None and into is None:
         document = target.part(document, only)
     return target.serialize(document), built.notes

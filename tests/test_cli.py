@@ -94,12 +94,12 @@ def test_bad_input_exits_2_with_one_line(tmp_path, cli, text, expected):
 def test_otc_rejects_five_restarts(tmp_path, cli):
     path = tmp_path / "ha.yaml"
     path.write_text("version: 1\nscenario: multi-node\nrestart:\n  max: 5\n")
-    result = cli("build", "--platform", "otc", path)
+    result = cli("build", "--only", "annotations", "--platform", "otc", path)
     assert (result.code, result.err) == (
         2,
         f"{path}:4:8: restart.max: otc allows 1 to 3 restarts (0 turns auto restart off), got 5\n",
     )
-    assert cli("build", path).code == 0
+    assert cli("build", "--only", "annotations", path).code == 0
 
 
 def test_missing_file_and_directory(tmp_path, cli):
@@ -158,6 +158,7 @@ def test_init_writes_a_file_that_builds(cli, tmp_path, scenario):
     assert cli("init", "--scenario", scenario, "-o", out).code == 0
     assert f"scenario: {scenario}" in out.read_text()
     assert json.loads(cli("build", out).out)["metadata"]["name"] == "my-training-job"
+    assert cli("build", "--target", "volcano", out).code == 0
 
 
 def test_init_refuses_to_overwrite(cli, tmp_path):
