@@ -18,6 +18,7 @@ from hacfg.names import Platform, Scenario, Severity
 
 if TYPE_CHECKING:
     from hacfg.agent.policy import Policy
+    from hacfg.lint import Report
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -197,6 +198,18 @@ def plugins_command() -> None:
     _write(plugin_manager.get().listing(), None)
 
 
+def _report_discovery(result: Report) -> Report:
+    """Say which named files were skipped, and, as ruff does, warn (exit 0) when nothing was found."""
+    for note in result.notes:
+        _note(note)
+    if result.files == 0:
+        typer.echo(
+            "hacfg: warning: no files found: no scenario files or ModelArts request bodies under the given paths",
+            err=True,
+        )
+    return result
+
+
 @app.command("lint")
 def lint_command(
     paths: list[Path] = typer.Argument(
@@ -211,12 +224,21 @@ def lint_command(
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings."),
     platform: Optional[Platform] = typer.Option(None, "--platform", help="Platform limits to check against."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report here instead of stdout."),
+    respect_gitignore: bool = typer.Option(
+        True, "--respect-gitignore/--no-respect-gitignore", help="Skip files that .gitignore ignores."
+    ),
+    force_exclude: bool = typer.Option(
+        False, "--force-exclude", help="Choose named files as in a directory walk (for pre-commit)."
+    ),
 ) -> None:
     """Check scenario files and ModelArts request bodies for risky fault-tolerance settings."""
     from hacfg import lint, report
 
     settings, rules = lint.configured()
-    result = lint.lint_paths(paths or [], settings, platform=platform)
+    found = lint.lint_paths(
+        paths or [], settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+    )
+    result = _report_discovery(found)
     chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     _write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output)
     if not exit_zero and result.fails(fail_on or settings.fail_on):
@@ -232,12 +254,21 @@ def fix_command(
         False, "--diff", help="Print the changes as a unified diff instead of writing them."
     ),
     platform: Optional[Platform] = typer.Option(None, "--platform"),
+    respect_gitignore: bool = typer.Option(
+        True, "--respect-gitignore/--no-respect-gitignore", help="Skip files that .gitignore ignores."
+    ),
+    force_exclude: bool = typer.Option(
+        False, "--force-exclude", help="Choose named files as in a directory walk (for pre-commit)."
+    ),
 ) -> None:
     """Apply the safe automatic fixes in place, keeping everything else byte for byte."""
     from hacfg import fix, lint
 
     settings, _ = lint.configured()
-    changed = fix.fixes(lint.lint_paths(paths or [], settings, platform=platform))
+    found = lint.lint_paths(
+        paths or [], settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+    )
+    changed = fix.fixes(_report_discovery(found))
     for file in changed:
         if show_diff:
             _write(file.diff(), None)

@@ -11,7 +11,7 @@ import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -220,6 +220,13 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
     except ValidationError as err:
         raise ConfigInvalid(_errors(err, document)) from None
     return Loaded(config=config, document=document)
+
+
+def as_base(document: Document) -> Document:
+    """A file that others extend, checkable alone: the keys only a whole scenario needs are filled in."""
+    if not isinstance(document.data, dict):
+        return document
+    return replace(document, data={"version": 1, "scenario": "single-node", **document.data})
 
 
 def with_presets(document: Document, presets: Presets, chain: tuple[Path, ...] = ()) -> Document:
