@@ -96,7 +96,7 @@ def is_request_body(data: Any) -> bool:
     if not isinstance(data, dict) or "apiVersion" in data or "version" in data or "scenario" in data:
         return False
     if "kind" in data:
-        return data["kind"] in MODELARTS_KINDS
+        return isinstance(data["kind"], str) and data["kind"] in MODELARTS_KINDS
     return isinstance(data.get("metadata"), dict) and ("algorithm" in data or "spec" in data)
 
 
