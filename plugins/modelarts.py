@@ -149,8 +149,6 @@ class ModelArts(Target):
             algorithm["environments"] = {
                 k: v for k, v in algorithm["environments"].items() if k not in ma.SETTABLE_PLATFORM_VARIABLES
             }
-        if config.job.name is None and isinstance(metadata, dict) and "name" in metadata and "metadata" in document:
-            document = deep_merge(document, {"metadata": {"name": metadata["name"]}})
         merged: dict[str, Any] = deep_merge(existing, document)
         return merged
 

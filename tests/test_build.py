@@ -231,3 +231,14 @@ def test_into_counts_what_the_existing_body_has(cli, write, tmp_path):
     assert result.code == 2 and "no algorithm source" in result.err
     assert bare.read_text() == '{"kind": "job", "metadata": {"name": "x"}}'
     assert cli("build", path, "--into", bare, "--only", "annotations").code == 0
+
+
+def test_into_keeps_the_bodys_node_count_unless_the_file_states_one(cli, write, tmp_path):
+    body = tmp_path / "job.json"
+    body.write_text('{"kind": "job", "metadata": {"name": "x"}, "algorithm": {"id": "a"}, "spec": {"resource": {"pool_id": "p", "node_count": 4}}}')
+    preset_only = write("a.yaml", "version: 1\nscenario: multi-node\n")  # the preset's 2 nodes must not shrink the job
+    assert cli("build", preset_only, "--into", body, "-o", tmp_path / "out.json").code == 0
+    assert json.loads((tmp_path / "out.json").read_text())["spec"]["resource"]["node_count"] == 4
+    stated = write("b.yaml", "version: 1\nscenario: multi-node\njob: {nodes: 8}\n")
+    assert cli("build", stated, "--into", body, "-o", tmp_path / "out.json").code == 0
+    assert json.loads((tmp_path / "out.json").read_text())["spec"]["resource"]["node_count"] == 8
