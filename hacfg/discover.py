@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.settings import Settings
-from hacfg.source import Document, InputError, load
+from hacfg.source import MAX_BYTES, Document, InputError, load
 
 SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
 CONTENT_SUFFIXES = (".json", ".yaml", ".yml")
@@ -160,7 +160,7 @@ def wanted(path: Path, settings: Settings) -> bool:
 def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str]) -> Found | None:
     """``path`` as a file to lint, or None when it is not a scenario file or request body."""
     by_name = wanted(path, settings)
-    if not (by_name or named or path.suffix in CONTENT_SUFFIXES):
+    if not (by_name or named or path.suffix in CONTENT_SUFFIXES and _may_be_ours(path)):
         return None
     try:
         document = load(path)
@@ -175,6 +175,16 @@ def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str]) ->
             return None
         return Found(path, document)
     return Found(path, document) if is_request_body(document.data) or is_scenario(document.data) else None
+
+
+def _may_be_ours(path: Path) -> bool:
+    """A scenario file names its scenario and a body has metadata: a data file with neither is not parsed."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(MAX_BYTES)
+    except OSError:
+        return False
+    return b"scenario" in head or b"metadata" in head
 
 
 def _bases(chosen: dict[object, Found]) -> set[object]:
