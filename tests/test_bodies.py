@@ -17,13 +17,6 @@ def test_the_bodies_are_there():
     assert len(BODIES) == 4
 
 
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def test_a_folder_of_them_is_found_and_read_as_bodies(cli, project):
     (project / "deploy").mkdir()
     for body in BODIES:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
 
 from conftest import REPO
 
@@ -29,13 +28,6 @@ spec:
 """
 PACKAGE_JSON = '{"name": "web", "version": "1.0.0", "scripts": {"test": "jest"}, "dependencies": {"react": "^18.0.0"}}\n'
 SCENARIO = "version: 1\nscenario: single-node\nhang: {timeout: 5m}\n"  # HA016: one warning per file
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def put(root, files: dict[str, str]) -> None:

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
 from conftest import REPO, run_hacfg
 
@@ -24,14 +23,6 @@ BAD_BODY = """{
   "spec": {"resource": {"node_count": 1}}
 }
 """
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    """An empty project folder as the working directory (so no outer pyproject applies)."""
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def test_text_output_and_exit_1(cli, project):

@@ -37,47 +37,46 @@ def commands(section: str) -> list[list[str]]:
 
 
 @pytest.fixture
-def project(tmp_path):
+def readme_project(project):
     """What the README's commands expect to find: the README's scenario file, a request body, a folder of bodies."""
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    (tmp_path / "ha.yaml").write_text(SCENARIO)
-    (tmp_path / "job.json").write_text(BAD_BODY)
-    (tmp_path / "deploy").mkdir()
-    shutil.copy(REPO / "tests/data/bodies/custom-image-retry.json", tmp_path / "deploy/train.json")
-    return tmp_path
+    (project / "ha.yaml").write_text(SCENARIO)
+    (project / "job.json").write_text(BAD_BODY)
+    (project / "deploy").mkdir()
+    shutil.copy(REPO / "tests/data/bodies/custom-image-retry.json", project / "deploy/train.json")
+    return project
 
 
-def test_the_scenario_file_lints_clean_and_builds(project):
-    assert run_hacfg("lint", "ha.yaml", cwd=project).code == 0
-    built = run_hacfg("build", "ha.yaml", cwd=project)
+def test_the_scenario_file_lints_clean_and_builds(readme_project):
+    assert run_hacfg("lint", "ha.yaml", cwd=readme_project).code == 0
+    built = run_hacfg("build", "ha.yaml", cwd=readme_project)
     assert built.code == 0, built.err
 
 
-def test_the_quick_start_builds(project):
+def test_the_quick_start_builds(readme_project):
     [build] = [c for c in commands("Quick start") if c[0] == "build"]
     result = run_hacfg(*build, cwd=REPO)
     assert result.code == 0, result.err
 
 
 @pytest.mark.parametrize("section", ["Building", "Adopting hacfg for an existing job", "Beyond ModelArts: Volcano on any Kubernetes", "Linting"])
-def test_every_command_runs_as_written(project, section):
+def test_every_command_runs_as_written(readme_project, section):
     found = commands(section)
     assert found, f"no hacfg commands in README section {section!r}"
     for args in found:
-        result = run_hacfg(*args, cwd=project)
+        result = run_hacfg(*args, cwd=readme_project)
         allowed = (0, 1) if args[0] == "lint" else (0,)  # lint exits 1 on the findings the README shows
         assert result.code in allowed, f"hacfg {' '.join(args)}: {result.err}"
         assert "internal error" not in result.err
 
 
-def test_the_lint_output_shown_is_what_lint_prints(project):
+def test_the_lint_output_shown_is_what_lint_prints(readme_project):
     shown = [b for b in BLOCK.findall(SECTIONS["Linting"]) if b[0] == ""][0][1]
-    printed = run_hacfg("lint", "job.json", cwd=project).out
+    printed = run_hacfg("lint", "job.json", cwd=readme_project).out
     assert printed.startswith(shown)
 
 
-def test_the_settings_shown_are_accepted(project):
+def test_the_settings_shown_are_accepted(readme_project):
     [settings] = blocks("Linting", "toml")
-    (project / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n" + settings)
-    result = run_hacfg("lint", "-f", "json", "job.json", cwd=project)
+    (readme_project / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n" + settings)
+    result = run_hacfg("lint", "-f", "json", "job.json", cwd=readme_project)
     assert result.code in (0, 1) and result.err == ""
