@@ -77,7 +77,7 @@ def _unstated_removed(document: dict[str, Any], built: Build, loaded: Loaded, ex
             continue
         parent = lookup(document, output[:-1]) if output[:-1] else document
         if isinstance(parent, dict):
-            parent.pop(output[-1], None)
+            parent.pop(str(output[-1]), None)
     return document
 
 

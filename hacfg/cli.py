@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
 
 import typer
 from typer.core import TyperArgument, TyperCommand
@@ -26,14 +27,17 @@ EXIT_INPUT = 2
 EXIT_INTERNAL = 3
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
 class _Command(TyperCommand):
     """Help that names arguments by what they hold (FILE, PATH...), not by Python type (``<list[Path]>``)."""
 
-    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:  # click's Context
         arguments = [_argument_name(p, usage=True) for p in self.get_params(ctx) if isinstance(p, TyperArgument)]
         return [self.options_metavar or "", *arguments]
 
-    def format_options(self, ctx: typer.Context, formatter: Any) -> None:  # click's HelpFormatter
+    def format_options(self, ctx: Any, formatter: Any) -> None:  # click's Context and HelpFormatter
         params = [(p, p.get_help_record(ctx)) for p in self.get_params(ctx)]
         arguments = [(_argument_name(p), r[1]) for p, r in params if r and isinstance(p, TyperArgument)]
         options = [record for p, record in params if record and not isinstance(p, TyperArgument)]
@@ -50,8 +54,9 @@ def _argument_name(param: Any, *, usage: bool = False) -> str:
 
 
 class _App(typer.Typer):
-    def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Any:
-        return super().command(*args, cls=cls or _Command, **kwargs)
+    def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Callable[[_F], _F]:
+        decorator: Callable[[_F], _F] = super().command(*args, cls=cls or _Command, **kwargs)
+        return decorator
 
 
 app = _App(

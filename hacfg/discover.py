@@ -160,7 +160,7 @@ def wanted(path: Path, settings: Settings) -> bool:
 def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str]) -> Found | None:
     """``path`` as a file to lint, or None when it is not a scenario file or request body."""
     by_name = wanted(path, settings)
-    if not (by_name or named or path.suffix in CONTENT_SUFFIXES and _may_be_ours(path)):
+    if not (by_name or named or (path.suffix in CONTENT_SUFFIXES and _may_be_ours(path))):
         return None
     try:
         document = load(path)

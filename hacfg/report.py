@@ -214,7 +214,7 @@ class _Utf16Columns:
         except (OSError, InputError):
             return []
         starts = line_starts(text)
-        return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)])]
+        return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
 
 
 def explain(source: RuleSource) -> str:

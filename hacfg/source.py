@@ -208,7 +208,9 @@ def _yaml_message(err: yaml.MarkedYAMLError, at: str) -> str:
     if problem.startswith("found character that cannot start any token") and at == "\t":
         return "a tab in indentation: YAML indents with spaces only"
     if problem.startswith("mapping values are not allowed"):
-        return "unexpected ':': this line is indented deeper than the key above it, or a value holds ': ' and needs quotes"
+        return (
+            "unexpected ':': this line is indented deeper than the key above it, or a value holds ': ' and needs quotes"
+        )
     if problem == "did not find expected key" and err.context == "while parsing a block mapping":
         return "bad indentation: this line does not line up with the keys above it"
     return ", ".join(part for part in (err.context, err.problem) if part) or "invalid YAML"

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 
-
 from conftest import REPO, run_hacfg
 
 BAD_BODY = """{

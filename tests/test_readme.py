@@ -8,9 +8,9 @@ import shlex
 import shutil
 
 import pytest
+from test_lint_cli import BAD_BODY
 
 from conftest import REPO, run_hacfg
-from test_lint_cli import BAD_BODY
 
 README = (REPO / "README.md").read_text()
 SECTIONS = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", README, re.DOTALL | re.MULTILINE))
@@ -70,7 +70,7 @@ def test_every_command_runs_as_written(readme_project, section):
 
 
 def test_the_lint_output_shown_is_what_lint_prints(readme_project):
-    shown = [b for b in BLOCK.findall(SECTIONS["Linting"]) if b[0] == ""][0][1]
+    shown = next(body for lang, body in BLOCK.findall(SECTIONS["Linting"]) if lang == "")
     printed = run_hacfg("lint", "job.json", cwd=readme_project).out
     assert printed.startswith(shown)
 

@@ -74,7 +74,7 @@ def test_a_file_outside_the_repository_gets_an_absolute_file_uri(repo, tmp_path)
 def test_columns_count_utf16_code_units(repo):
     document = sarif(BODY, cwd=repo)
     assert document["runs"][0]["columnKind"] == "utf16CodeUnits"
-    [(rule, _, region)] = [r for r in next(iter(locations(document).values())) if r[0] == "HA007"]
+    [(_, _, region)] = [r for r in next(iter(locations(document).values())) if r[0] == "HA007"]
     characters = ONE_LINE_BODY.index(": 3}") + 3  # the 1-based column of the 3, counting characters
     assert region["startColumn"] == characters + 2  # each emoji is two UTF-16 code units
     assert region["endColumn"] == region["startColumn"] + 1
