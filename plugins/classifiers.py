@@ -46,13 +46,9 @@ def hacfg_classify_failure(failure: Failure) -> Classification | None:
     for line in reversed(failure.tail):  # the last telling line: what happened closest to the end
         if match := CHILD_SIGNAL.search(line):
             number = int(match.group(1) or match.group(3))
-            return Classification(
-                "environment", f"{failure.describe()}: a worker under torchrun was killed by signal {number}"
-            )
+            return Classification("environment", f"{failure.describe()}: a worker under torchrun was killed by signal {number}")
         if match := PEER_PATTERNS.search(line):
-            return Classification(
-                "environment", f"{failure.describe()} after {match.group(0)!r}: another rank failed first", peer=True
-            )
+            return Classification("environment", f"{failure.describe()} after {match.group(0)!r}: another rank failed first", peer=True)
         if match := ENVIRONMENT_PATTERNS.search(line):
             return Classification("environment", f"{failure.describe()} after {match.group(0)!r} in the output")
     if any(TRACEBACK.match(line) for line in failure.tail):

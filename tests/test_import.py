@@ -15,9 +15,7 @@ from hacfg.plugins.modelarts import ModelArts
 from hacfg.registry import presets
 from hacfg.source import load, parse
 
-FIXTURE_BODIES = sorted(
-    path for path in (REPO / "tests" / "rules").rglob("*.yaml") if "\nkind: job" in "\n" + path.read_text()
-)
+FIXTURE_BODIES = sorted(path for path in (REPO / "tests" / "rules").rglob("*.yaml") if "\nkind: job" in "\n" + path.read_text())
 
 
 def test_the_fixture_bodies_are_found():
@@ -35,9 +33,8 @@ def rebuilt(body_path, tmp_path):
 @pytest.mark.parametrize("preset", ["single-node", "multi-node", "llm-long-term"])
 def test_presets_round_trip_whole_bodies(cli, tmp_path, preset):
     scenario = tmp_path / "scenario.yaml"
-    scenario.write_text(
-        f"version: 1\nscenario: {preset}\njob: {{image: org/train:1.0, command: bash run.sh, pool: pool-1}}\n"
-    )
+    job = "{image: org/train:1.0, command: bash run.sh, pool: pool-1}"
+    scenario.write_text(f"version: 1\nscenario: {preset}\njob: {job}\n")
     body = tmp_path / "job.json"
     body.write_text(cli("build", scenario).out)
     imported = tmp_path / "ha.yaml"
@@ -57,26 +54,12 @@ def test_fixture_bodies_keep_their_annotations_and_environment(tmp_path, body):
 def test_everything_else_survives_in_passthrough(cli, tmp_path):
     body = {
         "kind": "job",
-        "metadata": {
-            "name": "legacy-job",
-            "description": "kept",
-            "annotations": {
-                "fault-tolerance/job-retry-num": "4",
-                "fault-tolerance/hang-retry": "false",
-                "jupyter-lab/enable": "true",
-            },
-        },
-        "algorithm": {
-            "code_dir": "obs://b/code/",
-            "boot_file": "obs://b/code/train.py",
-            "parameters": [{"name": "lr", "value": "0.1"}],
-            "environments": {"MA_HANG_DETECT_TIME": "30", "MA_DETECT_TRAIN_INJECT_CODE": "0", "A": "1"},
-        },
-        "spec": {
-            "resource": {"flavor_id": "modelarts.pool.visual.xlarge", "node_count": 2, "pool_id": "pool-1"},
-            "log_export_path": {"obs_url": "/bucket/logs/"},
-            "volumes": [{"obs": {"obs_path": "obs://b/ckpt", "local_path": "/ckpt"}}],
-        },
+        "metadata": {"name": "legacy-job", "description": "kept", "annotations": {
+            "fault-tolerance/job-retry-num": "4", "fault-tolerance/hang-retry": "false", "jupyter-lab/enable": "true"}},
+        "algorithm": {"code_dir": "obs://b/code/", "boot_file": "obs://b/code/train.py", "parameters": [{"name": "lr", "value": "0.1"}],
+                      "environments": {"MA_HANG_DETECT_TIME": "30", "MA_DETECT_TRAIN_INJECT_CODE": "0", "A": "1"}},
+        "spec": {"resource": {"flavor_id": "modelarts.pool.visual.xlarge", "node_count": 2, "pool_id": "pool-1"},
+                 "log_export_path": {"obs_url": "/bucket/logs/"}, "volumes": [{"obs": {"obs_path": "obs://b/ckpt", "local_path": "/ckpt"}}]},
     }
     source = tmp_path / "job.json"
     source.write_text(json.dumps(body))
@@ -91,9 +74,7 @@ def test_everything_else_survives_in_passthrough(cli, tmp_path):
 
 def test_non_string_values_are_read_as_fix_would_write_them(cli, tmp_path):
     source = tmp_path / "job.json"
-    source.write_text(
-        '{"kind": "job", "metadata": {"name": "n", "annotations": {"fault-tolerance/job-retry-num": 3, "fault-tolerance/hang-retry": true}}}'
-    )
+    source.write_text('{"kind": "job", "metadata": {"name": "n", "annotations": {"fault-tolerance/job-retry-num": 3, "fault-tolerance/hang-retry": true}}}')
     result = cli("import", source)
     assert "restart" in result.out and "on_hang: true" in result.out
     assert "metadata.annotations.\"fault-tolerance/job-retry-num\": 3 is not a string; read as '3'" in result.err

@@ -13,20 +13,15 @@ def test_wheel_installs_and_builds_from_another_directory(wheel_venv, tmp_path):
     assert preset.returncode == 0, preset.stderr
     assert json.loads(preset.stdout)["metadata"]["annotations"]["fault-tolerance/pod-retry-num"] == "3"
 
-    (tmp_path / "ha.yaml").write_text(
-        "version: 1\nscenario: multi-node\njob: {name: elsewhere, image: org/train:1.0, command: bash run.sh, pool: pool-1}\n"
-    )
+    job = "{name: elsewhere, image: org/train:1.0, command: bash run.sh, pool: pool-1}"
+    (tmp_path / "ha.yaml").write_text(f"version: 1\nscenario: multi-node\njob: {job}\n")
     built = wheel_venv.run(hacfg, "build", "ha.yaml", cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     assert json.loads(built.stdout)["metadata"]["name"] == "elsewhere"
     assert wheel_venv.run(hacfg, "lint", "ha.yaml", cwd=tmp_path).returncode == 0
     imported = wheel_venv.run(wheel_venv.python, "-c", "import hacfg.build; print(hacfg.build.__file__)", cwd=tmp_path)
     assert "site-packages" in imported.stdout
-    typed = wheel_venv.run(
-        wheel_venv.python,
-        "-c",
-        "import hacfg.plugin, pathlib; print((pathlib.Path(hacfg.plugin.__file__).parent / 'py.typed').is_file())",
-    )
+    typed = wheel_venv.run(wheel_venv.python, "-c", "import hacfg.plugin, pathlib; print((pathlib.Path(hacfg.plugin.__file__).parent / 'py.typed').is_file())")
     assert typed.stdout == "True\n", typed.stderr  # type checkers read plugins against hacfg.plugin
 
 
@@ -45,26 +40,15 @@ def test_third_party_plugin_package_is_picked_up_with_no_change_to_hacfg(wheel_v
 
     config = tmp_path / "ha.yaml"
     config.write_text("version: 1\nscenario: single-node\njob: {accelerator: npu}\n")
-    env = {
-        "HACFG_PRECHECK_NPU_DEVICES": str(tmp_path / "davinci[0-9]*"),
-        "HACFG_PRECHECK_ROOT_MIN": "1K",
-        "HACFG_PRECHECK_SHM_MIN": "1K",
-        "VC_WORKER_HOSTS": "localhost",
-    }
-    agent = wheel_venv.run(
-        hacfg, "agent", "--config", config, "--state-dir", tmp_path / "state", "--", "true", cwd=tmp_path, env=env
-    )
+    env = {"HACFG_PRECHECK_NPU_DEVICES": str(tmp_path / "davinci[0-9]*"), "HACFG_PRECHECK_ROOT_MIN": "1K", "HACFG_PRECHECK_SHM_MIN": "1K", "VC_WORKER_HOSTS": "localhost"}
+    agent = wheel_venv.run(hacfg, "agent", "--config", config, "--state-dir", tmp_path / "state", "--", "true", cwd=tmp_path, env=env)
     assert agent.returncode == 138  # no NPU here: the plugin's pre-check stops the job before it starts
     assert "[hacfg] item=npu-check status=failed value=0 need=>=1" in agent.stderr
     (tmp_path / "davinci0").touch()
-    agent = wheel_venv.run(
-        hacfg, "agent", "--config", config, "--state-dir", tmp_path / "state2", "--", "true", cwd=tmp_path, env=env
-    )
+    agent = wheel_venv.run(hacfg, "agent", "--config", config, "--state-dir", tmp_path / "state2", "--", "true", cwd=tmp_path, env=env)
     assert agent.returncode == 0, agent.stderr
     assert "item=npu-check status=passed" in agent.stderr
 
-    own_tests = wheel_venv.run(
-        wheel_venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", plugin / "tests", cwd=tmp_path
-    )
+    own_tests = wheel_venv.run(wheel_venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", plugin / "tests", cwd=tmp_path)
     assert own_tests.returncode == 0, own_tests.stdout + own_tests.stderr
     assert "5 passed" in own_tests.stdout

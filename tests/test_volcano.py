@@ -38,16 +38,7 @@ def test_shape_follows_the_scenario(cli):
     assert (task["name"], task["replicas"]) == ("worker", 4)
     pod = task["template"]["spec"]
     [container] = pod["containers"]
-    assert container["command"] == [
-        "hacfg",
-        "agent",
-        "--config",
-        "/etc/hacfg/ha.yaml",
-        "--",
-        "/bin/sh",
-        "-c",
-        "bash run.sh",
-    ]
+    assert container["command"] == ["hacfg", "agent", "--config", "/etc/hacfg/ha.yaml", "--", "/bin/sh", "-c", "bash run.sh"]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": 8}}  # an 8xlarge flavor has 8 cards
     assert container["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
     assert pod["volumes"] == [{"name": "hacfg-config", "configMap": {"name": config_map["metadata"]["name"]}}]
@@ -59,18 +50,12 @@ def test_the_pod_gets_the_same_intent_without_the_preset(cli, tmp_path):
     config_map, _, _ = build(cli, REPO / "examples/llama-pretrain/ha.yaml")
     delivered = tmp_path / "ha.yaml"
     delivered.write_text(config_map["data"]["ha.yaml"])
-    assert (
-        load_config(delivered, presets()).config
-        == load_config(REPO / "examples/llama-pretrain/ha.yaml", presets()).config
-    )
+    assert load_config(delivered, presets()).config == load_config(REPO / "examples/llama-pretrain/ha.yaml", presets()).config
 
 
 @pytest.mark.parametrize(("pod_reschedules", "action"), [(2, "RestartPod"), (0, "RestartJob")])
 def test_exit_138_restarts_the_pod_or_the_job(cli, write, pod_reschedules, action):
-    path = write(
-        "ha.yaml",
-        f"version: 1\nscenario: multi-node\njob: {{name: t, image: img, command: python train.py}}\nrestart: {{max: 4, pod_reschedules: {pod_reschedules}}}\n",
-    )
+    path = write("ha.yaml", f"version: 1\nscenario: multi-node\njob: {{name: t, image: img, command: python train.py}}\nrestart: {{max: 4, pod_reschedules: {pod_reschedules}}}\n")
     _, job, _ = build(cli, path)
     assert job["spec"]["policies"] == [
         {"exitCode": 138, "action": action},
@@ -81,10 +66,7 @@ def test_exit_138_restarts_the_pod_or_the_job(cli, write, pod_reschedules, actio
 
 
 def test_kubernetes_names_and_missing_pieces_are_reported(cli, write):
-    path = write(
-        "ha.yaml",
-        "version: 1\nscenario: single-node\njob: {name: My_Job, accelerator: npu, flavor: custom, command: python train.py}\n",
-    )
+    path = write("ha.yaml", "version: 1\nscenario: single-node\njob: {name: My_Job, accelerator: npu, flavor: custom, command: python train.py}\n")
     config_map, job, result = build(cli, path)
     assert job["metadata"]["name"] == "my-job" and config_map["metadata"]["name"] == "my-job-hacfg"
     assert "job.image is not set" in result.err
