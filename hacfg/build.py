@@ -7,13 +7,14 @@ with errors pointed back at the scenario file, merging into an existing document
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from hacfg.config import ConfigInvalid, Loaded, Presets, load_config
-from hacfg.source import Document, InputError, did_you_mean, dotted, load
+from hacfg.source import Document, InputError, LogicalPath, did_you_mean, dotted, load, lookup
 from hacfg.target import Build, Target
 
 
@@ -53,11 +54,36 @@ def compile_config(
     if into is not None:
         if not isinstance(into.data, dict):
             raise InputError("--into expects a request body, a mapping", into.span(()))
-        document = target.merge_into(into.data, target.part(document, only) if only else document, loaded.config)
+        own = _unstated_removed(target.part(document, only) if only else document, built, loaded, into.data)
+        document = target.merge_into(into.data, own, loaded.config)
     _validate(document, target, built, loaded, into)
+    missing = target.missing(loaded.config, document) if only is None else []
+    if missing:
+        hint = f" (--only {target.parts[0]} builds just that part)" if target.parts else ""
+        raise InputError(
+            f"the {target.name} job is incomplete: {'; '.join(missing)}{hint}", loaded.document.span(("job",))
+        )
     if only is not None and into is None:
         document = target.part(document, only)
     return target.serialize(document), built.notes
+
+
+def _unstated_removed(document: dict[str, Any], built: Build, loaded: Loaded, existing: Any) -> dict[str, Any]:
+    """``document`` without the job values the scenario file does not state itself (a preset's node count,
+    a default name) where the existing body has its own: merging must not override the body with them."""
+    document = copy.deepcopy(document)
+    for output, origin in built.origins.items():
+        if origin[0] != "job" or stated(loaded, origin) or lookup(existing, output) is None:
+            continue
+        parent = lookup(document, output[:-1]) if output[:-1] else document
+        if isinstance(parent, dict):
+            parent.pop(str(output[-1]), None)
+    return document
+
+
+def stated(loaded: Loaded, path: LogicalPath) -> bool:
+    """Whether the user's own file gives ``path``, rather than a preset or a default."""
+    return path in loaded.document.values and loaded.document.values[path].file == loaded.document.path
 
 
 def _validate(document: dict[str, Any], target: Target, built: Build, loaded: Loaded, into: Document | None) -> None:

@@ -8,26 +8,61 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
 
 import typer
+from typer.core import TyperArgument, TyperCommand
 
 from hacfg.names import Platform, Scenario, Severity
 
 if TYPE_CHECKING:
     from hacfg.agent.policy import Policy
+    from hacfg.lint import Report
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_INPUT = 2
 EXIT_INTERNAL = 3
 
-app = typer.Typer(
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class _Command(TyperCommand):
+    """Help that names arguments by what they hold (FILE, PATH...), not by Python type (``<list[Path]>``)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:  # click's Context
+        arguments = [_argument_name(p, usage=True) for p in self.get_params(ctx) if isinstance(p, TyperArgument)]
+        return [self.options_metavar or "", *arguments]
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:  # click's Context and HelpFormatter
+        params = [(p, p.get_help_record(ctx)) for p in self.get_params(ctx)]
+        arguments = [(_argument_name(p), r[1]) for p, r in params if r and isinstance(p, TyperArgument)]
+        options = [record for p, record in params if record and not isinstance(p, TyperArgument)]
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def _argument_name(param: Any, *, usage: bool = False) -> str:
+    name = param.metavar or (param.name or "").upper()
+    name += "..." if param.nargs != 1 and not name.endswith("...") else ""
+    return f"[{name}]" if usage and not param.required else name
+
+
+class _App(typer.Typer):
+    def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Callable[[_F], _F]:
+        decorator: Callable[[_F], _F] = super().command(*args, cls=cls or _Command, **kwargs)
+        return decorator
+
+
+app = _App(
     name="hacfg",
     help="Fault tolerance for ML training jobs: build, lint and supervise from one ha.yaml.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -82,11 +117,15 @@ def _write(text: str, output: Optional[Path]) -> None:
 @app.command()
 def build(
     file: str = typer.Argument(..., help="A scenario file, or the name of a preset."),
-    target: str = typer.Option("modelarts", "--target", "-t", help="Compile target (see `hacfg plugins`)."),
+    target: str = typer.Option(
+        "modelarts", "--target", "-t", metavar="NAME", help="Compile target (see `hacfg plugins`)."
+    ),
     platform: Optional[Platform] = typer.Option(
         None, "--platform", help="Override the file's platform (limits differ)."
     ),
-    only: Optional[str] = typer.Option(None, "--only", help="Print one part of the output, e.g. 'annotations'."),
+    only: Optional[str] = typer.Option(
+        None, "--only", metavar="PART", help="Print one part of the output, e.g. 'annotations'."
+    ),
     into: Optional[Path] = typer.Option(
         None, "--into", readable=False, help="Merge into this existing request body (in place unless -o)."
     ),
@@ -164,10 +203,22 @@ def plugins_command() -> None:
     _write(plugin_manager.get().listing(), None)
 
 
+def _report_discovery(result: Report) -> Report:
+    """Say which named files were skipped, and, as ruff does, warn (exit 0) when nothing was found."""
+    for note in result.notes:
+        _note(note)
+    if result.files == 0:
+        typer.echo(
+            "hacfg: warning: no files found: no scenario files or ModelArts request bodies under the given paths",
+            err=True,
+        )
+    return result
+
+
 @app.command("lint")
 def lint_command(
     paths: list[Path] = typer.Argument(
-        None, readable=False, help="Files and directories (default: the current directory)."
+        None, readable=False, metavar="PATH", help="Files and directories (default: the current directory)."
     ),
     fmt: Optional[Format] = typer.Option(
         None, "--format", "-f", help="text (default; github under GitHub Actions), json, sarif, github."
@@ -178,12 +229,21 @@ def lint_command(
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even with findings."),
     platform: Optional[Platform] = typer.Option(None, "--platform", help="Platform limits to check against."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report here instead of stdout."),
+    respect_gitignore: bool = typer.Option(
+        True, "--respect-gitignore/--no-respect-gitignore", help="Skip files that .gitignore ignores."
+    ),
+    force_exclude: bool = typer.Option(
+        False, "--force-exclude", help="Choose named files as in a directory walk (for pre-commit)."
+    ),
 ) -> None:
     """Check scenario files and ModelArts request bodies for risky fault-tolerance settings."""
     from hacfg import lint, report
 
     settings, rules = lint.configured()
-    result = lint.lint_paths(paths or [], settings, platform=platform)
+    found = lint.lint_paths(
+        paths or [], settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+    )
+    result = _report_discovery(found)
     chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     _write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output)
     if not exit_zero and result.fails(fail_on or settings.fail_on):
@@ -193,18 +253,27 @@ def lint_command(
 @app.command("fix")
 def fix_command(
     paths: list[Path] = typer.Argument(
-        None, readable=False, help="Files and directories (default: the current directory)."
+        None, readable=False, metavar="PATH", help="Files and directories (default: the current directory)."
     ),
     show_diff: bool = typer.Option(
         False, "--diff", help="Print the changes as a unified diff instead of writing them."
     ),
     platform: Optional[Platform] = typer.Option(None, "--platform"),
+    respect_gitignore: bool = typer.Option(
+        True, "--respect-gitignore/--no-respect-gitignore", help="Skip files that .gitignore ignores."
+    ),
+    force_exclude: bool = typer.Option(
+        False, "--force-exclude", help="Choose named files as in a directory walk (for pre-commit)."
+    ),
 ) -> None:
     """Apply the safe automatic fixes in place, keeping everything else byte for byte."""
     from hacfg import fix, lint
 
     settings, _ = lint.configured()
-    changed = fix.fixes(lint.lint_paths(paths or [], settings, platform=platform))
+    found = lint.lint_paths(
+        paths or [], settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+    )
+    changed = fix.fixes(_report_discovery(found))
     for file in changed:
         if show_diff:
             _write(file.diff(), None)
@@ -228,7 +297,7 @@ def rules_command(
 
 
 @app.command("explain")
-def explain_command(rule_id: str = typer.Argument(..., help="A rule ID, such as HA007.")) -> None:
+def explain_command(rule_id: str = typer.Argument(..., metavar="ID", help="A rule ID, such as HA007.")) -> None:
     """Print a rule's documentation: what it does, why it matters, an example, the fix."""
     from hacfg import lint, report
 
@@ -268,27 +337,35 @@ def agent_command(
     events: Optional[Path] = typer.Option(
         None, "--events", help="The JSON-lines event log (default: STATE_DIR/events.jsonl)."
     ),
-    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", min=0, help="Overrides restart.max."),
+    max_restarts: Optional[int] = typer.Option(
+        None, "--max-restarts", min=0, metavar="N", help="Overrides restart.max."
+    ),
     unconditional: Optional[bool] = typer.Option(
         None, "--unconditional/--no-unconditional", help="Overrides restart.unconditional."
     ),
     hang_retry: Optional[bool] = typer.Option(None, "--hang-retry/--no-hang-retry", help="Overrides restart.on_hang."),
     hang_timeout: Optional[str] = typer.Option(
-        None, "--hang-timeout", help="Overrides hang.timeout (and turns detection on), e.g. 30m."
+        None, "--hang-timeout", metavar="DURATION", help="Overrides hang.timeout (and turns detection on), e.g. 30m."
     ),
     initial_hang_timeout: Optional[str] = typer.Option(
-        None, "--initial-hang-timeout", help="Until the first output or heartbeat (default 2x)."
+        None, "--initial-hang-timeout", metavar="DURATION", help="Until the first output or heartbeat (default 2x)."
     ),
-    checkpoint_path: Optional[str] = typer.Option(None, "--checkpoint-path", help="Overrides checkpoint.path."),
+    checkpoint_path: Optional[str] = typer.Option(
+        None, "--checkpoint-path", metavar="PATH", help="Overrides checkpoint.path."
+    ),
     no_precheck: bool = typer.Option(False, "--no-precheck", help="Skip the environment pre-checks."),
     grace: Optional[float] = typer.Option(
-        None, "--grace", min=0, help="Seconds between SIGTERM and SIGKILL (default 30)."
+        None, "--grace", min=0, metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL (default 30)."
     ),
     nnodes: Optional[int] = typer.Option(
-        None, "--nnodes", min=1, help="Nodes in the job (default: job.nodes, VC_WORKER_NUM or MA_NUM_HOSTS)."
+        None,
+        "--nnodes",
+        min=1,
+        metavar="N",
+        help="Nodes in the job (default: job.nodes, VC_WORKER_NUM or MA_NUM_HOSTS).",
     ),
     node_rank: Optional[int] = typer.Option(
-        None, "--node-rank", min=0, help="This node's rank (default: NODE_RANK or VC_TASK_INDEX)."
+        None, "--node-rank", min=0, metavar="RANK", help="This node's rank (default: NODE_RANK or VC_TASK_INDEX)."
     ),
     rdzv_endpoint: Optional[str] = typer.Option(
         None,
@@ -296,7 +373,9 @@ def agent_command(
         metavar="HOST:PORT",
         help="Node 0's agent store (default: MASTER_ADDR or the first VC_WORKER_HOSTS, port 29400).",
     ),
-    rdzv_timeout: float = typer.Option(900, "--rdzv-timeout", min=1, help="Seconds to wait for every node to join."),
+    rdzv_timeout: float = typer.Option(
+        900, "--rdzv-timeout", min=1, metavar="SECONDS", help="Seconds to wait for every node to join."
+    ),
     standalone: bool = typer.Option(False, "--standalone", help="One node on its own, whatever the job's size."),
 ) -> None:
     """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events.

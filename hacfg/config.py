@@ -11,7 +11,7 @@ import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -204,17 +204,29 @@ def load_config(path: str | Path, presets: Presets, *, platform: str | None = No
 
 def validate(document: Document, *, platform: str | None = None) -> Loaded:
     data = document.data
+    if data is None:
+        raise ConfigInvalid(
+            [InputError("empty file: a scenario file needs at least 'version: 1' and 'scenario'", document.span(()))]
+        )
     if not isinstance(data, dict):
         raise ConfigInvalid(
             [InputError("a scenario file is a mapping of keys (version, scenario, job, ...)", document.span(()))]
         )
     if platform is not None:
         data = {**data, "platform": platform}
+    chosen = data.get("platform", "huaweicloud")  # a bad value is reported on its own line; limits need a name
     try:
-        config = HAConfig.model_validate(data, context={"platform": data.get("platform", "huaweicloud")})
+        config = HAConfig.model_validate(data, context={"platform": chosen if isinstance(chosen, str) else None})
     except ValidationError as err:
         raise ConfigInvalid(_errors(err, document)) from None
     return Loaded(config=config, document=document)
+
+
+def as_base(document: Document) -> Document:
+    """A file that others extend, checkable alone: the keys only a whole scenario needs are filled in."""
+    if not isinstance(document.data, dict):
+        return document
+    return replace(document, data={"version": 1, "scenario": "single-node", **document.data})
 
 
 def with_presets(document: Document, presets: Presets, chain: tuple[Path, ...] = ()) -> Document:
@@ -318,7 +330,11 @@ def _errors(err: ValidationError, document: Document) -> list[ConfigError]:
 
 
 def _message(item: ErrorDetails) -> str:
-    message = item["msg"].removeprefix("Value error, ")
+    if item["type"] == "value_error":
+        return item["msg"].removeprefix("Value error, ")  # hacfg's own words, which name the value
+    message = item["msg"]
+    if isinstance(item["input"], str | int | float | bool):
+        message += f" (got {item['input']!r})"
     if item["type"] == "literal_error":
         choices = re.findall(r"'([^']*)'", item["ctx"]["expected"])
         message += did_you_mean(item["input"], choices)

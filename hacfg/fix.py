@@ -1,11 +1,13 @@
 """Safe automatic fixes, applied as text edits at each finding's span.
 
 Editing the exact span keeps everything else in the file byte for byte (comments, key
-order, quoting, JSON or YAML layout), which a parse-and-dump round trip cannot promise.
+order, quoting, JSON or YAML layout, a UTF-8 byte order mark, CRLF line ends), which a
+parse-and-dump round trip cannot promise.
 """
 
 from __future__ import annotations
 
+import codecs
 import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -13,13 +15,12 @@ from pathlib import Path
 
 from hacfg.fsutil import atomic_write
 from hacfg.lint import Finding, Report
+from hacfg.source import decode, line_starts
 
 
 def apply(text: str, findings: Iterable[Finding]) -> str:
     """``text`` with every fixable finding's span replaced; overlapping edits keep the first."""
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
+    starts = line_starts(text)
 
     def offset(line: int, column: int) -> int:
         return starts[line - 1] + column - 1
@@ -44,15 +45,15 @@ def diff(path: str, before: str, after: str) -> str:
 
 @dataclass(frozen=True)
 class FileFix:
-    """One file's text before and after its fixes."""
+    """One file's bytes before and after its fixes."""
 
     path: str
-    before: str
-    after: str
+    before: bytes
+    after: bytes
     count: int  # fixable findings in the file
 
     def diff(self) -> str:
-        return diff(self.path, self.before, self.after)
+        return diff(self.path, self.before.decode("utf-8-sig"), self.after.decode("utf-8-sig"))
 
     def write(self) -> None:
         """Replace the file atomically, keeping its permissions."""
@@ -67,8 +68,10 @@ def fixes(report: Report) -> list[FileFix]:
             by_file.setdefault(finding.path, []).append(finding)
     changed = []
     for path, findings in sorted(by_file.items()):
-        before = Path(path).read_text(encoding="utf-8")
-        after = apply(before, findings)
+        before = Path(path).read_bytes()
+        bom = codecs.BOM_UTF8 if before.startswith(codecs.BOM_UTF8) else b""
+        # the spans were measured on the decoded text, which has no BOM: edit that, then put it back
+        after = bom + apply(decode(before, path), findings).encode("utf-8")
         if after != before:
             changed.append(FileFix(path, before, after, len(findings)))
     return changed

@@ -7,10 +7,8 @@ drop what suppression comments silence (HA099 for those that silence nothing).
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import inspect
-import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -19,15 +17,14 @@ from typing import Any
 
 from hacfg import plugin_manager
 from hacfg import registry as provided
-from hacfg.config import ConfigError, ConfigInvalid, validate, with_presets
+from hacfg.config import ConfigError, ConfigInvalid, as_base, validate, with_presets
+from hacfg.discover import discover, is_request_body
 from hacfg.names import SEVERITIES, Kind, Severity, at_least
 from hacfg.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
 from hacfg.settings import Settings, find_settings
 from hacfg.source import Document, InputError, LogicalPath, Span, dotted, load, parse
 
 BUILTIN_PREFIX = "HA"
-SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
-SKIPPED_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox"}
 
 
 def _engine_rule(rule_id: str, name: str, severity: Severity, help_text: str) -> Rule:
@@ -165,6 +162,7 @@ def _prefix_refusal(rule_id: str, distribution: str) -> str | None:
 class Report:
     findings: list[Finding] = field(default_factory=list)
     files: int = 0
+    notes: list[str] = field(default_factory=list)  # files named but skipped, and why
 
     def worst(self) -> Severity | None:
         active = [f.severity for f in self.findings if f.suppressed is None]
@@ -176,61 +174,38 @@ class Report:
         return worst is not None and at_least(worst, threshold)
 
 
-def lint_paths(paths: Iterable[str | Path], settings: Settings, *, platform: str | None = None) -> Report:
-    """Lint files and directories; a path that does not exist is an InputError (exit 2)."""
+def lint_paths(
+    paths: Iterable[str | Path],
+    settings: Settings,
+    *,
+    platform: str | None = None,
+    respect_gitignore: bool = True,
+    force_exclude: bool = False,
+) -> Report:
+    """Lint files and directories (chosen by :func:`hacfg.discover.discover`); a missing path is an InputError."""
     rules = registry()
-    report = Report()
-    for path in discover(paths, settings):
+    found = discover(paths, settings, respect_gitignore=respect_gitignore, force_exclude=force_exclude)
+    report = Report(notes=found.notes)
+    for file in found.files:
         report.files += 1
-        report.findings.extend(lint_file(path, settings, rules, platform=platform))
-    report.findings.extend(_plugin_failures())
+        report.findings.extend(
+            lint_file(file.path, settings, rules, platform=platform, document=file.document, base=file.base)
+        )
+    anchor = settings.source or (str(found.files[0].path) if found.files else None)
+    report.findings.extend(_plugin_failures(anchor))
     return report
 
 
-def _plugin_failures() -> Iterator[Finding]:
+def _plugin_failures(anchor: str | None) -> Iterator[Finding]:
+    """A plugin's failure belongs to no file; it is shown at the settings file (or the first file linted),
+    because code scanning takes only results with a location."""
     for failure in plugin_manager.drain():
-        yield Finding("HA000", "error", f"<plugin {failure.plugin}>", 1, 1, 1, 1, "", str(failure))
-
-
-def discover(paths: Iterable[str | Path], settings: Settings) -> list[Path]:
-    """Files named on the command line, and scenario files (or configured globs) under directories."""
-    found: dict[str, Path] = {}
-    for given in paths or ["."]:
-        path = Path(given)
-        if path.is_dir():
-            for file in _walk(path, settings):
-                found.setdefault(os.path.normpath(file), file)
-        elif path.exists() or path.is_symlink():
-            found.setdefault(os.path.normpath(path), path)
-        else:
-            raise InputError("no such file or directory", file=str(path))
-    return [found[key] for key in sorted(found)]
-
-
-def _walk(root: Path, settings: Settings) -> Iterator[Path]:
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith("."))
-        for name in sorted(files):
-            file = Path(folder) / name
-            if wanted(file, settings):
-                yield file
-
-
-def wanted(file: Path, settings: Settings) -> bool:
-    """Whether linting a directory includes this file: a scenario file's name, or a configured glob."""
-    return any(fnmatch.fnmatch(file.name, pattern) for pattern in SCENARIO_NAMES) or settings.included(file)
+        yield Finding("HA000", "error", anchor or f"<plugin {failure.plugin}>", 1, 1, 1, 1, "", str(failure))
 
 
 def kind_of(document: Document) -> Kind:
-    """A request body has top-level kind/metadata and no scenario keys; anything else is a scenario file."""
-    data = document.data
-    if (
-        isinstance(data, dict)
-        and ("kind" in data or "metadata" in data)
-        and not ("version" in data or "scenario" in data)
-    ):
-        return "job"
-    return "scenario"
+    """A ModelArts request body, or else a scenario file."""
+    return "job" if is_request_body(document.data) else "scenario"
 
 
 def lint_file(
@@ -240,18 +215,22 @@ def lint_file(
     *,
     platform: str | None = None,
     text: str | None = None,
+    document: Document | None = None,
+    base: bool = False,
 ) -> list[Finding]:
-    """``text``: the file as an editor holds it, unsaved, instead of what is on disk."""
+    """``text``: the file as an editor holds it, unsaved, instead of what is on disk; ``document``: the file
+    already read while discovering it; ``base``: a file others extend, checked for its own keys and values
+    (the risks are judged where it is extended)."""
     name = str(path)
     try:
-        own = load(path) if text is None else parse(text, name)
+        own = document or (load(path) if text is None else parse(text, name))
     except InputError as err:
         if err.span is None:  # could not read the file at all
             raise
         if "HA100" not in settings.enabled_rules(["HA100"], name):
             return []
         return [_finding("HA100", rules, err.span, (), err.message)]
-    linter = _FileLinter(own, settings, rules)
+    linter = _FileLinter(own, settings, rules, base=base)
     ctx = linter.context(platform)
     if ctx is not None:
         for rule_id, source in rules.items():
@@ -293,8 +272,9 @@ def _finding(
 class _FileLinter:
     """Findings for one file: positions, inheritance from presets, severities, suppressions."""
 
-    def __init__(self, own: Document, settings: Settings, rules: dict[str, RuleSource]):
+    def __init__(self, own: Document, settings: Settings, rules: dict[str, RuleSource], *, base: bool = False):
         self.own = own
+        self.base = base
         self.settings = settings
         self.rules = rules
         self.document = own
@@ -308,6 +288,9 @@ class _FileLinter:
         file_platform = self.own.data.get("platform") if isinstance(self.own.data, dict) else None
         chosen = platform or (file_platform if isinstance(file_platform, str) else None) or self.settings.platform
         try:
+            if self.base:
+                validate(as_base(self.own), platform=chosen)
+                return None
             self.document = with_presets(self.own, provided.presets())
             loaded = validate(self.document, platform=chosen)
         except ConfigInvalid as invalid:
@@ -355,7 +338,8 @@ class _FileLinter:
             reason = own_suppressions.match(finding)
             result.append(finding if reason is None else replace(finding, suppressed=reason))
         for line, column, message, severity in own_suppressions.leftovers(self.rules):
-            if "HA099" in self.enabled:
+            # a base's comments speak for the files extending it: one that silences nothing here is not stale
+            if "HA099" in self.enabled and not (self.base and severity == "info"):
                 span = Span(self.own.path, line, column, line, column)
                 result.append(_finding("HA099", self.rules, span, (), message, severity=severity))
         return sorted(result, key=lambda f: (f.line, f.column, f.rule))

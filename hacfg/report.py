@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from hacfg import __version__
 from hacfg.lint import Finding, Report, RuleSource
+from hacfg.source import InputError
 
 FORMATS = ("text", "json", "sarif", "github")
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -95,7 +97,13 @@ def _escape(value: str, *, data: bool = False) -> str:
 
 
 def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
-    """SARIF 2.1.0; suppressed findings are kept, marked as suppressed in source."""
+    """SARIF 2.1.0 as GitHub code scanning takes it; suppressed findings are kept, marked as suppressed in source.
+
+    Paths are percent-encoded URIs relative to ``%SRCROOT%`` (the repository's root, else the
+    current directory), whichever directory hacfg ran from; columns count UTF-16 code units.
+    """
+    root = _source_root([f.path for f in report.findings if not f.path.startswith("<")])
+    columns = _Utf16Columns()
     rule_ids = list(rules)
     results = []
     for f in report.findings:
@@ -106,8 +114,11 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
             "message": {"text": f.message},
         }
         if not f.path.startswith("<"):
-            region = {"startLine": f.line, "startColumn": f.column, "endLine": f.end_line, "endColumn": max(f.end_column, f.column)}
-            result["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": Path(f.path).as_posix()}, "region": region}}]
+            artifact = _artifact(f.path, root)
+            start, end = columns.of(f.path, f.line, f.column), columns.of(f.path, f.end_line, f.end_column)
+            region = {"startLine": f.line, "startColumn": start, "endLine": f.end_line, "endColumn": max(end, start)}
+            result["locations"] = [{"physicalLocation": {"artifactLocation": artifact, "region": region}}]
+            result["partialFingerprints"] = {"hacfgFinding/v1": _fingerprint(f, artifact["uri"])}
         if f.logical_path:
             result.setdefault("properties", {})["logicalPath"] = f.logical_path
         if f.suppressed is not None:
@@ -124,7 +135,7 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
                 "id": rule_id,
                 "name": source.rule.name,
                 "shortDescription": {"text": source.rule.summary},
-                "fullDescription": {"text": source.rule.help or source.rule.summary},
+                "fullDescription": {"text": _first_paragraph(source.rule.help) or source.rule.summary},
                 "help": {"text": source.rule.help or source.rule.summary, "markdown": source.rule.help or source.rule.summary},
                 "helpUri": f"{DOCS_URL}#{rule_id.lower()}",
                 "defaultConfiguration": {"level": _SARIF_LEVEL[source.rule.severity]},
@@ -133,8 +144,77 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
             for rule_id, source in rules.items()
         ],
     }
-    document = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [{"tool": {"driver": driver}, "results": results}]}
+    run = {
+        "tool": {"driver": driver},
+        "originalUriBaseIds": {SRCROOT: {"uri": root.as_uri() + "/"}},
+        "columnKind": "utf16CodeUnits",
+        "results": results,
+    }
+    document = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
     return json.dumps(document, indent=2) + "\n"
+
+
+SRCROOT = "%SRCROOT%"
+
+
+def _source_root(paths: list[str]) -> Path:
+    """The root of the repository hacfg runs in, or else of the first file linted, or else the current directory:
+    code scanning resolves paths from the repository's root."""
+    for start in (Path.cwd(), *(Path(os.path.abspath(p)).parent for p in paths[:1])):
+        root = next((folder for folder in (start, *start.parents) if (folder / ".git").exists()), None)
+        if root is not None:
+            return root
+    return Path.cwd()
+
+
+def _artifact(path: str, root: Path) -> dict[str, str]:
+    from urllib.parse import quote
+
+    absolute = Path(os.path.abspath(path))
+    try:
+        relative = absolute.relative_to(root)
+    except ValueError:  # outside the repository: an absolute file URI
+        return {"uri": absolute.as_uri()}
+    return {"uri": quote(relative.as_posix()), "uriBaseId": SRCROOT}
+
+
+def _fingerprint(finding: Finding, uri: str) -> str:
+    """Stable while lines move: the rule, the file and the key it is about (the line only for findings on no key)."""
+    import hashlib
+
+    where = finding.logical_path or f"line {finding.line}:{finding.column}"
+    return hashlib.sha256(f"{finding.rule}\0{uri}\0{where}".encode()).hexdigest()
+
+
+def _first_paragraph(help_text: str) -> str:
+    """The first paragraph after the summary line, as plain text: what the rule checks, briefly."""
+    paragraphs = [" ".join(p.split()) for p in help_text.strip().split("\n\n")[1:]]
+    return next((p for p in paragraphs if p and not p.startswith("#")), "")
+
+
+class _Utf16Columns:
+    """Character columns (as libyaml counts) to UTF-16 code units, the unit SARIF readers assume."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, list[str]] = {}
+
+    def of(self, path: str, line: int, column: int) -> int:
+        if path not in self.lines:
+            self.lines[path] = self._read(path)
+        lines = self.lines[path]
+        before = lines[line - 1][: column - 1] if 0 < line <= len(lines) else ""
+        return column + sum(ord(c) > 0xFFFF for c in before)  # a character beyond the BMP takes two units
+
+    @staticmethod
+    def _read(path: str) -> list[str]:
+        from hacfg.source import decode, line_starts
+
+        try:
+            text = decode(Path(path).read_bytes(), path)
+        except (OSError, InputError):
+            return []
+        starts = line_starts(text)
+        return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
 
 
 def explain(source: RuleSource) -> str:

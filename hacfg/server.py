@@ -24,7 +24,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 
-from hacfg import __version__, config, fix, lint, report
+from hacfg import __version__, config, discover, fix, lint, report
 from hacfg.settings import Settings, find_settings
 from hacfg.source import InputError
 
@@ -71,7 +71,7 @@ def _lint(document: TextDocument) -> list[Shown]:
     try:
         settings = _settings(path.parent.resolve())
         rules = lint.registry()
-        if not lint.wanted(path, settings):
+        if not discover.wanted(path, settings):
             return []
         findings = lint.lint_file(path, settings, rules, text=document.source)
     except InputError as err:  # the settings, or a file that cannot be read as text at all

@@ -84,11 +84,12 @@ def lookup(tree: Any, path: LogicalPath) -> Any:
 
 
 def did_you_mean(word: object, choices: list[str]) -> str:
-    """``; did you mean 'max'?`` when one choice is close, else nothing."""
+    """``; did you mean 'max'?`` when one choice is close, ignoring case, else nothing."""
     import difflib
 
-    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    folded = {choice.lower(): choice for choice in choices}  # GPU is meant as gpu
+    close = difflib.get_close_matches(str(word).lower(), list(folded), n=1, cutoff=0.5)
+    return f"; did you mean {folded[close[0]]!r}?" if close else ""
 
 
 @dataclass
@@ -149,6 +150,15 @@ def decode(raw: bytes, name: str) -> str:
     return text
 
 
+# What libyaml counts as a line break, so line numbers and columns mean the same here as in its marks.
+_LINE_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
+
+
+def line_starts(text: str) -> list[int]:
+    """The offset at which each line of ``text`` starts, breaking lines where libyaml does."""
+    return [0, *(match.end() for match in _LINE_BREAK.finditer(text))]
+
+
 def _line_col(text: str | bytes, offset: int) -> tuple[int, int]:
     if isinstance(text, bytes):
         text = text.decode("latin-1")  # one character per byte: offsets stay as they are
@@ -170,9 +180,9 @@ def parse(text: str, name: str) -> Document:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
-        message = ", ".join(part for part in (err.context, err.problem) if part) or "invalid YAML"
         if mark is None:
-            raise InputError(message, file=name) from None
+            raise InputError(_yaml_message(err, ""), file=name) from None
+        message = _yaml_message(err, text_for_yaml[mark.index : mark.index + 1])
         raise InputError(message, _mark_span(name, mark, mark)) from None
     except yaml.reader.ReaderError as err:
         line, column = _line_col(text_for_yaml, err.position)
@@ -190,6 +200,20 @@ def parse(text: str, name: str) -> Document:
     if node is not None:
         document.data = _Builder(document, is_json).build(node, ())
     return document
+
+
+def _yaml_message(err: yaml.MarkedYAMLError, at: str) -> str:
+    """libyaml's words for the mistakes people make, in theirs."""
+    problem = err.problem or ""
+    if problem.startswith("found character that cannot start any token") and at == "\t":
+        return "a tab in indentation: YAML indents with spaces only"
+    if problem.startswith("mapping values are not allowed"):
+        return (
+            "unexpected ':': this line is indented deeper than the key above it, or a value holds ': ' and needs quotes"
+        )
+    if problem == "did not find expected key" and err.context == "while parsing a block mapping":
+        return "bad indentation: this line does not line up with the keys above it"
+    return ", ".join(part for part in (err.context, err.problem) if part) or "invalid YAML"
 
 
 def _check_json(text: str, name: str) -> None:

@@ -15,8 +15,11 @@ job:
   nodes: {nodes}
   accelerator: gpu          # gpu | npu | cpu
   network: ethernet         # infiniband | roce | ethernet
-  # image: org/train:1.0    # algorithm.engine.image_url
-  # command: bash run.sh    # algorithm.command
+  # What runs and where: replace these examples with your own (the API refuses a job without them).
+  image: org/train:1.0      # algorithm.engine.image_url: your image in SWR, org/image:tag
+  command: bash run.sh      # algorithm.command: what the container starts
+  flavor: modelarts.pool.visual.8xlarge   # spec.resource.flavor_id: 8 GPUs per node
+  # pool: pool-1234         # spec.resource.pool_id, for a dedicated pool
   # environment: {{NCCL_DEBUG: INFO}}
 checkpoint:
   path: /mnt/sfs/my-training-job/ckpt   # shared storage that survives a reschedule (not /tmp or /cache)

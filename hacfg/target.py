@@ -37,6 +37,14 @@ class Target:
     def build(self, config: HAConfig) -> Build:
         raise NotImplementedError
 
+    def missing(self, config: HAConfig, document: dict[str, Any]) -> list[str]:
+        """What the platform needs before it runs ``document``, each in the user's words.
+
+        Checked on every whole document, after ``--into`` merged in what the existing one
+        supplies; ``--only`` prints a part and is not checked.
+        """
+        return []
+
     def part(self, document: dict[str, Any], name: str) -> dict[str, Any]:
         """The slice of ``document`` that ``--only NAME`` prints."""
         raise NotImplementedError

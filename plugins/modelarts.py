@@ -15,6 +15,8 @@ from hacfg.config import deep_merge, format_duration
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 
 ACCELERATED = ("gpu", "npu")
+# The API's ways to name what a job runs, besides a custom image and its command.
+ALGORITHM_SOURCES = (("id",), ("subscription_id", "item_version_id"), ("code_dir", "boot_file"))
 
 
 class ModelArts(Target):
@@ -118,6 +120,19 @@ class ModelArts(Target):
             )
         return environments
 
+    def missing(self, config: HAConfig, document: dict[str, Any]) -> list[str]:
+        """The API refuses a job with nothing to run or nowhere to run it."""
+        algorithm = document.get("algorithm") or {}
+        resource = (document.get("spec") or {}).get("resource") or {}
+        found = []
+        if not any(all(algorithm.get(key) for key in keys) for keys in ALGORITHM_SOURCES) and not (
+            (algorithm.get("engine") or {}).get("image_url") and algorithm.get("command")
+        ):
+            found.append("no algorithm source: set job.image and job.command, or passthrough.algorithm.id")
+        if not (resource.get("flavor_id") or resource.get("pool_id")):
+            found.append("no flavor or pool: set job.flavor or job.pool")
+        return found
+
     def part(self, document: dict[str, Any], name: str) -> dict[str, Any]:
         return {"metadata": {"annotations": document["metadata"]["annotations"]}}
 
@@ -134,8 +149,6 @@ class ModelArts(Target):
             algorithm["environments"] = {
                 k: v for k, v in algorithm["environments"].items() if k not in ma.SETTABLE_PLATFORM_VARIABLES
             }
-        if config.job.name is None and isinstance(metadata, dict) and "name" in metadata and "metadata" in document:
-            document = deep_merge(document, {"metadata": {"name": metadata["name"]}})
         merged: dict[str, Any] = deep_merge(existing, document)
         return merged
 

@@ -55,7 +55,7 @@ class Volcano(Target):
             "--",
             "/bin/sh",
             "-c",
-            job.command or "true",
+            job.command or "",
         ]
         container: dict[str, Any] = {"name": TASK, "image": job.image or "REPLACE-WITH-YOUR-IMAGE", "command": command}
         if job.environment:
@@ -114,6 +114,10 @@ class Volcano(Target):
             )
             return None
         return int(match.group(1) or 1)
+
+    def missing(self, config: HAConfig, document: dict[str, Any]) -> list[str]:
+        """Without a command the pod would run nothing and succeed."""
+        return [] if config.job.command else ["no command: set job.command"]
 
     def serialize(self, document: dict[str, Any]) -> str:
         """One YAML document per object, as ``kubectl apply -f`` reads them."""

@@ -49,6 +49,14 @@ def run_hacfg(*args: str | Path, cwd: Path | None = None, env: dict | None = Non
 
 
 @pytest.fixture
+def project(tmp_path, monkeypatch):
+    """An empty project folder as the working directory (so no outer pyproject applies)."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
 def write(tmp_path):
     """Write a dedented file under tmp_path and return its path."""
 

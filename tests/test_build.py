@@ -8,6 +8,9 @@ import pytest
 
 from conftest import REPO, run_hacfg
 
+# What every full build needs besides fault tolerance: something to run, somewhere to run it.
+RUNNABLE = "{image: org/train:1.0, command: bash run.sh, flavor: modelarts.pool.visual.xlarge}"
+
 # The seed's Table 4 ("Common configuration combinations"). Its long-term row shows
 # pod-retry-num as a bare 3; the platform takes Map<String,String>, so the right value is "3".
 TABLE_4 = {
@@ -36,7 +39,10 @@ def test_presets_print_table_4_byte_for_byte(cli, scenario):
 
 
 def test_a_preset_name_builds_too(cli):
-    assert cli("build", "--only", "annotations", "multi-node").out == cli("build", "--only", "annotations", REPO / "presets/multi-node.yaml").out
+    assert (
+        cli("build", "--only", "annotations", "multi-node").out
+        == cli("build", "--only", "annotations", REPO / "presets/multi-node.yaml").out
+    )
 
 
 def test_full_body_of_the_example(cli):
@@ -67,20 +73,25 @@ def test_full_body_of_the_example(cli):
 def test_output_is_deterministic(target):
     """Byte for byte, in processes whose string hashing (so set and dict-of-set order) differs."""
     outputs = {
-        run_hacfg("build", "--target", target, REPO / "examples/llama-pretrain/ha.yaml", env={"PYTHONHASHSEED": seed}).out
+        run_hacfg(
+            "build", "--target", target, REPO / "examples/llama-pretrain/ha.yaml", env={"PYTHONHASHSEED": seed}
+        ).out
         for seed in ("1", "2")
     }
     assert len(outputs) == 1 and outputs != {""}
 
 
 def test_platform_variables_and_notes(cli, write):
-    path = write("ha.yaml", """
+    path = write(
+        "ha.yaml",
+        """
         version: 1
         scenario: single-node
-        job: {name: cpu-job}
+        job: {name: cpu-job, image: org/train:1.0, command: bash run.sh, pool: pool-cpu}
         hang: {detect: false, timeout: 90s}
         precheck: false
-    """)
+    """,
+    )
     result = cli("build", path)
     body = json.loads(result.out)
     assert body["algorithm"]["environments"] == {"MA_DETECT_TRAIN_INJECT_CODE": "0"}
@@ -88,7 +99,7 @@ def test_platform_variables_and_notes(cli, write):
 
 
 def test_hang_timeout_is_rounded_up_to_whole_minutes(cli, write):
-    path = write("ha.yaml", "version: 1\nscenario: single-node\nhang: {timeout: 90s}\n")
+    path = write("ha.yaml", f"version: 1\nscenario: single-node\njob: {RUNNABLE}\nhang: {{timeout: 90s}}\n")
     result = cli("build", path)
     assert json.loads(result.out)["algorithm"]["environments"] == {"MA_HANG_DETECT_TIME": "2"}
     assert "hacfg: note: hang.timeout 1m30s rounded up to 2m" in result.err
@@ -110,7 +121,11 @@ def test_into_keeps_every_other_field(cli, tmp_path):
             "description": "kept",
             "annotations": {"jupyter-lab/enable": "true", "fault-tolerance/hang-retry": "true"},
         },
-        "algorithm": {"code_dir": "obs://b/code/", "boot_file": "obs://b/code/train.py", "environments": {"KEEP": "1", "MA_HANG_DETECT_TIME": "5"}},
+        "algorithm": {
+            "code_dir": "obs://b/code/",
+            "boot_file": "obs://b/code/train.py",
+            "environments": {"KEEP": "1", "MA_HANG_DETECT_TIME": "5"},
+        },
         "spec": {"resource": {"flavor_id": "f", "node_count": 1}, "log_export_path": {"obs_url": "/bucket/logs/"}},
     }
     job = tmp_path / "job.json"
@@ -123,8 +138,15 @@ def test_into_keeps_every_other_field(cli, tmp_path):
         "description": "kept",
         "annotations": {"jupyter-lab/enable": "true", "fault-tolerance/job-retry-num": "2"},
     }
-    assert merged["algorithm"] == {"code_dir": "obs://b/code/", "boot_file": "obs://b/code/train.py", "environments": {"KEEP": "1"}}
-    assert merged["spec"] == {"resource": {"flavor_id": "f", "node_count": 1}, "log_export_path": {"obs_url": "/bucket/logs/"}}
+    assert merged["algorithm"] == {
+        "code_dir": "obs://b/code/",
+        "boot_file": "obs://b/code/train.py",
+        "environments": {"KEEP": "1"},
+    }
+    assert merged["spec"] == {
+        "resource": {"flavor_id": "f", "node_count": 1},
+        "log_export_path": {"obs_url": "/bucket/logs/"},
+    }
 
 
 def test_into_with_output_leaves_the_original_alone(cli, tmp_path):
@@ -137,14 +159,17 @@ def test_into_with_output_leaves_the_original_alone(cli, tmp_path):
 
 
 def test_schema_errors_point_at_the_scenario_line(cli, write):
-    path = write("ha.yaml", """
+    path = write(
+        "ha.yaml",
+        """
         version: 1
         scenario: single-node
         job:
           environment:
             GOOD: ok
             BAD: "$HOME/x"
-    """)
+    """,
+    )
     result = cli("build", path)
     assert result.code == 2
     assert result.out == ""
@@ -162,3 +187,58 @@ def test_failed_build_leaves_no_output_file(cli, write, tmp_path):
 def test_unknown_target_and_part(cli):
     assert "unknown target 'modelart'; did you mean 'modelarts'?" in cli("build", "-t", "modelart", "single-node").err
     assert "has no such part" in cli("build", "--only", "spec", "single-node").err
+
+
+def test_a_body_the_api_would_refuse_is_an_error_naming_what_is_missing(cli, write):
+    path = write("ha.yaml", "version: 1\nscenario: multi-node\njob:\n  name: x\n")
+    result = cli("build", path)
+    assert (result.code, result.out) == (2, "")
+    assert result.err == (
+        f"{path}:4:3: the modelarts job is incomplete: no algorithm source: set job.image and job.command, or passthrough.algorithm.id; "
+        "no flavor or pool: set job.flavor or job.pool (--only annotations builds just that part)\n"
+    )
+    write("image-only.yaml", "version: 1\nscenario: multi-node\njob: {image: org/train:1.0, pool: p}\n")
+    assert "no algorithm source" in cli("build", path.parent / "image-only.yaml").err  # an image needs its command
+    assert cli("build", "--only", "annotations", path).code == 0
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        "job: {image: org/train:1.0, command: bash run.sh, flavor: modelarts.pool.visual.xlarge}",
+        "job: {pool: pool-cpu}\npassthrough: {algorithm: {id: 2d2b3cc0-algorithm}}",
+        "job: {flavor: f}\npassthrough: {algorithm: {code_dir: obs://b/code/, boot_file: obs://b/code/train.py}}",
+        "job: {flavor: f}\npassthrough: {algorithm: {subscription_id: s, item_version_id: v}}",
+    ],
+    ids=["custom-image", "algorithm-id", "code-dir", "subscription"],
+)
+def test_every_algorithm_source_the_api_accepts_builds(cli, write, job):
+    path = write("ha.yaml", f"version: 1\nscenario: single-node\n{job}\n")
+    result = cli("build", path)
+    assert result.code == 0, result.err
+
+
+def test_into_counts_what_the_existing_body_has(cli, write, tmp_path):
+    path = write("ha.yaml", "version: 1\nscenario: single-node\n")
+    complete = tmp_path / "complete.json"
+    complete.write_text(
+        '{"kind": "job", "metadata": {"name": "x"}, "algorithm": {"id": "a"}, "spec": {"resource": {"pool_id": "p"}}}'
+    )
+    assert cli("build", path, "--into", complete).code == 0
+    bare = tmp_path / "bare.json"
+    bare.write_text('{"kind": "job", "metadata": {"name": "x"}}')
+    result = cli("build", path, "--into", bare)
+    assert result.code == 2 and "no algorithm source" in result.err
+    assert bare.read_text() == '{"kind": "job", "metadata": {"name": "x"}}'
+    assert cli("build", path, "--into", bare, "--only", "annotations").code == 0
+
+
+def test_into_keeps_the_bodys_node_count_unless_the_file_states_one(cli, write, tmp_path):
+    body = tmp_path / "job.json"
+    body.write_text('{"kind": "job", "metadata": {"name": "x"}, "algorithm": {"id": "a"}, "spec": {"resource": {"pool_id": "p", "node_count": 4}}}')
+    preset_only = write("a.yaml", "version: 1\nscenario: multi-node\n")  # the preset's 2 nodes must not shrink the job
+    assert cli("build", preset_only, "--into", body, "-o", tmp_path / "out.json").code == 0
+    assert json.loads((tmp_path / "out.json").read_text())["spec"]["resource"]["node_count"] == 4
+    stated = write("b.yaml", "version: 1\nscenario: multi-node\njob: {nodes: 8}\n")
+    assert cli("build", stated, "--into", body, "-o", tmp_path / "out.json").code == 0
+    assert json.loads((tmp_path / "out.json").read_text())["spec"]["resource"]["node_count"] == 8

@@ -88,10 +88,10 @@ def test_every_error_is_reported_with_its_position(write):
         hang: {timeout: 30}
     """)
     assert errors_of(path) == [
-        f"{path}:2:11: scenario: Input should be 'single-node', 'multi-node' or 'llm-long-term'; did you mean 'multi-node'?",
-        f"{path}:4:10: job.nodes: Input should be greater than or equal to 1",
+        f"{path}:2:11: scenario: Input should be 'single-node', 'multi-node' or 'llm-long-term' (got 'multi-nod'); did you mean 'multi-node'?",
+        f"{path}:4:10: job.nodes: Input should be greater than or equal to 1 (got 0)",
         f"{path}:5:3: unknown key 'acelerator' in job; did you mean 'accelerator'?",
-        f"{path}:7:18: restart.unconditional: Input should be a valid boolean",
+        f"{path}:7:18: restart.unconditional: Input should be a valid boolean (got 'yes')",
         f"{path}:8:17: hang.timeout: a duration needs a unit, like '30m' or '2h' (got 30)",
     ]
 
@@ -119,7 +119,7 @@ def test_platform_override_applies_the_otc_limit(write):
 def test_errors_inherited_from_a_base_file_point_at_that_file(write):
     base = write("base.yaml", "version: 1\nscenario: single-node\njob: {nodes: -1}\n")
     path = write("ha.yaml", "version: 1\nscenario: single-node\nextends: base.yaml\n")
-    assert errors_of(path) == [f"{base}:3:14: job.nodes: Input should be greater than or equal to 1"]
+    assert errors_of(path) == [f"{base}:3:14: job.nodes: Input should be greater than or equal to 1 (got -1)"]
 
 
 def test_builtin_presets_are_installed():

@@ -32,8 +32,11 @@ def rebuilt(body_path, tmp_path):
 
 @pytest.mark.parametrize("preset", ["single-node", "multi-node", "llm-long-term"])
 def test_presets_round_trip_whole_bodies(cli, tmp_path, preset):
+    scenario = tmp_path / "scenario.yaml"
+    job = "{image: org/train:1.0, command: bash run.sh, pool: pool-1}"
+    scenario.write_text(f"version: 1\nscenario: {preset}\njob: {job}\n")
     body = tmp_path / "job.json"
-    body.write_text(cli("build", preset).out)
+    body.write_text(cli("build", scenario).out)
     imported = tmp_path / "ha.yaml"
     assert cli("import", body, "-o", imported).code == 0
     assert cli("build", imported).out == body.read_text()

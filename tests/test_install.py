@@ -9,11 +9,12 @@ from conftest import REPO
 
 def test_wheel_installs_and_builds_from_another_directory(wheel_venv, tmp_path):
     hacfg = wheel_venv.bin / "hacfg"
-    preset = wheel_venv.run(hacfg, "build", "llm-long-term", cwd=tmp_path)
+    preset = wheel_venv.run(hacfg, "build", "--only", "annotations", "llm-long-term", cwd=tmp_path)
     assert preset.returncode == 0, preset.stderr
     assert json.loads(preset.stdout)["metadata"]["annotations"]["fault-tolerance/pod-retry-num"] == "3"
 
-    (tmp_path / "ha.yaml").write_text("version: 1\nscenario: multi-node\njob: {name: elsewhere}\n")
+    job = "{name: elsewhere, image: org/train:1.0, command: bash run.sh, pool: pool-1}"
+    (tmp_path / "ha.yaml").write_text(f"version: 1\nscenario: multi-node\njob: {job}\n")
     built = wheel_venv.run(hacfg, "build", "ha.yaml", cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     assert json.loads(built.stdout)["metadata"]["name"] == "elsewhere"

@@ -7,8 +7,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 from conftest import REPO, run_hacfg
 
 BAD_BODY = """{
@@ -24,14 +22,6 @@ BAD_BODY = """{
   "spec": {"resource": {"node_count": 1}}
 }
 """
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    """An empty project folder as the working directory (so no outer pyproject applies)."""
-    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def test_text_output_and_exit_1(cli, project):
@@ -223,31 +213,6 @@ def test_lint_as_a_real_process_never_tracebacks(tmp_path):
     assert result.code == 1
     assert "Traceback" not in result.err
     assert [line.split(": ")[1].split()[0] for line in result.out.splitlines()[:3]] == ["HA100"] * 3
-
-
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_pre_commit_hook_fails_on_bad_and_passes_on_good(tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    env_home = {"PRE_COMMIT_HOME": str(tmp_path / "cache"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    import os
-
-    env = {**os.environ, **env_home}
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    (repo / "ha.yaml").write_text("version: 1\nscenario: single-node\nrestart:\n  maks: 3\n")
-    subprocess.run(["git", "add", "ha.yaml"], cwd=repo, check=True)
-    bad = subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", str(REPO), "hacfg-lint", "--files", "ha.yaml"],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "HA101" in bad.stdout
-    (repo / "ha.yaml").write_text("version: 1\nscenario: single-node\nrestart:\n  max: 3\n")
-    good = subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", str(REPO), "hacfg-lint", "--files", "ha.yaml"],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert good.returncode == 0, good.stdout + good.stderr
 
 
 def test_rules_reference_page_is_current(cli):

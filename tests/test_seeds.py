@@ -55,8 +55,12 @@ def annotations(cli, scenario: str | Path) -> dict[str, str]:
     return json.loads(result.out)["metadata"]["annotations"]
 
 
+# A whole body needs something to run and somewhere to run it; these seeds are about the rest.
+RUNNABLE = "passthrough: {algorithm: {id: seed-algorithm}, spec: {resource: {pool_id: seed-pool}}}\n"
+
+
 def built(cli, write, text: str, *args: str) -> tuple[dict, str]:
-    result = cli("build", write("ha.yaml", text), *args)
+    result = cli("build", write("ha.yaml", text + RUNNABLE), *args)
     assert result.code == 0, result.err
     return json.loads(result.out), result.err
 
@@ -195,7 +199,8 @@ def test_suspension_detected_only_on_gpu_and_npu(cli, write):
     for accelerator in ("gpu", "npu", "cpu"):
         path = write(
             f"{accelerator}.yaml",
-            f"version: 1\nscenario: single-node\njob: {{accelerator: {accelerator}}}\nhang: {{detect: true, timeout: 45m}}\n",
+            f"version: 1\nscenario: single-node\njob: {{accelerator: {accelerator}}}\nhang: {{detect: true, timeout: 45m}}\n"
+            + RUNNABLE,
         )
         job = json.loads(cli("build", path).out)
         emitted = job["algorithm"].get("environments", {}).get(ma.HANG_DETECT_TIME)

@@ -55,7 +55,7 @@ def test_the_pod_gets_the_same_intent_without_the_preset(cli, tmp_path):
 
 @pytest.mark.parametrize(("pod_reschedules", "action"), [(2, "RestartPod"), (0, "RestartJob")])
 def test_exit_138_restarts_the_pod_or_the_job(cli, write, pod_reschedules, action):
-    path = write("ha.yaml", f"version: 1\nscenario: multi-node\njob: {{name: t, image: img}}\nrestart: {{max: 4, pod_reschedules: {pod_reschedules}}}\n")
+    path = write("ha.yaml", f"version: 1\nscenario: multi-node\njob: {{name: t, image: img, command: python train.py}}\nrestart: {{max: 4, pod_reschedules: {pod_reschedules}}}\n")
     _, job, _ = build(cli, path)
     assert job["spec"]["policies"] == [
         {"exitCode": 138, "action": action},
@@ -66,7 +66,7 @@ def test_exit_138_restarts_the_pod_or_the_job(cli, write, pod_reschedules, actio
 
 
 def test_kubernetes_names_and_missing_pieces_are_reported(cli, write):
-    path = write("ha.yaml", "version: 1\nscenario: single-node\njob: {name: My_Job, accelerator: npu, flavor: custom}\n")
+    path = write("ha.yaml", "version: 1\nscenario: single-node\njob: {name: My_Job, accelerator: npu, flavor: custom, command: python train.py}\n")
     config_map, job, result = build(cli, path)
     assert job["metadata"]["name"] == "my-job" and config_map["metadata"]["name"] == "my-job-hacfg"
     assert "job.image is not set" in result.err
@@ -76,3 +76,11 @@ def test_kubernetes_names_and_missing_pieces_are_reported(cli, write):
 def test_shipped_schema_embeds_the_crd_unchanged():
     shipped = json.loads((REPO / "schemas/volcano-job.schema.json").read_text())
     assert shipped["$defs"]["job"] == JOB_SCHEMA
+
+
+def test_a_job_with_no_command_is_refused(cli, write):
+    """Otherwise the pod would run `/bin/sh -c true` and "succeed" doing nothing."""
+    path = write("ha.yaml", "version: 1\nscenario: single-node\njob:\n  image: org/train:1.0\n")
+    result = cli("build", "--target", "volcano", path)
+    assert (result.code, result.out) == (2, "")
+    assert result.err == f"{path}:4:3: the volcano job is incomplete: no command: set job.command\n"

@@ -1,0 +1,262 @@
+"""Which files ``hacfg lint`` and ``hacfg fix`` read, found the way ruff finds Python files.
+
+Under a directory: files named like scenario files (``ha.yaml``, ``*.ha.yaml``) or matching
+the ``include`` setting, and any ``*.json``/``*.yaml``/``*.yml`` whose content is a scenario
+file or a ModelArts request body. ``.gitignore`` is respected (also in the folders above, up to
+the repository's root, and ``.git/info/exclude``); version-control folders, virtualenvs,
+``node_modules`` and tool caches are skipped, other hidden folders (``.modelarts/``) are not.
+
+A file named on the command line is read whatever its name, unless its content is plainly
+something else (a Kubernetes manifest, ``package.json``): that is skipped with a note. With
+``force_exclude`` (what pre-commit hooks use) named files are chosen like files in a walk.
+
+Each file is read once, however many paths lead to it. A file that another one ``extends:``
+is a base: its keys and values are checked, and the risks are judged in the files that extend it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hacfg.settings import Settings
+from hacfg.source import MAX_BYTES, Document, InputError, load
+
+SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
+CONTENT_SUFFIXES = (".json", ".yaml", ".yml")
+# ruff's default exclusions that can hold YAML or JSON, and any folder holding a pyvenv.cfg
+SKIPPED_DIRS = frozenset(
+    {
+        ".bzr",
+        ".direnv",
+        ".eggs",
+        ".git",
+        ".git-rewrite",
+        ".hg",
+        ".svn",
+        ".jj",
+        ".mypy_cache",
+        ".nox",
+        ".pants.d",
+        ".pytest_cache",
+        ".pytype",
+        ".ruff_cache",
+        ".tox",
+        ".venv",
+        "venv",
+        "__pypackages__",
+        "__pycache__",
+        "node_modules",
+        "site-packages",
+        "buck-out",
+    }
+)
+# The kinds the create-training-job API lists (Huawei Cloud and OTC).
+MODELARTS_KINDS = frozenset(
+    {
+        "job",
+        "federated_pool_job",
+        "edge_job",
+        "hetero_job",
+        "mrs_job",
+        "autosearch_job",
+        "diag_job",
+        "visualization_job",
+    }
+)
+SCENARIO_KEYS = frozenset(
+    {"scenario", "extends", "job", "checkpoint", "restart", "hang", "passthrough", "precheck", "operator_retry"}
+)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A file to lint: its path as the user spelled it, and the document read while choosing it."""
+
+    path: Path
+    document: Document | None = None  # None when it could not be parsed: linting reports why
+    base: bool = False
+
+
+@dataclass
+class Discovery:
+    files: list[Found] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def is_request_body(data: Any) -> bool:
+    """A ModelArts create-training-job body: a ModelArts kind, or metadata with an algorithm or spec.
+
+    A Kubernetes object (``apiVersion``) never is, nor anything with scenario keys.
+    """
+    if not isinstance(data, dict) or "apiVersion" in data or "version" in data or "scenario" in data:
+        return False
+    if "kind" in data:
+        return isinstance(data["kind"], str) and data["kind"] in MODELARTS_KINDS
+    return isinstance(data.get("metadata"), dict) and ("algorithm" in data or "spec" in data)
+
+
+def is_scenario(data: Any) -> bool:
+    """A scenario file by content: it says which format version and scenario it is."""
+    return isinstance(data, dict) and "version" in data and "scenario" in data
+
+
+def _foreign(data: Any) -> bool:
+    """Plainly not ours: a Kubernetes object, or a mapping with no scenario key that is no body."""
+    if not isinstance(data, dict):
+        return False
+    return "apiVersion" in data or not (is_request_body(data) or SCENARIO_KEYS & data.keys())
+
+
+def discover(
+    paths: Iterable[str | Path], settings: Settings, *, respect_gitignore: bool = True, force_exclude: bool = False
+) -> Discovery:
+    """The files to lint under ``paths`` (default: the current directory), sorted, each once."""
+    found = Discovery()
+    chosen: dict[object, Found] = {}
+    for given in paths or ["."]:
+        path = Path(given)
+        if path.is_dir():
+            candidates: Iterator[tuple[Path, bool]] = (
+                (file, False) for file in _walk(path, settings, respect_gitignore)
+            )
+        elif path.exists() or path.is_symlink():
+            candidates = iter([(path, not force_exclude)])
+        else:
+            raise InputError("no such file or directory", file=str(path))
+        for file, named in candidates:
+            key = _identity(file)
+            if key in chosen:
+                continue
+            picked = _choose(file, settings, named=named, notes=found.notes)
+            if picked is not None:
+                chosen[key] = picked
+    bases = _bases(chosen)
+    found.files = sorted(
+        (Found(f.path, f.document, base=key in bases) for key, f in chosen.items()),
+        key=lambda f: os.path.normpath(f.path),
+    )
+    return found
+
+
+def _identity(path: Path) -> object:
+    """The same file reached by two spellings or a link is one file."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return os.path.normpath(path)
+    return stat.st_dev, stat.st_ino
+
+
+def wanted(path: Path, settings: Settings) -> bool:
+    """Whether ``path`` is named like a scenario file, or matches a configured ``include`` glob."""
+    return any(fnmatch.fnmatch(path.name, pattern) for pattern in SCENARIO_NAMES) or settings.included(path)
+
+
+def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str]) -> Found | None:
+    """``path`` as a file to lint, or None when it is not a scenario file or request body."""
+    by_name = wanted(path, settings)
+    if not (by_name or named or (path.suffix in CONTENT_SUFFIXES and _may_be_ours(path))):
+        return None
+    try:
+        document = load(path)
+    except InputError:
+        # what cannot be read or parsed is reported when the user asked for it by name
+        return Found(path) if by_name or named else None
+    if by_name:
+        return Found(path, document)
+    if named:
+        if _foreign(document.data):
+            notes.append(f"{path}: not a scenario file or a ModelArts request body; skipped")
+            return None
+        return Found(path, document)
+    return Found(path, document) if is_request_body(document.data) or is_scenario(document.data) else None
+
+
+def _may_be_ours(path: Path) -> bool:
+    """A scenario file names its scenario and a body has metadata: a data file with neither is not parsed."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(MAX_BYTES)
+    except OSError:
+        return False
+    return b"scenario" in head or b"metadata" in head
+
+
+def _bases(chosen: dict[object, Found]) -> set[object]:
+    """The chosen files that another chosen file names in ``extends:``."""
+    bases = set()
+    for found in chosen.values():
+        data = found.document.data if found.document else None
+        reference = data.get("extends") if isinstance(data, dict) and not is_request_body(data) else None
+        if isinstance(reference, str) and ("/" in reference or reference.endswith(CONTENT_SUFFIXES)):
+            key = _identity(found.path.parent / reference)
+            if key in chosen and key != _identity(found.path):
+                bases.add(key)
+    return bases
+
+
+def _walk(root: Path, settings: Settings, respect_gitignore: bool) -> Iterator[Path]:
+    """Files under ``root``, top-down, without links to directories, skipped and ignored folders."""
+    ignores = _Ignores.above(root) if respect_gitignore else None
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        if ignores is not None and ".gitignore" in files:
+            ignores.read(here / ".gitignore")
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if d not in SKIPPED_DIRS
+            and not (here / d / "pyvenv.cfg").exists()
+            and not (ignores is not None and ignores.ignored(here / d, directory=True))
+        )
+        for name in sorted(files):
+            file = here / name
+            if ignores is None or not ignores.ignored(file, directory=False):
+                yield file
+
+
+class _Ignores:
+    """gitignore files in effect under a folder: the deepest one that matches a path decides."""
+
+    def __init__(self) -> None:
+        self.specs: list[tuple[str, Any]] = []  # (folder, PathSpec), shallow before deep
+
+    @classmethod
+    def above(cls, root: Path) -> _Ignores:
+        """The repository's exclude file and every .gitignore from its root down to ``root``'s parent."""
+        ignores = cls()
+        start = Path(os.path.abspath(root))
+        chain = [start, *start.parents]
+        repo = next((folder for folder in chain if (folder / ".git").exists()), None)
+        if repo is not None:
+            ignores.read(repo / ".git" / "info" / "exclude", base=repo)
+            for folder in reversed(chain[1 : chain.index(repo) + 1]):
+                ignores.read(folder / ".gitignore")
+        return ignores
+
+    def read(self, path: Path, base: Path | None = None) -> None:
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return
+        import pathspec  # only when a folder is walked: a one-file lint does not pay for it
+
+        folder = os.path.abspath(base or path.parent)
+        self.specs.append((folder, pathspec.GitIgnoreSpec.from_lines(lines)))
+        self.specs.sort(key=lambda item: item[0].count(os.sep))  # stable: a folder's .gitignore after the exclude file
+
+    def ignored(self, path: Path, *, directory: bool) -> bool:
+        absolute = os.path.abspath(path)
+        verdict = None
+        for folder, spec in self.specs:
+            if absolute.startswith(folder + os.sep):
+                relative = Path(os.path.relpath(absolute, folder)).as_posix() + ("/" if directory else "")
+                result = spec.check_file(relative).include
+                if result is not None:
+                    verdict = result
+        return bool(verdict)
