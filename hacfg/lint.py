@@ -17,7 +17,7 @@ from typing import Any
 
 from hacfg import plugin_manager
 from hacfg import registry as provided
-from hacfg.config import ConfigError, ConfigInvalid, as_base, validate, with_presets
+from hacfg.config import ConfigError, ConfigInvalid, as_base, preset_advice, validate, with_presets
 from hacfg.discover import discover, is_request_body
 from hacfg.names import SEVERITIES, Kind, Severity, at_least
 from hacfg.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
@@ -301,7 +301,9 @@ class _FileLinter:
         except InputError as err:  # extends: an unknown preset, a missing or unparsable base file
             self._add("HA102", err.span or self.own.span(()), ("extends",), err.message)
             return None
-        return ScenarioContext(self.document, self.own, loaded.config.platform, loaded.config)
+        config = loaded.config
+        advice = preset_advice(config.scenario, provided.presets())
+        return ScenarioContext(self.document, self.own, config.platform, config, advice)
 
     def add(self, rule_id: str, problem: Problem) -> None:
         span = self.document.span(problem.at, key=problem.on_key)
