@@ -17,7 +17,7 @@ from typing import Any
 
 from hacfg import plugin_manager
 from hacfg import registry as provided
-from hacfg.config import ConfigError, ConfigInvalid, as_base, preset_advice, validate, with_presets
+from hacfg.config import ConfigError, ConfigInvalid, as_base, deep_merge, preset_advice, validate, with_presets
 from hacfg.discover import discover, is_request_body
 from hacfg.names import SEVERITIES, Kind, Severity, at_least
 from hacfg.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
@@ -232,17 +232,45 @@ def lint_file(
         return [_finding("HA100", rules, err.span, (), err.message)]
     linter = _FileLinter(own, settings, rules, base=base)
     ctx = linter.context(platform)
-    if ctx is not None:
+    if ctx is None:
+        return linter.finish()
+    passes: list[tuple[ScenarioContext | JobContext, LogicalPath]] = [(ctx, ())]
+    if isinstance(ctx, ScenarioContext) and ctx.config.passthrough:
+        passes.append((_passthrough_context(ctx), PASSTHROUGH))
+    for checked, prefix in passes:
         for rule_id, source in rules.items():
-            if rule_id not in linter.enabled:
+            # In passthrough, only what a scenario cannot say: its own checks judge the rest.
+            if rule_id not in linter.enabled or (prefix and source.rule.scenario_check is not None):
                 continue
             try:
-                for problem in source.rule.problems(ctx):
-                    linter.add(rule_id, problem)
+                for problem in source.rule.problems(checked):
+                    if not prefix or checked.is_set(problem.at):  # in passthrough: what it writes itself
+                        linter.add(rule_id, _under(prefix, problem))
             except Exception as err:  # a plugin's bug must not stop the other rules
                 message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}"
                 linter.findings.append(_finding("HA000", rules, own.span(()), (), message.splitlines()[0]))
     return linter.finish()
+
+
+PASSTHROUGH: LogicalPath = ("passthrough",)
+
+
+def _passthrough_context(ctx: ScenarioContext) -> JobContext:
+    """``passthrough:`` as the request body it becomes part of, with the job name hacfg writes."""
+    data = deep_merge({"metadata": {"name": ctx.config.name}}, ctx.config.passthrough)
+
+    def under(spans: dict[LogicalPath, Span]) -> dict[LogicalPath, Span]:
+        return {path[1:]: span for path, span in spans.items() if path[:1] == PASSTHROUGH}
+
+    view = Document(ctx.own.path, ctx.own.text, data, under(ctx.document.values), under(ctx.document.keys))
+    return JobContext(view, view, ctx.platform, JobBody(data))
+
+
+def _under(prefix: LogicalPath, problem: Problem) -> Problem:
+    if not prefix:
+        return problem
+    fix = problem.fix and replace(problem.fix, path=(*prefix, *problem.fix.path))
+    return replace(problem, at=(*prefix, *problem.at), fix=fix)
 
 
 def _finding(

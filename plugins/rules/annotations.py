@@ -6,8 +6,8 @@ import json
 from collections.abc import Iterator
 
 from hacfg import platform as ma
-from hacfg.plugin import Fix, JobContext, Problem, Rule, annotation_path, hookimpl, rule
-from hacfg.source import did_you_mean
+from hacfg.plugin import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.source import did_you_mean, lookup
 
 
 @rule("HA007", "annotation-not-string", "error", kind="job")
@@ -99,6 +99,49 @@ def boolean_annotation_spelling(ctx: JobContext) -> Iterator[Problem]:
         yield Problem(annotation_path(key), message, fix=fix)
 
 
+@rule("HA020", "passthrough-owns-key", "error")
+def passthrough_owns_key(ctx: ScenarioContext) -> Iterator[Problem]:
+    """`passthrough` sets a key that hacfg writes from the scenario.
+
+    ## What it does
+    Fires for each `fault-tolerance/*` annotation hacfg emits (`job-retry-num`,
+    `job-unconditional-retry`, `hang-retry`, `pod-retry-num`, `hccl_op_retry`) and each
+    platform variable it owns (`MA_HANG_DETECT_TIME`, `MA_DETECT_TRAIN_INJECT_CODE`) under
+    `passthrough`.
+
+    ## Why is this bad?
+    `passthrough` is merged last: its value silently replaces what `restart:`, `hang:` and
+    `precheck:` say, so the file reads one way and the job runs another.
+
+    ## Example
+    ```yaml
+    restart: {max: 8, on_hang: true}
+    passthrough:
+      metadata:
+        annotations: {fault-tolerance/hang-retry: "false"}
+    ```
+
+    ## Fix
+    Say it with the scenario's own key (`restart.on_hang: false`) and remove it from `passthrough`.
+    """
+    for base, owned in ((JobBody.ANNOTATIONS, _OWNED_ANNOTATIONS), (JobContext.ENVIRONMENT, _OWNED_VARIABLES)):
+        written = lookup(ctx.config.passthrough, base)
+        for key in written if isinstance(written, dict) else ():
+            if key in owned:
+                message = f"passthrough sets {key}, which hacfg writes from {owned[key]}: set {owned[key]} and remove it here"
+                yield Problem(("passthrough", *base, key), message, on_key=True)
+
+
+_OWNED_ANNOTATIONS = {
+    ma.JOB_RETRY_NUM: "restart.max",
+    ma.UNCONDITIONAL_RETRY: "restart.unconditional",
+    ma.HANG_RETRY: "restart.on_hang",
+    ma.POD_RETRY_NUM: "restart.pod_reschedules",
+    ma.HCCL_OP_RETRY: "operator_retry",
+}
+_OWNED_VARIABLES = {ma.HANG_DETECT_TIME: "hang.timeout", ma.PRECHECK_SWITCH: "precheck"}
+
+
 @hookimpl
 def hacfg_rules() -> list[Rule]:
-    return [annotation_not_string, unknown_fault_tolerance_key, boolean_annotation_spelling]
+    return [annotation_not_string, unknown_fault_tolerance_key, boolean_annotation_spelling, passthrough_owns_key]
