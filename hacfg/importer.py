@@ -2,10 +2,9 @@
 
 Every value hacfg models goes to its key, with a comment naming where it came from; every
 other field, and every value the platform would not read as meant (``"True"``, ``"false"``
-written out, a name it rejects), goes verbatim into ``passthrough``, which the modelarts target
-merges back. So ``hacfg build`` of the imported file gives the body's annotations and
-environment back exactly, and the rest of the body with them. Annotation values that are not
-strings are read as their string form, as ``hacfg fix`` would write them.
+written out, a value that is not a string, a name it rejects), goes verbatim into
+``passthrough``, which the modelarts target merges back. So ``hacfg build`` of the imported
+file gives the body back exactly, and ``hacfg lint`` of it finds what lint of the body found.
 """
 
 from __future__ import annotations
@@ -75,11 +74,10 @@ class _Importer:
         low, high = ma.RETRY_LIMITS[self.platform]
         for key, raw in annotations.items():
             source = ("metadata", "annotations", key)
-            if not isinstance(raw, str) and isinstance(raw, bool | int | float):
-                self.notes.append(f"{dotted(source)}: {raw!r} is not a string; read as {ma.annotation_string(raw)!r}")
-                annotations = {**annotations, key: ma.annotation_string(raw)}
-                _set(self.passthrough, source, ma.annotation_string(raw))
-            value = annotations[key]
+            if not isinstance(raw, str):
+                self.notes.append(f"{dotted(source)}: {raw!r} is not a string; kept as written in passthrough")
+                continue
+            value = raw
             if (
                 key == ma.JOB_RETRY_NUM
                 and isinstance(value, str)

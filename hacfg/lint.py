@@ -238,14 +238,20 @@ def lint_file(
     if isinstance(ctx, ScenarioContext) and ctx.config.passthrough:
         passes.append((_passthrough_context(ctx), PASSTHROUGH))
     for checked, prefix in passes:
+        # In passthrough, what it writes itself: by a body-only rule anywhere; by a rule that also
+        # reads scenarios only where passthrough overrides the scenario (elsewhere that check judged it).
+        overrides = {f.logical_path for f in linter.findings if f.rule == OVERRIDE_RULE}
         for rule_id, source in rules.items():
-            # In passthrough, only what a scenario cannot say: its own checks judge the rest.
-            if rule_id not in linter.enabled or (prefix and source.rule.scenario_check is not None):
+            if rule_id not in linter.enabled:
                 continue
             try:
                 for problem in source.rule.problems(checked):
-                    if not prefix or checked.is_set(problem.at):  # in passthrough: what it writes itself
-                        linter.add(rule_id, _under(prefix, problem))
+                    if prefix and not checked.is_set(problem.at):
+                        continue
+                    at = _under(prefix, problem)
+                    if prefix and source.rule.scenario_check and dotted(at.at) not in overrides:
+                        continue
+                    linter.add(rule_id, at)
             except Exception as err:  # a plugin's bug must not stop the other rules
                 message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}"
                 linter.findings.append(_finding("HA000", rules, own.span(()), (), message.splitlines()[0]))
@@ -253,6 +259,7 @@ def lint_file(
 
 
 PASSTHROUGH: LogicalPath = ("passthrough",)
+OVERRIDE_RULE = "HA020"  # a passthrough key that overrides what the scenario says
 
 
 def _passthrough_context(ctx: ScenarioContext) -> JobContext:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 
 from hacfg import platform as ma
-from hacfg.plugin import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.plugin import Fix, HAConfig, JobBody, JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
 from hacfg.source import did_you_mean, lookup
 
 
@@ -107,7 +108,8 @@ def passthrough_owns_key(ctx: ScenarioContext) -> Iterator[Problem]:
     Fires for each `fault-tolerance/*` annotation hacfg emits (`job-retry-num`,
     `job-unconditional-retry`, `hang-retry`, `pod-retry-num`, `hccl_op_retry`) and each
     platform variable it owns (`MA_HANG_DETECT_TIME`, `MA_DETECT_TRAIN_INJECT_CODE`) under
-    `passthrough`.
+    `passthrough` whose value is not exactly what the scenario's own key means (`hacfg import`
+    keeps `"false"` and the default hang time there, which agree).
 
     ## Why is this bad?
     `passthrough` is merged last: its value silently replaces what `restart:`, `hang:` and
@@ -124,11 +126,15 @@ def passthrough_owns_key(ctx: ScenarioContext) -> Iterator[Problem]:
     ## Fix
     Say it with the scenario's own key (`restart.on_hang: false`) and remove it from `passthrough`.
     """
+    says = _scenario_says(ctx.config)
     for base, owned in ((JobBody.ANNOTATIONS, _OWNED_ANNOTATIONS), (JobContext.ENVIRONMENT, _OWNED_VARIABLES)):
         written = lookup(ctx.config.passthrough, base)
-        for key in written if isinstance(written, dict) else ():
-            if key in owned:
-                message = f"passthrough sets {key}, which hacfg writes from {owned[key]}: set {owned[key]} and remove it here"
+        for key, value in written.items() if isinstance(written, dict) else ():
+            if key in owned and value != says[key]:
+                message = (
+                    f"passthrough sets {key} to {json.dumps(value)} over {owned[key]} "
+                    f"({json.dumps(says[key])}): say it with {owned[key]} and remove it here"
+                )
                 yield Problem(("passthrough", *base, key), message, on_key=True)
 
 
@@ -140,6 +146,24 @@ _OWNED_ANNOTATIONS = {
     ma.HCCL_OP_RETRY: "operator_retry",
 }
 _OWNED_VARIABLES = {ma.HANG_DETECT_TIME: "hang.timeout", ma.PRECHECK_SWITCH: "precheck"}
+
+
+def _scenario_says(config: HAConfig) -> dict[str, str]:
+    """Each owned key as the platform spells what the scenario means (a passthrough that agrees is harmless)."""
+    restart = config.restart
+
+    def switch(on: bool) -> str:
+        return "true" if on else "false"
+
+    return {
+        ma.JOB_RETRY_NUM: str(restart.max),
+        ma.UNCONDITIONAL_RETRY: switch(restart.unconditional),
+        ma.HANG_RETRY: switch(restart.on_hang),
+        ma.POD_RETRY_NUM: str(restart.pod_reschedules),
+        ma.HCCL_OP_RETRY: switch(config.operator_retry),
+        ma.HANG_DETECT_TIME: str(max(1, math.ceil(config.hang.timeout.total_seconds() / 60))),
+        ma.PRECHECK_SWITCH: "1" if config.precheck else "0",
+    }
 
 
 @hookimpl
