@@ -72,29 +72,26 @@ class _Importer:
         if not isinstance(annotations, dict):
             return
         low, high = ma.RETRY_LIMITS[self.platform]
-        for key, raw in annotations.items():
+        for key, written in annotations.items():
             source = ("metadata", "annotations", key)
-            if not isinstance(raw, str):
-                self.notes.append(f"{dotted(source)}: {raw!r} is not a string; kept as written in passthrough")
+            if not isinstance(written, str):
+                self.notes.append(f"{dotted(source)}: {written!r} is not a string; kept as written in passthrough")
                 continue
-            value = raw
             if (
                 key == ma.JOB_RETRY_NUM
-                and isinstance(value, str)
-                and _COUNT.fullmatch(value)
-                and low <= int(value) <= high
-                and value == str(int(value))
+                and _COUNT.fullmatch(written)
+                and low <= int(written) <= high
+                and written == str(int(written))
             ):
-                self.take(("restart", "max"), int(value), source)
+                self.take(("restart", "max"), int(written), source)
             elif (
                 key == ma.POD_RETRY_NUM
-                and isinstance(value, str)
-                and _COUNT.fullmatch(value)
-                and int(value) >= 1
-                and value == str(int(value))
+                and _COUNT.fullmatch(written)
+                and int(written) >= 1
+                and written == str(int(written))
             ):
-                self.take(("restart", "pod_reschedules"), int(value), source)
-            elif value == "true" and key in _SWITCHES:
+                self.take(("restart", "pod_reschedules"), int(written), source)
+            elif written == "true" and key in _SWITCHES:
                 self.take(_SWITCHES[key], True, source)
 
     def _environments(self, environments: Any) -> None:

@@ -8,7 +8,6 @@ import re
 import pytest
 
 from conftest import REPO
-from hacfg import platform as ma
 from hacfg.config import validate, with_presets
 from hacfg.importer import import_body
 from hacfg.plugins.modelarts import ModelArts

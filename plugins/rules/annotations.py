@@ -7,7 +7,18 @@ import math
 from collections.abc import Iterator
 
 from hacfg import platform as ma
-from hacfg.plugin import Fix, HAConfig, JobBody, JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.plugin import (
+    Fix,
+    HAConfig,
+    JobBody,
+    JobContext,
+    Problem,
+    Rule,
+    ScenarioContext,
+    annotation_path,
+    hookimpl,
+    rule,
+)
 from hacfg.source import did_you_mean, lookup
 
 

@@ -160,7 +160,8 @@ def restart_without_resume(ctx: ScenarioContext) -> Iterator[Problem]:
         fix = ctx.advised(("checkpoint", "resume"), "checkpoint.resume: true")
         yield Problem(
             ctx.own_place(("checkpoint", "resume"), ("checkpoint",), ("restart", "max")),
-            f"auto restart is on but checkpoint.resume is false: reload the newest checkpoint at start-up and set {fix}",
+            "auto restart is on but checkpoint.resume is false: "
+            f"reload the newest checkpoint at start-up and set {fix}",
         )
 
 

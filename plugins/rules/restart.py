@@ -126,7 +126,12 @@ def unconditional_spends_budget(ctx: ScenarioContext) -> Iterator[Problem]:
 @unconditional_spends_budget.job
 def unconditional_spends_budget_in_body(ctx: JobContext) -> Iterator[Problem]:
     body = ctx.body
-    settings = (body.retries, body.flag(ma.UNCONDITIONAL_RETRY), body.flag(ma.HANG_RETRY), body.number(ma.POD_RETRY_NUM) or 0)
+    settings = (
+        body.retries,
+        body.flag(ma.UNCONDITIONAL_RETRY),
+        body.flag(ma.HANG_RETRY),
+        body.number(ma.POD_RETRY_NUM) or 0,
+    )
     names = (ma.JOB_RETRY_NUM, f'{ma.HANG_RETRY}: "true"', ma.UNCONDITIONAL_RETRY)
     advice = _budget_advice(settings, ctx.platform, names)
     if advice:
@@ -141,7 +146,10 @@ def _budget_advice(settings: tuple[int, bool, bool, int], platform: str, names: 
     budget, hang, switch = names
     if ma.RETRY_LIMITS.get(platform, (1, CAP + 1))[1] > CAP:
         return f"{_SPENDS_ALL} {retries}: raise {budget} above {CAP}"
-    return f"{_SPENDS_ALL} {retries}, and {platform} allows no more than {CAP}: set {budget} to {CAP} with {hang} (the platform's recommended combination), or turn {switch} off"
+    return (
+        f"{_SPENDS_ALL} {retries}, and {platform} allows no more than {CAP}: set {budget} to {CAP} "
+        f"with {hang} (the platform's recommended combination), or turn {switch} off"
+    )
 
 
 @hookimpl
