@@ -7,6 +7,7 @@ an argument: this module knows nothing of the plugins that provide them.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
@@ -29,12 +30,16 @@ from pydantic import (
 
 from hacfg import platform as ma
 from hacfg.names import Platform, Scenario
-from hacfg.source import Document, InputError, LogicalPath, Span, did_you_mean, dotted, load
+from hacfg.source import Document, InputError, LogicalPath, Span, did_you_mean, dotted, load, lookup
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
 Presets = Mapping[str, Path]  # preset name -> scenario file, as the installed plugins provide them
+
+# What only the user can know about their training script: a preset recommends these (its file
+# states them, and lint messages quote them) but never supplies them to a file that extends it.
+USER_ONLY: tuple[LogicalPath, ...] = (("checkpoint", "path"), ("checkpoint", "interval"), ("checkpoint", "resume"))
 
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 DURATION_PATTERN = r"^(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?$"
@@ -248,7 +253,37 @@ def with_presets(document: Document, presets: Presets, chain: tuple[Path, ...] =
             return document  # no preset, or this file is the preset itself
         base_path = preset
     base = with_presets(_load_base(base_path), presets, (*chain, base_path))
+    if _is_preset(base_path, presets):
+        base = _without(base, USER_ONLY)
     return _overlay(base, document)
+
+
+def preset_advice(scenario: str, presets: Presets) -> dict[LogicalPath, Any]:
+    """What the scenario's preset recommends for the paths only the user can know, for messages."""
+    preset = presets.get(scenario)
+    if preset is None:
+        return {}
+    data = _load_base(preset).data
+    found = {path: lookup(data, path) for path in USER_ONLY}
+    return {path: value for path, value in found.items() if value is not None}
+
+
+def _is_preset(path: Path, presets: Presets) -> bool:
+    return any(_same_file(path, str(preset)) for preset in presets.values())
+
+
+def _without(document: Document, paths: Sequence[LogicalPath]) -> Document:
+    """``document`` with ``paths`` (and everything under them) taken out."""
+    data = copy.deepcopy(document.data)
+    for path in paths:
+        parent = lookup(data, path[:-1])
+        if isinstance(parent, dict):
+            parent.pop(path[-1], None)
+
+    def kept(spans: dict[LogicalPath, Span]) -> dict[LogicalPath, Span]:
+        return {at: span for at, span in spans.items() if not any(at[: len(p)] == p for p in paths)}
+
+    return Document(document.path, document.text, data, kept(document.values), kept(document.keys))
 
 
 def _same_file(a: Path, b: str) -> bool:

@@ -2,10 +2,9 @@
 
 Every value hacfg models goes to its key, with a comment naming where it came from; every
 other field, and every value the platform would not read as meant (``"True"``, ``"false"``
-written out, a name it rejects), goes verbatim into ``passthrough``, which the modelarts target
-merges back. So ``hacfg build`` of the imported file gives the body's annotations and
-environment back exactly, and the rest of the body with them. Annotation values that are not
-strings are read as their string form, as ``hacfg fix`` would write them.
+written out, a value that is not a string, a name it rejects), goes verbatim into
+``passthrough``, which the modelarts target merges back. So ``hacfg build`` of the imported
+file gives the body back exactly, and ``hacfg lint`` of it finds what lint of the body found.
 """
 
 from __future__ import annotations
@@ -73,30 +72,26 @@ class _Importer:
         if not isinstance(annotations, dict):
             return
         low, high = ma.RETRY_LIMITS[self.platform]
-        for key, raw in annotations.items():
+        for key, written in annotations.items():
             source = ("metadata", "annotations", key)
-            if not isinstance(raw, str) and isinstance(raw, bool | int | float):
-                self.notes.append(f"{dotted(source)}: {raw!r} is not a string; read as {ma.annotation_string(raw)!r}")
-                annotations = {**annotations, key: ma.annotation_string(raw)}
-                _set(self.passthrough, source, ma.annotation_string(raw))
-            value = annotations[key]
+            if not isinstance(written, str):
+                self.notes.append(f"{dotted(source)}: {written!r} is not a string; kept as written in passthrough")
+                continue
             if (
                 key == ma.JOB_RETRY_NUM
-                and isinstance(value, str)
-                and _COUNT.fullmatch(value)
-                and low <= int(value) <= high
-                and value == str(int(value))
+                and _COUNT.fullmatch(written)
+                and low <= int(written) <= high
+                and written == str(int(written))
             ):
-                self.take(("restart", "max"), int(value), source)
+                self.take(("restart", "max"), int(written), source)
             elif (
                 key == ma.POD_RETRY_NUM
-                and isinstance(value, str)
-                and _COUNT.fullmatch(value)
-                and int(value) >= 1
-                and value == str(int(value))
+                and _COUNT.fullmatch(written)
+                and int(written) >= 1
+                and written == str(int(written))
             ):
-                self.take(("restart", "pod_reschedules"), int(value), source)
-            elif value == "true" and key in _SWITCHES:
+                self.take(("restart", "pod_reschedules"), int(written), source)
+            elif written == "true" and key in _SWITCHES:
                 self.take(_SWITCHES[key], True, source)
 
     def _environments(self, environments: Any) -> None:

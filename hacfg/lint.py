@@ -17,7 +17,7 @@ from typing import Any
 
 from hacfg import plugin_manager
 from hacfg import registry as provided
-from hacfg.config import ConfigError, ConfigInvalid, as_base, validate, with_presets
+from hacfg.config import ConfigError, ConfigInvalid, as_base, deep_merge, preset_advice, validate, with_presets
 from hacfg.discover import discover, is_request_body
 from hacfg.names import SEVERITIES, Kind, Severity, at_least
 from hacfg.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
@@ -232,17 +232,52 @@ def lint_file(
         return [_finding("HA100", rules, err.span, (), err.message)]
     linter = _FileLinter(own, settings, rules, base=base)
     ctx = linter.context(platform)
-    if ctx is not None:
+    if ctx is None:
+        return linter.finish()
+    passes: list[tuple[ScenarioContext | JobContext, LogicalPath]] = [(ctx, ())]
+    if isinstance(ctx, ScenarioContext) and ctx.config.passthrough:
+        passes.append((_passthrough_context(ctx), PASSTHROUGH))
+    for checked, prefix in passes:
+        # In passthrough, what it writes itself: by a body-only rule anywhere; by a rule that also
+        # reads scenarios only where passthrough overrides the scenario (elsewhere that check judged it).
+        overrides = {f.logical_path for f in linter.findings if f.rule == OVERRIDE_RULE}
         for rule_id, source in rules.items():
             if rule_id not in linter.enabled:
                 continue
             try:
-                for problem in source.rule.problems(ctx):
-                    linter.add(rule_id, problem)
+                for problem in source.rule.problems(checked):
+                    if prefix and not checked.is_set(problem.at):
+                        continue
+                    at = _under(prefix, problem)
+                    if prefix and source.rule.scenario_check and dotted(at.at) not in overrides:
+                        continue
+                    linter.add(rule_id, at)
             except Exception as err:  # a plugin's bug must not stop the other rules
                 message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}"
                 linter.findings.append(_finding("HA000", rules, own.span(()), (), message.splitlines()[0]))
     return linter.finish()
+
+
+PASSTHROUGH: LogicalPath = ("passthrough",)
+OVERRIDE_RULE = "HA020"  # a passthrough key that overrides what the scenario says
+
+
+def _passthrough_context(ctx: ScenarioContext) -> JobContext:
+    """``passthrough:`` as the request body it becomes part of, with the job name hacfg writes."""
+    data = deep_merge({"metadata": {"name": ctx.config.name}}, ctx.config.passthrough)
+
+    def under(spans: dict[LogicalPath, Span]) -> dict[LogicalPath, Span]:
+        return {path[1:]: span for path, span in spans.items() if path[:1] == PASSTHROUGH}
+
+    view = Document(ctx.own.path, ctx.own.text, data, under(ctx.document.values), under(ctx.document.keys))
+    return JobContext(view, view, ctx.platform, JobBody(data))
+
+
+def _under(prefix: LogicalPath, problem: Problem) -> Problem:
+    if not prefix:
+        return problem
+    fix = problem.fix and replace(problem.fix, path=(*prefix, *problem.fix.path))
+    return replace(problem, at=(*prefix, *problem.at), fix=fix)
 
 
 def _finding(
@@ -301,7 +336,9 @@ class _FileLinter:
         except InputError as err:  # extends: an unknown preset, a missing or unparsable base file
             self._add("HA102", err.span or self.own.span(()), ("extends",), err.message)
             return None
-        return ScenarioContext(self.document, self.own, loaded.config.platform, loaded.config)
+        config = loaded.config
+        advice = preset_advice(config.scenario, provided.presets())
+        return ScenarioContext(self.document, self.own, config.platform, config, advice)
 
     def add(self, rule_id: str, problem: Problem) -> None:
         span = self.document.span(problem.at, key=problem.on_key)

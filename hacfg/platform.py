@@ -30,6 +30,14 @@ RETRY_LIMITS = {"huaweicloud": (1, 128), "otc": (1, 3)}
 # Unconditional and hang restarts stop after this many in a row.
 CONSECUTIVE_RESTART_CAP = 3
 
+# Table 4 "Common configuration combinations", as
+# (job-retry-num, job-unconditional-retry, hang-retry, pod-retry-num): the platform's own advice.
+RECOMMENDED_RESTARTS = {
+    "single-node": (2, False, False, 0),
+    "multi-node": (3, True, True, 0),
+    "llm-long-term": (5, True, True, 3),
+}
+
 HANG_DETECT_TIME = "MA_HANG_DETECT_TIME"  # minutes, platform default 30
 PRECHECK_SWITCH = "MA_DETECT_TRAIN_INJECT_CODE"  # "0" turns the pre-check off
 SETTABLE_PLATFORM_VARIABLES = (HANG_DETECT_TIME, PRECHECK_SWITCH)

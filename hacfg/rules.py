@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
 from hacfg import platform as ma
 from hacfg.names import Kind, Severity
-from hacfg.source import Document, LogicalPath, lookup
+from hacfg.source import Document, LogicalPath, dotted, lookup
 
 if TYPE_CHECKING:
     from hacfg.config import HAConfig
@@ -69,6 +69,14 @@ class FileContext:
         """Whether this file itself writes ``path`` (not inherited from a preset)."""
         return tuple(path) in self.own.values
 
+    def own_place(self, *paths: LogicalPath) -> LogicalPath:
+        """The first of ``paths`` this file writes, else its ``extends:`` or ``scenario:`` line:
+        where a finding about what the file leaves out belongs."""
+        for path in (*paths, ("extends",)):
+            if self.is_set(path):
+                return tuple(path)
+        return ("scenario",)
+
     def first_present(self, *paths: LogicalPath) -> LogicalPath:
         """The first of ``paths`` that stands in the file, for pointing at the best place."""
         for path in paths:
@@ -79,9 +87,23 @@ class FileContext:
 
 @dataclass(frozen=True)
 class ScenarioContext(FileContext):
-    """A scenario file: ``config`` is validated, with its preset merged in (``document``)."""
+    """A scenario file: ``config`` is validated, with its preset merged in (``document``).
+
+    ``advice``: what the scenario's preset recommends for the paths only the user can know
+    (``checkpoint.path``, ``interval``, ``resume``), which it does not supply; for messages.
+    """
 
     config: HAConfig
+    advice: dict[LogicalPath, Any] = field(default_factory=dict)
+
+    def advised(self, path: LogicalPath, fallback: str) -> str:
+        """``path: value`` as the preset recommends it, or ``fallback`` when it recommends nothing."""
+        value = self.advice.get(tuple(path))
+        if value is None:
+            return fallback
+        if isinstance(value, bool):
+            value = str(value).lower()
+        return f"{dotted(path)}: {value} (the {self.config.scenario} preset's recommendation)"
 
     ENVIRONMENT: ClassVar[LogicalPath] = ("job", "environment")
 

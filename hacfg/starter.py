@@ -21,9 +21,10 @@ job:
   flavor: modelarts.pool.visual.8xlarge   # spec.resource.flavor_id: 8 GPUs per node
   # pool: pool-1234         # spec.resource.pool_id, for a dedicated pool
   # environment: {{NCCL_DEBUG: INFO}}
+# Only you know these three: no preset supplies them. Confirm each against your training script.
 checkpoint:
-  path: /mnt/sfs/my-training-job/ckpt   # shared storage that survives a reschedule (not /tmp or /cache)
-  interval: 30m             # how often the training script saves
+  path: /home/ma-user/modelarts/outputs/train_url_0  # where it saves: the output channel, or shared storage
+  interval: {interval}              # how often the training script saves
   resume: true              # the script reloads the newest checkpoint at start-up
 # restart:                  # from the preset; uncomment to change
 #   max: 3                  # fault-tolerance/job-retry-num (0 = auto restart off)
@@ -35,7 +36,8 @@ checkpoint:
 """
 
 _NODES = {"single-node": 1, "multi-node": 2, "llm-long-term": 8}
+_INTERVALS = {"single-node": "1h", "multi-node": "30m", "llm-long-term": "30m"}  # as the presets recommend
 
 
 def starter(scenario: str) -> str:
-    return _TEMPLATE.format(scenario=scenario, nodes=_NODES[scenario])
+    return _TEMPLATE.format(scenario=scenario, nodes=_NODES[scenario], interval=_INTERVALS[scenario])

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from hacfg.config import ConfigInvalid, format_duration, load_config, parse_duration
+from hacfg.config import Checkpoint, ConfigInvalid, format_duration, load_config, parse_duration
 from hacfg.registry import presets
 
 
@@ -42,7 +42,8 @@ def test_the_scenario_preset_is_the_base(write):
     assert config.job.nodes == 4
     assert config.restart.max == 8
     assert config.restart.unconditional and config.restart.on_hang  # from the multi-node preset
-    assert config.checkpoint.interval == timedelta(minutes=30)
+    # Where and how often the script saves, and whether it resumes, only the user knows.
+    assert config.checkpoint == Checkpoint()
 
 
 def test_extends_a_relative_file_over_its_own_preset(write):

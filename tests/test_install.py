@@ -14,7 +14,8 @@ def test_wheel_installs_and_builds_from_another_directory(wheel_venv, tmp_path):
     assert json.loads(preset.stdout)["metadata"]["annotations"]["fault-tolerance/pod-retry-num"] == "3"
 
     job = "{name: elsewhere, image: org/train:1.0, command: bash run.sh, pool: pool-1}"
-    (tmp_path / "ha.yaml").write_text(f"version: 1\nscenario: multi-node\njob: {job}\n")
+    stated = "checkpoint: {path: obs://b/c, resume: true}\n"
+    (tmp_path / "ha.yaml").write_text(f"version: 1\nscenario: multi-node\njob: {job}\n{stated}")
     built = wheel_venv.run(hacfg, "build", "ha.yaml", cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     assert json.loads(built.stdout)["metadata"]["name"] == "elsewhere"

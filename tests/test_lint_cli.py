@@ -44,7 +44,7 @@ def test_clean_files_exit_0(cli, project):
 def test_directories_find_scenario_files_only(cli, project):
     (project / "jobs" / "a").mkdir(parents=True)
     (project / "jobs/a/ha.yaml").write_text("version: 1\nscenario: single-node\nrestart: {maks: 1}\n")
-    (project / "jobs/train.ha.yml").write_text("version: 1\nscenario: single-node\nhang: {timeout: 1m}\n")
+    (project / "jobs/train.ha.yml").write_text("version: 1\nscenario: single-node\nhang: {timeout: 1m}\ncheckpoint: {path: obs://b/c, resume: true}\n")
     (project / "jobs/other.yaml").write_text("not: [valid\n")
     (project / ".hidden").mkdir()
     (project / ".hidden/ha.yaml").write_text("not: [valid\n")
@@ -102,7 +102,7 @@ def test_github_format_and_auto_detection(cli, project, monkeypatch):
 
 
 def test_fail_on_and_exit_zero(cli, project):
-    (project / "ha.yaml").write_text("version: 1\nscenario: single-node\nhang: {timeout: 5m}\n")
+    (project / "ha.yaml").write_text("version: 1\nscenario: single-node\nhang: {timeout: 5m}\ncheckpoint: {path: obs://b/c, resume: true}\n")
     assert cli("lint").code == 0  # a warning only
     assert cli("lint", "--fail-on", "warning").code == 1
     (project / "job.json").write_text(BAD_BODY)
@@ -127,7 +127,7 @@ def test_settings_select_ignore_severity_and_per_file(cli, project):
 
 
 def test_dot_hacfg_toml_and_unknown_ids_are_errors(cli, project):
-    (project / "ha.yaml").write_text("version: 1\nscenario: single-node\n")
+    (project / "ha.yaml").write_text("version: 1\nscenario: single-node\ncheckpoint: {path: obs://b/c, resume: true}\n")
     (project / ".hacfg.toml").write_text('ignore = ["HA999"]\n')
     result = cli("lint")
     assert result.code == 2
@@ -162,12 +162,12 @@ def test_unknown_rule_in_a_comment_is_an_error(cli, project):
 
 
 def test_disable_file(cli, project):
-    (project / "ha.yaml").write_text("# hacfg: disable-file=HA016\nversion: 1\nscenario: single-node\nhang: {timeout: 1m}\n")
+    (project / "ha.yaml").write_text("# hacfg: disable-file=HA016\nversion: 1\nscenario: single-node\nhang: {timeout: 1m}\ncheckpoint: {path: obs://b/c, resume: true}\n")
     assert cli("lint", "--fail-on", "info", "ha.yaml").code == 0
 
 
 def test_inherited_findings_point_at_the_users_file(cli, project):
-    (project / "base.yaml").write_text("version: 1\nscenario: multi-node\nhang: {timeout: 2m}\n")
+    (project / "base.yaml").write_text("version: 1\nscenario: multi-node\nhang: {timeout: 2m}\ncheckpoint: {path: obs://b/c, resume: true}\n")
     (project / "ha.yaml").write_text("version: 1\nscenario: multi-node\nextends: base.yaml\n")
     out = cli("lint", "ha.yaml").out
     assert out.startswith("ha.yaml:3:10: HA016 warning hang.timeout under 10m")

@@ -75,7 +75,7 @@ def test_the_readme_snippet_works_as_written(tmp_path):
         assert other not in first.stdout
         assert other not in first.stderr
 
-    (repo / "jobs/ha.yaml").write_text("version: 1\nscenario: single-node\nrestart:\n  max: 3\n")
+    (repo / "jobs/ha.yaml").write_text("version: 1\nscenario: single-node\nrestart:\n  max: 3\ncheckpoint: {path: obs://b/c, resume: true}\n")
     subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
     second = pre_commit(repo, tmp_path / "cache", "run", "--all-files")
     assert re.search(r"hacfg fix\.+Passed", second.stdout), second.stdout
@@ -96,6 +96,6 @@ def test_the_repository_hooks_through_try_repo(tmp_path):
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "ha.yaml:4:3: HA101" in bad.stdout
     assert not any(other in bad.stdout for other in OTHER_FILES)
-    (repo / "ha.yaml").write_text("version: 1\nscenario: single-node\nrestart:\n  max: 3\n")
+    (repo / "ha.yaml").write_text("version: 1\nscenario: single-node\nrestart:\n  max: 3\ncheckpoint: {path: obs://b/c, resume: true}\n")
     good = pre_commit(repo, tmp_path / "cache", "try-repo", str(REPO), "hacfg-lint", "--files", "ha.yaml", *OTHER_FILES)
     assert good.returncode == 0, good.stdout + good.stderr

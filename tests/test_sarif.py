@@ -25,7 +25,7 @@ def repo(tmp_path):
     root.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    for name, text in {SCENARIO: "version: 1\nscenario: single-node\nhang: {timeout: 5m}\n", BODY: ONE_LINE_BODY}.items():
+    for name, text in {SCENARIO: "version: 1\nscenario: single-node\nhang: {timeout: 5m}\ncheckpoint: {path: obs://b/c, resume: true}\n", BODY: ONE_LINE_BODY}.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return root
@@ -65,7 +65,7 @@ def test_uris_are_encoded_and_relative_to_the_repository_root_wherever_hacfg_run
 def test_a_file_outside_the_repository_gets_an_absolute_file_uri(repo, tmp_path):
     outside = tmp_path / "elsewhere #2" / "ha.yaml"
     outside.parent.mkdir()
-    outside.write_text("version: 1\nscenario: single-node\nhang: {timeout: 5m}\n")
+    outside.write_text("version: 1\nscenario: single-node\nhang: {timeout: 5m}\ncheckpoint: {path: obs://b/c, resume: true}\n")
     [(rule, base, _)] = locations(sarif(outside, cwd=repo))[outside.as_uri()]
     assert (rule, base) == ("HA016", None)
     assert "%232" in outside.as_uri()

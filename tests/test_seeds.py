@@ -769,7 +769,8 @@ def test_single_node_suspension_detection_optional(cli, write):
 
     A single-node job may turn detection off without a finding.
     """
-    assert not findings(cli, write("ha.yaml", "version: 1\nscenario: single-node\nhang: {detect: false}\n"))
+    stated = "checkpoint: {path: obs://b/ckpt, resume: true}\n"
+    assert not findings(cli, write("ha.yaml", f"version: 1\nscenario: single-node\n{stated}hang: {{detect: false}}\n"))
 
 
 def test_single_node_restart_upon_suspension_optional(cli):
@@ -808,7 +809,7 @@ def test_resumable_training_required(cli, write):
     """
     for name in ("multi-node", "llm-long-term"):
         assert preset(name).checkpoint.path and preset(name).checkpoint.resume
-        assert ("HA001", "restart.max", "error") in findings(
+        assert ("HA001", "checkpoint", "error") in findings(
             cli, write(f"{name}.yaml", f"version: 1\nscenario: {name}\ncheckpoint: {{path: null}}\n")
         )
 

@@ -27,6 +27,7 @@ SCENARIO = textwrap.dedent("""\
       resume: true
     restart:
       max: 3
+      pod_reschedules: 1
 """)
 # A non-BMP character before the finding: UTF-16 counts it as two code units, Python as one.
 JOB = textwrap.dedent("""\
@@ -148,7 +149,7 @@ def test_a_session_from_initialize_to_exit_diagnostics_on_open_and_change(tmp_pa
 
 
 def test_diagnostics_match_hacfg_lint_exactly(editor, cli, monkeypatch):
-    text = SCENARIO.replace("max: 3", "max: 3\n  on_hang: false  # hacfg: disable=HA016\nhang:\n  timeout: 2m")
+    text = SCENARIO.replace("pod_reschedules: 1", "pod_reschedules: 1\n  on_hang: false  # hacfg: disable=HA016\nhang:\n  timeout: 2m")
     (editor.root / "match.ha.yaml").write_text(text)
     monkeypatch.chdir(editor.root)
     expected = [line.split(": ", 1) for line in cli("lint", "match.ha.yaml").out.splitlines()[:-1]]

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 
 from hacfg import platform as ma
-from hacfg.plugin import Fix, JobContext, Problem, Rule, annotation_path, hookimpl, rule
-from hacfg.source import did_you_mean
+from hacfg.plugin import (
+    Fix,
+    HAConfig,
+    JobBody,
+    JobContext,
+    Problem,
+    Rule,
+    ScenarioContext,
+    annotation_path,
+    hookimpl,
+    rule,
+)
+from hacfg.source import did_you_mean, lookup
 
 
 @rule("HA007", "annotation-not-string", "error", kind="job")
@@ -99,6 +111,72 @@ def boolean_annotation_spelling(ctx: JobContext) -> Iterator[Problem]:
         yield Problem(annotation_path(key), message, fix=fix)
 
 
+@rule("HA020", "passthrough-owns-key", "error")
+def passthrough_owns_key(ctx: ScenarioContext) -> Iterator[Problem]:
+    """`passthrough` sets a key that hacfg writes from the scenario.
+
+    ## What it does
+    Fires for each `fault-tolerance/*` annotation hacfg emits (`job-retry-num`,
+    `job-unconditional-retry`, `hang-retry`, `pod-retry-num`, `hccl_op_retry`) and each
+    platform variable it owns (`MA_HANG_DETECT_TIME`, `MA_DETECT_TRAIN_INJECT_CODE`) under
+    `passthrough` whose value is not exactly what the scenario's own key means (`hacfg import`
+    keeps `"false"` and the default hang time there, which agree).
+
+    ## Why is this bad?
+    `passthrough` is merged last: its value silently replaces what `restart:`, `hang:` and
+    `precheck:` say, so the file reads one way and the job runs another.
+
+    ## Example
+    ```yaml
+    restart: {max: 8, on_hang: true}
+    passthrough:
+      metadata:
+        annotations: {fault-tolerance/hang-retry: "false"}
+    ```
+
+    ## Fix
+    Say it with the scenario's own key (`restart.on_hang: false`) and remove it from `passthrough`.
+    """
+    says = _scenario_says(ctx.config)
+    for base, owned in ((JobBody.ANNOTATIONS, _OWNED_ANNOTATIONS), (JobContext.ENVIRONMENT, _OWNED_VARIABLES)):
+        written = lookup(ctx.config.passthrough, base)
+        for key, value in written.items() if isinstance(written, dict) else ():
+            if key in owned and value != says[key]:
+                message = (
+                    f"passthrough sets {key} to {json.dumps(value)} over {owned[key]} "
+                    f"({json.dumps(says[key])}): say it with {owned[key]} and remove it here"
+                )
+                yield Problem(("passthrough", *base, key), message, on_key=True)
+
+
+_OWNED_ANNOTATIONS = {
+    ma.JOB_RETRY_NUM: "restart.max",
+    ma.UNCONDITIONAL_RETRY: "restart.unconditional",
+    ma.HANG_RETRY: "restart.on_hang",
+    ma.POD_RETRY_NUM: "restart.pod_reschedules",
+    ma.HCCL_OP_RETRY: "operator_retry",
+}
+_OWNED_VARIABLES = {ma.HANG_DETECT_TIME: "hang.timeout", ma.PRECHECK_SWITCH: "precheck"}
+
+
+def _scenario_says(config: HAConfig) -> dict[str, str]:
+    """Each owned key as the platform spells what the scenario means (a passthrough that agrees is harmless)."""
+    restart = config.restart
+
+    def switch(on: bool) -> str:
+        return "true" if on else "false"
+
+    return {
+        ma.JOB_RETRY_NUM: str(restart.max),
+        ma.UNCONDITIONAL_RETRY: switch(restart.unconditional),
+        ma.HANG_RETRY: switch(restart.on_hang),
+        ma.POD_RETRY_NUM: str(restart.pod_reschedules),
+        ma.HCCL_OP_RETRY: switch(config.operator_retry),
+        ma.HANG_DETECT_TIME: str(max(1, math.ceil(config.hang.timeout.total_seconds() / 60))),
+        ma.PRECHECK_SWITCH: "1" if config.precheck else "0",
+    }
+
+
 @hookimpl
 def hacfg_rules() -> list[Rule]:
-    return [annotation_not_string, unknown_fault_tolerance_key, boolean_annotation_spelling]
+    return [annotation_not_string, unknown_fault_tolerance_key, boolean_annotation_spelling, passthrough_owns_key]

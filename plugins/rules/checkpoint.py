@@ -20,7 +20,10 @@ def restart_without_checkpoint(ctx: ScenarioContext) -> Iterator[Problem]:
     ## What it does
     Fires when `restart.max` (or `fault-tolerance/job-retry-num`) is 1 or more and the job has
     nowhere to save checkpoints: no `checkpoint.path` in a scenario file; no output channel
-    (`algorithm.outputs`) and no volume (`spec.volumes`) in a request body.
+    (`algorithm.outputs`) and no volume (`spec.volumes`) in a request body. Only the user knows
+    where the training script saves: a preset never supplies `checkpoint.path` (a base file of
+    your own, through `extends:`, may), and the message quotes the preset's recommendation, the
+    training output channel `/home/ma-user/modelarts/outputs/train_url_0`.
 
     ## Why is this bad?
     The platform restarts the job, but every restart starts again from step 0. A job that
@@ -38,9 +41,10 @@ def restart_without_checkpoint(ctx: ScenarioContext) -> Iterator[Problem]:
     ```
     """
     if ctx.config.restart.max and not ctx.config.checkpoint.path:
+        fix = ctx.advised(("checkpoint", "path"), "checkpoint.path")
         yield Problem(
-            ("restart", "max"),
-            "auto restart is on but checkpoint.path is not set: every restart starts from step 0; set checkpoint.path",
+            ctx.own_place(("restart", "max"), ("checkpoint",)),
+            f"auto restart is on but checkpoint.path is not set: every restart starts from step 0; set {fix}",
         )
 
 
@@ -98,7 +102,8 @@ def long_run_checkpoint_interval(ctx: ScenarioContext) -> Iterator[Problem]:
 
     ## What it does
     Fires for `llm-long-term` scenarios, and for jobs on 8 or more nodes, when
-    `checkpoint.interval` is missing or longer than 2 hours.
+    `checkpoint.interval` is missing or longer than 2 hours. A preset never supplies the
+    interval (only the training script knows it); the message quotes the preset's recommendation.
 
     ## Why is this bad?
     At that scale faults are routine. Every fault throws away the work done since the last
@@ -119,8 +124,9 @@ def long_run_checkpoint_interval(ctx: ScenarioContext) -> Iterator[Problem]:
         return
     interval = config.checkpoint.interval
     if interval is None:
-        where = ctx.first_present(("checkpoint",), ("scenario",))
-        yield Problem(where, "long run without checkpoint.interval: save at least every 2h and set interval")
+        where = ctx.own_place(("checkpoint",))
+        fix = ctx.advised(("checkpoint", "interval"), "checkpoint.interval")
+        yield Problem(where, f"long run without checkpoint.interval: save at least every 2h and set {fix}")
     elif interval > MAX_LONG_RUN_INTERVAL:
         yield Problem(
             ("checkpoint", "interval"),
@@ -133,7 +139,8 @@ def restart_without_resume(ctx: ScenarioContext) -> Iterator[Problem]:
     """Auto restart is on but the script does not resume from its checkpoint.
 
     ## What it does
-    Fires when `restart.max` is 1 or more and `checkpoint.resume` is false or unset.
+    Fires when `restart.max` is 1 or more and `checkpoint.resume` is false or unset. A preset
+    never supplies `resume`: only the user knows what the script does at start-up.
 
     ## Why is this bad?
     The platform restarts the command as it was; a script that does not look for its newest
@@ -150,10 +157,11 @@ def restart_without_resume(ctx: ScenarioContext) -> Iterator[Problem]:
     `HACFG_RESUME_FROM`), then say so: `checkpoint: {resume: true}`.
     """
     if ctx.config.restart.max and not ctx.config.checkpoint.resume:
+        fix = ctx.advised(("checkpoint", "resume"), "checkpoint.resume: true")
         yield Problem(
-            ctx.first_present(("checkpoint", "resume"), ("restart", "max")),
+            ctx.own_place(("checkpoint", "resume"), ("checkpoint",), ("restart", "max")),
             "auto restart is on but checkpoint.resume is false: "
-            "reload the newest checkpoint at start-up and set resume: true",
+            f"reload the newest checkpoint at start-up and set {fix}",
         )
 
 

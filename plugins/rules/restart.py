@@ -94,7 +94,9 @@ def unconditional_spends_budget(ctx: ScenarioContext) -> Iterator[Problem]:
     """Unconditional restart with a budget of 3 or fewer restarts.
 
     ## What it does
-    Fires when unconditional restart is on and `restart.max` is between 1 and 3.
+    Fires when unconditional restart is on and `restart.max` (`fault-tolerance/job-retry-num`)
+    is between 1 and 3, unless the settings are one of the platform's recommended combinations
+    (3 + unconditional + hang restart for multi-node jobs).
 
     ## Why is this bad?
     Unconditional restarts count against `restart.max` and may come three in a row. A bug that
@@ -107,22 +109,47 @@ def unconditional_spends_budget(ctx: ScenarioContext) -> Iterator[Problem]:
     ```
 
     ## Fix
-    Raise the budget above 3 (`max: 8` for long runs), or suppress with a reason when the
-    platform's recommended combination is what you want:
-    `# hacfg: disable=HA009 -- short job, fail fast`.
+    Raise the budget above 3 (`max: 8` for long runs). Where the platform allows no more than 3
+    (Open Telekom Cloud), use its recommended combination, `max: 3` with `on_hang: true`, or
+    turn unconditional restart off.
     """
     restart = ctx.config.restart
-    if restart.unconditional and 1 <= restart.max <= CAP:
-        yield Problem(("restart", "max"), f"{_SPENDS_ALL} {restart.max}: raise restart.max above {CAP}")
+    advice = _budget_advice(
+        (restart.max, restart.unconditional, restart.on_hang, restart.pod_reschedules),
+        ctx.platform,
+        ("restart.max", "restart.on_hang: true", "restart.unconditional"),
+    )
+    if advice:
+        yield Problem(("restart", "max"), advice)
 
 
 @unconditional_spends_budget.job
 def unconditional_spends_budget_in_body(ctx: JobContext) -> Iterator[Problem]:
     body = ctx.body
-    if body.flag(ma.UNCONDITIONAL_RETRY) and 1 <= body.retries <= CAP:
-        yield Problem(
-            annotation_path(ma.JOB_RETRY_NUM), f"{_SPENDS_ALL} {body.retries}: raise {ma.JOB_RETRY_NUM} above {CAP}"
-        )
+    settings = (
+        body.retries,
+        body.flag(ma.UNCONDITIONAL_RETRY),
+        body.flag(ma.HANG_RETRY),
+        body.number(ma.POD_RETRY_NUM) or 0,
+    )
+    names = (ma.JOB_RETRY_NUM, f'{ma.HANG_RETRY}: "true"', ma.UNCONDITIONAL_RETRY)
+    advice = _budget_advice(settings, ctx.platform, names)
+    if advice:
+        yield Problem(annotation_path(ma.JOB_RETRY_NUM), advice)
+
+
+def _budget_advice(settings: tuple[int, bool, bool, int], platform: str, names: tuple[str, str, str]) -> str | None:
+    """HA009's one verdict on (retries, unconditional, hang, pod reschedules), however they were written."""
+    retries, unconditional, _, _ = settings
+    if not unconditional or not 1 <= retries <= CAP or settings in ma.RECOMMENDED_RESTARTS.values():
+        return None
+    budget, hang, switch = names
+    if ma.RETRY_LIMITS.get(platform, (1, CAP + 1))[1] > CAP:
+        return f"{_SPENDS_ALL} {retries}: raise {budget} above {CAP}"
+    return (
+        f"{_SPENDS_ALL} {retries}, and {platform} allows no more than {CAP}: set {budget} to {CAP} "
+        f"with {hang} (the platform's recommended combination), or turn {switch} off"
+    )
 
 
 @hookimpl

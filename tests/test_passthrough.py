@@ -1,0 +1,53 @@
+"""`passthrough:` is linted as the request body it becomes part of; it may not override what hacfg writes."""
+
+from __future__ import annotations
+
+import json
+
+HEAD = "version: 1\nscenario: multi-node\ncheckpoint: {path: obs://b/ckpt, interval: 30m, resume: true}\n"
+
+
+def findings(cli, path):
+    return {(f["rule"], f["line"], f["column"]) for f in json.loads(cli("lint", "-f", "json", path).out)["findings"]}
+
+
+def test_an_owned_key_that_overrides_the_scenario_is_an_error_at_its_line(cli, write):
+    path = write("ha.yaml", HEAD + """\
+restart: {max: 8, on_hang: true}
+passthrough:
+  metadata:
+    annotations:
+      fault-tolerance/job-retry-num: "1"
+      fault-tolerance/hang-retry: "false"
+  algorithm:
+    environments: {MA_DETECT_TRAIN_INJECT_CODE: "0", OTHER: "x"}
+""")
+    result = cli("lint", path)
+    assert result.code == 1
+    assert {f for f in findings(cli, path) if f[0] == "HA020"} == {("HA020", 8, 7), ("HA020", 9, 7), ("HA020", 11, 20)}
+    assert 'passthrough sets fault-tolerance/job-retry-num to "1" over restart.max ("8")' in result.out
+
+
+def test_an_owned_key_that_agrees_with_the_scenario_is_harmless(cli, write):
+    path = write("ha.yaml", HEAD + """\
+restart: {max: 8, unconditional: true, on_hang: false}  # hacfg: disable=HA003 -- own watchdog
+passthrough:
+  metadata:
+    annotations: {fault-tolerance/hang-retry: "false", fault-tolerance/job-retry-num: "8"}
+  algorithm:
+    environments: {MA_HANG_DETECT_TIME: "30"}
+""")
+    assert findings(cli, path) == set()
+
+
+def test_body_rules_read_passthrough(cli, write):
+    path = write("ha.yaml", HEAD + """\
+passthrough:
+  metadata:
+    name: "not a name"
+    annotations:
+      tensorboard/enable: "True"
+      fault-tolerance/hang-retires: "true"
+      jupyter-lab/enable: 1
+""")
+    assert findings(cli, path) == {("HA012", 6, 11), ("HA015", 8, 27), ("HA008", 9, 7), ("HA007", 10, 27)}
