@@ -441,15 +441,20 @@ def events_command(
         metavar="EVENTS.jsonl...",
         help="Event logs, one per node (default: .hacfg/node-*/events.jsonl).",
     ),
-    fmt: Literal["table", "json"] = typer.Option("table", "--format", "-f"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the attempts as a timeline (.svg or .png)."),
+    fmt: Literal["table", "json"] = typer.Option(
+        "table", "--format", "-f", help="json: the time breakdown and the events, for scripts."
+    ),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Also draw the job on one time axis, one lane per node (.svg or .png)."
+    ),
 ) -> None:
-    """Show the agent's recovery events as a table (and a timeline picture); several nodes' logs
-    make one job timeline."""
+    """Show the agent's recovery events and where the time went: start-up, productive, lost work,
+    hang detection, grace, restarts, and the ETTR; several nodes' logs make one job."""
     import json
 
+    from hacfg.agent.goodput import breakdown, report
     from hacfg.agent.state import read_events
-    from hacfg.agent.timeline import effective_ratio, merge, table
+    from hacfg.agent.timeline import merge, table
     from hacfg.source import InputError
 
     paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
@@ -460,8 +465,11 @@ def events_command(
         except OSError as err:
             raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
     records = merge(logs)
-    ratio = f"effective training time: {effective_ratio(records):.1%} of the wall time (attempts that made progress)"
-    _write(json.dumps(records, indent=2) + "\n" if fmt == "json" else f"{table(records)}\n{ratio}\n", None)
+    result = breakdown(records)
+    if fmt == "json":
+        _write(json.dumps({"goodput": result.to_json(), "events": records}, indent=2) + "\n", None)
+    else:
+        _write(f"{table(records)}\n{report(result)}", None)
     if plot is not None:
         from hacfg.agent.timeline import plot as draw
 

@@ -24,15 +24,17 @@ PRECHECKS_PASS = {
 }
 
 
-def run_with_faults(tmp_path, script: str, faults: list[str], train_args: list[str], seed: int = 1234):
-    """Run ``script`` under the agent; after each attempt's first checkpoint, inject the next fault."""
+def run_with_faults(tmp_path, script: str, faults: list[str], train_args: list[str], *, seed: int = 1234, hang_timeout: str = "1s",
+                    grace: float = 1, delay: tuple[float, float] = (0, 0.05)):
+    """Run ``script`` under the agent; ``delay`` seconds after each attempt's first checkpoint, inject
+    the next fault. Returns the agent, its events and what was injected: (fault, step, wall time)."""
     config = tmp_path / "ha.yaml"
     config.write_text(
         "version: 1\nscenario: single-node\njob: {accelerator: cpu}\n"
         f"checkpoint: {{path: {tmp_path / 'ckpt'}, resume: true}}\nrestart: {{max: 3, on_hang: true}}\nprecheck: true\n"
     )
-    argv = [sys.executable, "-m", "hacfg", "agent", "--config", str(config), "--hang-timeout", "1s", "--initial-hang-timeout", "30s", "--grace", "1",
-            "--", sys.executable, str(EXAMPLE / script), "--checkpoints", str(tmp_path / "ckpt"), *train_args]
+    argv = [sys.executable, "-m", "hacfg", "agent", "--config", str(config), "--hang-timeout", hang_timeout, "--initial-hang-timeout", "30s",
+            "--grace", str(grace), "--", sys.executable, str(EXAMPLE / script), "--checkpoints", str(tmp_path / "ckpt"), *train_args]
     agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **PRECHECKS_PASS, "PYTHONPATH": str(REPO)})
     rng = random.Random(seed)
     pending, pid, injected = list(faults), None, []
@@ -40,27 +42,38 @@ def run_with_faults(tmp_path, script: str, faults: list[str], train_args: list[s
         if line.startswith("pid "):
             pid = int(line.split()[1])
         elif line.endswith("saved\n") and pending and pid is not None:
-            time.sleep(rng.uniform(0, 0.05))  # somewhere inside the next few steps
+            time.sleep(rng.uniform(*delay))  # somewhere inside the next few steps
             fault = pending.pop(0)
             os.kill(pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
-            injected.append((fault, line.split()[1]))
+            injected.append((fault, int(line.split()[1]), time.time()))
             pid = None
     agent.wait(timeout=120)
     events = [json.loads(line) for line in (tmp_path / "ckpt" / ".hacfg" / "node-0" / "events.jsonl").read_text().splitlines()]
     return agent, events, injected
 
 
-def test_numpy_training_survives_a_kill_and_a_hang_bit_identical(tmp_path):
-    args = ["--steps", "240", "--every", "20", "--step-time", "0.005"]
-    reference = tmp_path / "reference.npy"
-    subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--checkpoints", str(tmp_path / "ref-ckpt"), "--out", str(reference), *args],
-                   check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    final = tmp_path / "final.npy"
-    agent, events, injected = run_with_faults(tmp_path, "train.py", ["kill", "hang"], [*args, "--out", str(final)])
+TRAIN = ["--steps", "200", "--every", "20", "--step-time", "0.02"]  # a checkpoint every ~0.4 s
+HANG, GRACE = 3.0, 2.0
 
+
+@pytest.fixture(scope="module")
+def faulty_run(tmp_path_factory):
+    """The example under ``--hang-timeout 3s``, SIGKILLed once and SIGSTOPped once, each fault
+    0.15-0.3 s after a checkpoint; and an uninterrupted reference run."""
+    tmp_path = tmp_path_factory.mktemp("faulty")
+    reference = tmp_path / "reference.npy"
+    subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--checkpoints", str(tmp_path / "ref-ckpt"), "--out", str(reference), *TRAIN],
+                   check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    agent, events, injected = run_with_faults(tmp_path, "train.py", ["kill", "hang"], [*TRAIN, "--out", str(tmp_path / "final.npy")],
+                                              hang_timeout=f"{HANG:g}s", grace=GRACE, delay=(0.15, 0.3))
+    return tmp_path, agent, events, injected
+
+
+def test_numpy_training_survives_a_kill_and_a_hang_bit_identical(faulty_run):
+    tmp_path, agent, events, injected = faulty_run
     assert agent.returncode == 0, agent.stderr.read()
-    assert [fault for fault, _ in injected] == ["kill", "hang"]
-    assert final.read_bytes() == reference.read_bytes()  # bit-identical weights
+    assert [fault for fault, _, _ in injected] == ["kill", "hang"]
+    assert (tmp_path / "final.npy").read_bytes() == (tmp_path / "reference.npy").read_bytes()  # bit-identical weights
 
     assert {e["status"] for e in events if e["event"] == "precheck"} <= {"passed", "skipped"}
     exits = [(e.get("signal"), e["cause"]) for e in events if e["event"] == "attempt_exit"]

@@ -1,9 +1,10 @@
 """The agent loop: pre-checks, then rounds of plan -> attempt -> verdict, until one is final.
 
 States, in the order an agent passes through them, each recorded as an event:
-``agent_start`` -> ``precheck`` (each result) -> ``attempt_start`` -> [``hang``] ->
-``attempt_exit`` (code or signal, cause, progress) -> ``decision`` (``proc_restart``,
-``pod_reschedule``, ``job_reschedule``, ``give_up``, ``stop`` or ``success``) -> ... -> ``agent_exit``.
+``agent_start`` -> ``precheck`` (each result) -> ``attempt_start`` -> ``first_activity`` ->
+[``hang``] -> ``attempt_exit`` (code or signal, cause, the checkpoints it saved) -> ``decision``
+(``proc_restart``, ``pod_reschedule``, ``job_reschedule``, ``give_up``, ``stop`` or ``success``)
+-> ... -> ``agent_exit``.
 
 A round's plan and verdict come from :class:`~hacfg.agent.rounds.LocalRounds` on one node and
 from :class:`~hacfg.agent.group.Group` on several, so every node of a job starts each round
@@ -15,11 +16,15 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from hacfg import plugin_manager
+from hacfg.agent import checkpoints
 from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.classify import classify
 from hacfg.agent.extensions import Failure, PrecheckContext, PrecheckSettings
@@ -27,10 +32,12 @@ from hacfg.agent.group import GroupLost
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Rounds, Verdict, resume_visible
-from hacfg.agent.state import EventLog, StateStore
+from hacfg.agent.state import EventLog, StateStore, stamp
 from hacfg.agent.supervise import Supervisor, become_subreaper
 
 HEARTBEAT_FILE = "heartbeat"
+# The platform's log keyword for a restarted job that ends in failure (ha-configuration seed).
+FAILED_AFTER_RESTARTS = "error,exiting"
 
 
 def _say(line: str) -> None:
@@ -102,6 +109,7 @@ class Agent:
     def _attempt(self, plan: Plan) -> Outcome:
         """Run the workers of one round on this node; how they ended."""
         budgets = plan.budgets
+        started = time.time()
         self.events.write("attempt_start", round=plan.round, resume_from=plan.resume_from, **self._counters(budgets))
         unseen = resume_visible(plan)
         if unseen:
@@ -124,8 +132,9 @@ class Agent:
             first_hang_timeout=self.policy.first_hang_timeout if detect else None,
             heartbeat=self.heartbeat,
             grace=self.policy.grace,
-            on_hang=lambda tail: self._hang(budgets, tail),
+            on_hang=lambda tail, idle: self._hang(budgets, tail, idle),
             on_signal=lambda signum: self.events.write("signal", signal=signal.Signals(signum).name, attempt=budgets.attempt),
+            on_first_activity=lambda after: self.events.write("first_activity", round=plan.round, attempt=budgets.attempt, after=round(after, 3)),
             accelerator=nvml_probe() if detect and self.policy.accelerator == "gpu" else None,
         )
         try:
@@ -141,6 +150,9 @@ class Agent:
             "exit_code": result.exit_code,
             "signal": signal.Signals(result.signal).name if result.signal else None,
             "duration": round(result.duration, 3),
+            "stopping": _rounded(result.stopping),
+            "step": result.step,
+            "checkpoints": _saved_since(self.policy.checkpoint_path, started),
         }
         if result.interrupted is not None:
             reason = f"agent received {signal.Signals(result.interrupted).name}"
@@ -176,12 +188,14 @@ class Agent:
         if verdict.action != SUCCESS:
             where = f" on node {verdict.rank}" if self.events.node is not None else ""
             self.echo(f"[hacfg] attempt {verdict.budgets.attempt} {verdict.cause}{where} ({verdict.reason}): {verdict.action}, {verdict.detail}")
+        if verdict.action == "give_up" and verdict.budgets.restarts:
+            self.echo(f"[hacfg] {FAILED_AFTER_RESTARTS}: the job failed after {verdict.budgets.restarts} restart(s): {verdict.cause}, {verdict.reason}")
         return state
 
-    def _hang(self, budgets: Budgets, tail: tuple[str, ...]) -> None:
+    def _hang(self, budgets: Budgets, tail: tuple[str, ...], idle: float) -> None:
         timeout = self.policy.hang_timeout
         self.echo(f"[hacfg] attempt {budgets.attempt} hung: no output and no heartbeat for {timeout:g}s; stopping it")
-        self.events.write("hang", attempt=budgets.attempt, timeout=timeout, last_output=[line[-500:] for line in tail[-10:]])
+        self.events.write("hang", attempt=budgets.attempt, timeout=timeout, idle=round(idle, 3), last_output=[line[-500:] for line in tail[-10:]])
 
     def _prechecks(self) -> str | None:
         """Run the pre-checks; what failed, or None."""
@@ -209,6 +223,23 @@ class Agent:
         counters = asdict(budgets)
         counters["max_restarts"] = self.policy.max_restarts
         return counters
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
+def _saved_since(root: Path | None, since: float) -> list[dict[str, Any]]:
+    """The complete checkpoints written since ``since`` (their mtimes), in step order: what the attempt saved."""
+    saved = []
+    for found in sorted(checkpoints.complete(root)):
+        try:
+            mtime = found.path.stat().st_mtime
+        except OSError:
+            continue  # removed by the script's own retention since it was listed
+        if mtime >= since:
+            saved.append({"step": found.step, "path": str(found.path), "time": stamp(datetime.fromtimestamp(mtime, UTC))})
+    return saved
 
 
 def default_state_dir(policy: Policy, node: int) -> Path:

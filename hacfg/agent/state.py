@@ -71,7 +71,7 @@ class EventLog:
         self.broken = False
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
-        record = {"time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"), "event": event, **fields}
+        record = {"time": stamp(datetime.now(UTC)), "event": event, **fields}
         if self.node is not None:
             record["node"] = self.node
         line = json.dumps(record, default=str) + "\n"
@@ -86,6 +86,11 @@ class EventLog:
                 self.broken = True
                 self.echo(f"[hacfg] cannot write events to {self.path}: {err.strerror or err}; supervision continues")
         return record
+
+
+def stamp(when: datetime) -> str:
+    """An event's time: UTC to the millisecond, so logs of several nodes sort as text."""
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
