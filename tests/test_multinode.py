@@ -206,7 +206,7 @@ def test_several_nodes_logs_make_one_job_timeline(tmp_path, reference, cli):
     logs = [job.ckpt / ".hacfg" / f"node-{rank}" / "events.jsonl" for rank in range(2)]
     result = cli("events", *logs)
     assert result.code == 0, result.err
-    rows = result.out.splitlines()[1:-2]
+    rows = result.out.split("\n\n")[0].splitlines()[1:]
     assert {"node 0:", "node 1:"} <= {row.split("  ")[-1][:7] for row in rows if "node " in row}
     times = [row.split()[0] for row in rows]
     assert times == sorted(times)

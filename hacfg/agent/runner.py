@@ -189,7 +189,7 @@ class Agent:
             where = f" on node {verdict.rank}" if self.events.node is not None else ""
             self.echo(f"[hacfg] attempt {verdict.budgets.attempt} {verdict.cause}{where} ({verdict.reason}): {verdict.action}, {verdict.detail}")
         if verdict.action == "give_up" and verdict.budgets.restarts:
-            self.echo(f"[hacfg] {FAILED_AFTER_RESTARTS}: the job failed after {verdict.budgets.restarts} restart(s): {verdict.cause}, {verdict.reason}")
+            self.echo(f"[hacfg] {FAILED_AFTER_RESTARTS}: the job failed after {verdict.budgets.restarts} restart(s); last cause: {verdict.cause}, {verdict.reason}")
         return state
 
     def _hang(self, budgets: Budgets, tail: tuple[str, ...], idle: float) -> None:

@@ -113,5 +113,6 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
         Line2D([], [], marker="X", color="#6a1b9a", linestyle="none", markersize=9, label="hang detected"),
     ]
     axes.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=5, fontsize=8, frameon=False)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in an SVG: searchable, selectable
+        figure.savefig(path, dpi=120, bbox_inches="tight")
     pyplot.close(figure)
