@@ -377,6 +377,8 @@ def agent_command(
         900, "--rdzv-timeout", min=1, metavar="SECONDS", help="Seconds to wait for every node to join."
     ),
     standalone: bool = typer.Option(False, "--standalone", help="One node on its own, whatever the job's size."),
+    metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Rewrite Prometheus metrics here after every event (node_exporter's textfile collector: *.prom)."),
+    metrics_port: Optional[str] = typer.Option(None, "--metrics-port", metavar="[HOST:]PORT", help="Serve Prometheus metrics on /metrics."),
 ) -> None:
     """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events.
 
@@ -384,6 +386,14 @@ def agent_command(
     agent): a failure anywhere restarts every node from the same checkpoint, with one budget."""
     from hacfg.agent.runner import run_agent
 
+    listen = None
+    if metrics_port is not None:
+        from hacfg.agent.metrics import parse_listen
+
+        try:
+            listen = parse_listen(metrics_port)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--metrics-port") from None
     policy = _agent_policy(
         config,
         max_restarts=max_restarts,
@@ -406,6 +416,8 @@ def agent_command(
         rdzv_timeout=rdzv_timeout,
         standalone=standalone,
         config_nodes=policy.nodes if config else None,
+        metrics_file=metrics_file,
+        metrics_listen=listen,
     )
     raise typer.Exit(code)
 

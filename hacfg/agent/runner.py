@@ -260,6 +260,8 @@ def run_agent(
     rdzv_timeout: float = 900.0,
     standalone: bool = False,
     config_nodes: int | None = None,
+    metrics_file: Path | None = None,
+    metrics_listen: tuple[str, int] | None = None,
     echo: Callable[[str], None] = _say,
 ) -> int:
     """Supervise ``command`` on this node: alone, or as one node of a group formed through torch's store."""
@@ -280,4 +282,18 @@ def run_agent(
             rounds = group.Group(spec, policy, store_class, echo=echo)
     node = spec.rank if spec is not None else None
     directory = state_dir or default_state_dir(policy, node or 0)
-    return Agent(command, policy, directory, events or directory / "events.jsonl", rounds=rounds, node=node, echo=echo).run()
+    agent = Agent(command, policy, directory, events or directory / "events.jsonl", rounds=rounds, node=node, echo=echo)
+    if metrics_file is None and metrics_listen is None:
+        return agent.run()
+    from hacfg.agent.metrics import Metrics
+    from hacfg.agent.state import read_events
+
+    metrics = Metrics(read_events(agent.events.path) if agent.events.path.is_file() else [], textfile=metrics_file, echo=echo)
+    agent.events.listeners.append(metrics.record)
+    try:
+        if metrics_listen is not None:
+            port = metrics.serve(*metrics_listen)
+            echo(f"[hacfg] metrics on http://{metrics_listen[0]}:{port}/metrics")
+        return agent.run()
+    finally:
+        metrics.close()

@@ -69,6 +69,7 @@ class EventLog:
         self.node = node  # a group's node rank, written into every record so several logs merge
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
         self.broken = False
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # told of every record, once written
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
         record = {"time": stamp(datetime.now(UTC)), "event": event, **fields}
@@ -85,6 +86,8 @@ class EventLog:
             if not self.broken:
                 self.broken = True
                 self.echo(f"[hacfg] cannot write events to {self.path}: {err.strerror or err}; supervision continues")
+        for listener in self.listeners:
+            listener(record)
         return record
 
 
