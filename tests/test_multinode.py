@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -212,6 +213,10 @@ def test_several_nodes_logs_make_one_job_timeline(tmp_path, reference, cli):
     assert times == sorted(times)
     decisions = [row for row in rows if " decision " in f" {row} " and "proc_restart" in row]
     assert len(decisions) == 2 and all("environment on node 1" in row for row in decisions)
+    svg = tmp_path / "job.svg"
+    assert cli("events", *logs, "--plot", svg).code == 0
+    labels = "".join(ElementTree.parse(svg).getroot().itertext())
+    assert "node 0" in labels and "node 1" in labels and labels.count("attempt 2") == 2  # one lane per node, one job axis
 
 
 @pytest.mark.parametrize(("nnodes", "torchrun"), [(2, False), (4, False), (2, True)], ids=["2-nodes", "4-nodes", "torchrun"])

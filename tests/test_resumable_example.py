@@ -159,8 +159,8 @@ def test_events_prints_the_breakdown_and_draws_the_run(faulty_run, cli):
     goodput = json.loads(cli("events", events, "--format", "json").out)["goodput"]
     assert f"ETTR {goodput['ettr']:.1%}" in breakdown[0]
     per_attempt = result.out.split("\n\n")[2].splitlines()
-    assert [row.split()[0] for row in per_attempt] == ["attempt", "1", "2", "3"]
-    assert "hang -> proc_restart" in per_attempt[2]
+    assert [row.split()[0] for row in per_attempt] == ["seconds", "attempt", "1", "2", "3"]
+    assert "hang -> proc_restart" in per_attempt[3]
     from matplotlib import image
 
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -197,15 +197,14 @@ def report(result: Breakdown) -> str:
     for kind, (label, meaning) in LABELS.items():
         share = result.totals[kind] / result.wall if result.wall > 0 else 0.0
         lines.append(f"  {label:<11}{result.totals[kind]:>8.1f}s {share:>6.1%}  {meaning}")
-    lines.append("")
+    lines += ["", "seconds per attempt:"]
     header = ["attempt", *[LABELS[k][0] for k in KINDS], "ended"]
     rows = [header]
     for a in result.attempts:
         seconds = a.seconds()
         ended = f"{a.cause} -> {a.action}" if a.action else a.cause
-        lost = a.lost_steps()
-        if lost is not None:
-            ended += f", {lost} step(s) lost"
+        if a.lost_steps():  # a lower bound: the heartbeat reports the step at most once per interval
+            ended += f", at least {a.lost_steps()} step(s) lost"
         rows.append([str(a.attempt), *[f"{seconds[k]:.1f}" for k in KINDS], ended])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     lines += ["  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1] for row in rows]

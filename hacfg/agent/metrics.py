@@ -2,23 +2,8 @@
 
 ``hacfg agent --metrics-file PATH`` rewrites ``PATH`` atomically after every event (name it
 ``*.prom`` in node_exporter's ``--collector.textfile.directory``); ``--metrics-port [HOST:]PORT``
-serves ``/metrics`` over HTTP. Both show the same families, computed from the node's whole event
-log (earlier agents' events included), as of its latest event:
-
-========================================  =======  =====================================================
-``hacfg_attempt``                         gauge    the current attempt number (``HACFG_ATTEMPT``)
-``hacfg_attempt_running``                 gauge    1 while the training command runs
-``hacfg_restarts``                        gauge    restarts so far, counted against ``restart.max`` or not
-``hacfg_restarts_counted``                gauge    restarts counted against ``restart.max``
-``hacfg_restarts_max``                    gauge    ``restart.max``
-``hacfg_failures_total{cause}``           counter  attempts that ended in a failure, by cause
-``hacfg_hangs_total``                     counter  hangs detected
-``hacfg_decisions_total{action}``         counter  decisions taken: ``proc_restart``, ``give_up``, ...
-``hacfg_goodput_seconds{kind}``           gauge    the wall time split as ``hacfg events`` does
-``hacfg_wall_seconds``                    gauge    first event to the latest
-``hacfg_ettr_ratio``                      gauge    productive over wall time
-``hacfg_last_event_timestamp_seconds``    gauge    when the latest event was written
-========================================  =======  =====================================================
+serves ``/metrics`` over HTTP. Both show the same families (listed in docs/goodput.md), computed
+from the node's whole event log, earlier agents' events included, as of its latest event.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
     axes.set_yticks(range(len(nodes)), [f"node {node}" for node in nodes])
     axes.set_ylim(len(nodes) - 0.4, -0.6)
     axes.set_xlim(left=0)
-    axes.set_xlabel("seconds since the agent started")
+    axes.set_xlabel("seconds since the first event")
     axes.set_title(f"hacfg recovery timeline: ETTR {result.ettr:.0%} ({result.totals['productive']:.1f}s productive of {result.wall:.1f}s wall)")
     handles = [Patch(facecolor=c, hatch="//" if k == "lost" else None, edgecolor="white", label=goodput.LABELS[k][0]) for k, c in COLOURS.items()]
     handles += [
@@ -112,7 +112,7 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
         Line2D([], [], marker="v", color="black", markerfacecolor="white", linestyle="none", label="checkpoint never resumed"),
         Line2D([], [], marker="X", color="#6a1b9a", linestyle="none", markersize=9, label="hang detected"),
     ]
-    axes.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=5, fontsize=8, frameon=False)
+    axes.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -(0.1 + 0.2 / len(nodes))), ncol=5, fontsize=8, frameon=False)
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in an SVG: searchable, selectable
         figure.savefig(path, dpi=120, bbox_inches="tight")
     pyplot.close(figure)
