@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path

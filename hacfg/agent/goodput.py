@@ -45,7 +45,7 @@ def when(event: dict[str, Any]) -> datetime:
 
 
 def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 _SHOWN = {
@@ -81,7 +82,7 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
     nodes = sorted({int(e.get("node", 0)) for e in events}) or [0]
     origin = goodput.when(events[0]) if events else None
 
-    def x(moment) -> float:  # noqa: ANN001 - a datetime
+    def x(moment: datetime) -> float:
         return (moment - origin).total_seconds()
 
     figure, axes = pyplot.subplots(figsize=(11, 1.2 + 0.9 * len(nodes)))
