@@ -83,7 +83,7 @@ class Metrics:
 
         with self.lock:
             events = list(self.events)
-        counters = next((e for e in reversed(events) if "counted" in e), {})
+        counters: dict[str, Any] = next((e for e in reversed(events) if "counted" in e), {})
         kinds = [e.get("event") for e in events]
         running = next((k for k in reversed(kinds) if k in ("attempt_start", "attempt_exit", "agent_start")), None) == "attempt_start"
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hacfg import plugin_manager
 from hacfg.agent import checkpoints
@@ -34,6 +34,9 @@ from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Rounds, Verdict, resume_visible
 from hacfg.agent.state import EventLog, StateStore, stamp
 from hacfg.agent.supervise import Supervisor, become_subreaper
+
+if TYPE_CHECKING:
+    from hacfg.agent.metrics import Metrics
 
 HEARTBEAT_FILE = "heartbeat"
 # The platform's log keyword for a restarted job that ends in failure (ha-configuration seed).
@@ -270,6 +273,10 @@ def run_agent(
     spec = None if standalone else group.resolve_spec(
         nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, timeout=rdzv_timeout, config_nodes=config_nodes, env=dict(os.environ)
     )
+    node = spec.rank if spec is not None else None
+    directory = state_dir or default_state_dir(policy, node or 0)
+    log = events or directory / "events.jsonl"
+    metrics = _metrics(log, metrics_file, metrics_listen, echo) if metrics_file or metrics_listen else None
     rounds: Rounds = LocalRounds(policy)
     if spec is not None:
         store_class = group.torch_store()
@@ -280,20 +287,23 @@ def run_agent(
         else:
             echo(f"[hacfg] node {spec.rank} of {spec.nnodes}: group store at {spec.host}:{spec.port}" + (" (hosted here)" if spec.leader else ""))
             rounds = group.Group(spec, policy, store_class, echo=echo)
-    node = spec.rank if spec is not None else None
-    directory = state_dir or default_state_dir(policy, node or 0)
-    agent = Agent(command, policy, directory, events or directory / "events.jsonl", rounds=rounds, node=node, echo=echo)
-    if metrics_file is None and metrics_listen is None:
+    agent = Agent(command, policy, directory, log, rounds=rounds, node=node, echo=echo)
+    if metrics is None:
         return agent.run()
-    from hacfg.agent.metrics import Metrics
-    from hacfg.agent.state import read_events
-
-    metrics = Metrics(read_events(agent.events.path) if agent.events.path.is_file() else [], textfile=metrics_file, echo=echo)
     agent.events.listeners.append(metrics.record)
     try:
-        if metrics_listen is not None:
-            port = metrics.serve(*metrics_listen)
-            echo(f"[hacfg] metrics on http://{metrics_listen[0]}:{port}/metrics")
         return agent.run()
     finally:
         metrics.close()
+
+
+def _metrics(log: Path, textfile: Path | None, listen: tuple[str, int] | None, echo: Callable[[str], None]) -> Metrics:
+    """The Prometheus exposition, started before the group so a busy port stops nothing half-made."""
+    from hacfg.agent.metrics import Metrics
+    from hacfg.agent.state import read_events
+
+    metrics = Metrics(read_events(log) if log.is_file() else [], textfile=textfile, echo=echo)
+    if listen is not None:
+        port = metrics.serve(*listen)
+        echo(f"[hacfg] metrics on http://{listen[0]}:{port}/metrics")
+    return metrics

@@ -73,6 +73,7 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
         raise InputError("--plot needs matplotlib: pip install 'hacfg[plot]'") from None
     matplotlib.use("Agg")
     from matplotlib import pyplot
+    from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -80,7 +81,7 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
 
     result = goodput.breakdown(events)
     nodes = sorted({int(e.get("node", 0)) for e in events}) or [0]
-    origin = goodput.when(events[0]) if events else None
+    origin = goodput.when(events[0]) if events else datetime.now()
 
     def x(moment: datetime) -> float:
         return (moment - origin).total_seconds()
@@ -107,7 +108,7 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
     axes.set_xlim(left=0)
     axes.set_xlabel("seconds since the first event")
     axes.set_title(f"hacfg recovery timeline: ETTR {result.ettr:.0%} ({result.totals['productive']:.1f}s productive of {result.wall:.1f}s wall)")
-    handles = [Patch(facecolor=c, hatch="//" if k == "lost" else None, edgecolor="white", label=goodput.LABELS[k][0]) for k, c in COLOURS.items()]
+    handles: list[Artist] = [Patch(facecolor=c, hatch="//" if k == "lost" else None, edgecolor="white", label=goodput.LABELS[k][0]) for k, c in COLOURS.items()]
     handles += [
         Line2D([], [], marker="v", color="black", linestyle="none", label="checkpoint"),
         Line2D([], [], marker="v", color="black", markerfacecolor="white", linestyle="none", label="checkpoint never resumed"),
