@@ -66,3 +66,13 @@ def test_steps_reported_count_the_steps_thrown_away_and_a_group_is_measured_on_n
     (only,) = result.attempts
     assert only.node == 0 and only.lost_steps() == 7
     assert only.seconds() == {"startup": 1, "productive": 4, "lost": 0.5, "hang_wait": 0, "grace": 0.5, "restart": 0}
+
+
+def test_a_record_without_a_time_is_an_error_at_its_line(tmp_path, cli):
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"time": "2026-01-01T00:00:00Z", "event": "agent_start"}\n{"event": "attempt_start"}\n{"time": "2026-01-01T00:00')
+    result = cli("events", events)
+    assert result.code == 2
+    assert result.err == f'{events}:2:1: not an agent event: no valid ISO 8601 "time"\n'
+    events.write_text('{"time": "2026-01-01T00:00:00Z", "event": "agent_start"}\n{"time": "2026-01-01T00:00')  # a torn last line
+    assert cli("events", events).code == 0

@@ -301,8 +301,14 @@ def _metrics(log: Path, textfile: Path | None, listen: tuple[str, int] | None, e
     """The Prometheus exposition, started before the group so a busy port stops nothing half-made."""
     from hacfg.agent.metrics import Metrics
     from hacfg.agent.state import read_events
+    from hacfg.source import InputError
 
-    metrics = Metrics(read_events(log) if log.is_file() else [], textfile=textfile, echo=echo)
+    history: list[dict[str, Any]] = []
+    try:
+        history = read_events(log) if log.is_file() else []
+    except (OSError, InputError) as err:  # metrics are no reason to stop a job
+        echo(f"[hacfg] metrics start from this agent's events: {err}")
+    metrics = Metrics(history, textfile=textfile, echo=echo)
     if listen is not None:
         port = metrics.serve(*listen)
         echo(f"[hacfg] metrics on http://{listen[0]}:{port}/metrics")

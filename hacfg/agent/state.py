@@ -13,7 +13,7 @@ from typing import Any
 
 from hacfg.agent.rounds import NodeState
 from hacfg.fsutil import atomic_write
-from hacfg.source import InputError
+from hacfg.source import InputError, Span
 
 STATE_FILE = "state.json"
 LOCK_FILE = "agent.lock"
@@ -97,13 +97,19 @@ def stamp(when: datetime) -> str:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """Events from a log, skipping lines that are not JSON objects (a torn last line, say)."""
+    """Events from a log, skipping lines that are not JSON objects (a torn last line, say); a record
+    without a valid time is not the agent's and is an error at its line."""
     events = []
-    for line in path.read_text(errors="replace").splitlines():
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict):
-            events.append(record)
+        if not isinstance(record, dict):
+            continue
+        try:
+            datetime.fromisoformat(str(record["time"]))
+        except (KeyError, ValueError):
+            raise InputError("not an agent event: no valid ISO 8601 \"time\"", Span(str(path), number, 1, number, 1)) from None
+        events.append(record)
     return events
