@@ -169,14 +169,14 @@ class Supervisor:
                 stopped = True
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
-            active = seen_activity
+            was_active = seen_activity
             if self.output_at is not None and self.output_at > last_activity:
                 last_activity, seen_activity = self.output_at, True
             mtime = self._heartbeat_mtime()
             if mtime != heartbeat_mtime:
                 heartbeat_mtime = mtime
                 last_activity, seen_activity = now, True
-            if seen_activity and not active:
+            if seen_activity and not was_active:
                 self.on_first_activity(last_activity - started)
             if proc.poll() is not None:
                 exited_at = exited_at or now
