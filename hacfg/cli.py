@@ -377,8 +377,12 @@ def agent_command(
         900, "--rdzv-timeout", min=1, metavar="SECONDS", help="Seconds to wait for every node to join."
     ),
     standalone: bool = typer.Option(False, "--standalone", help="One node on its own, whatever the job's size."),
-    metrics_file: Optional[Path] = typer.Option(None, "--metrics-file", help="Rewrite Prometheus metrics here after every event (node_exporter's textfile collector: *.prom)."),
-    metrics_port: Optional[str] = typer.Option(None, "--metrics-port", metavar="[HOST:]PORT", help="Serve Prometheus metrics on /metrics."),
+    metrics_file: Optional[Path] = typer.Option(
+        None, "--metrics-file", help="Rewrite Prometheus metrics here after every event (node_exporter textfile)."
+    ),
+    metrics_port: Optional[str] = typer.Option(
+        None, "--metrics-port", metavar="[HOST:]PORT", help="Serve Prometheus metrics on /metrics."
+    ),
 ) -> None:
     """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events.
 

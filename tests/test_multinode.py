@@ -14,10 +14,10 @@ import socket
 import subprocess
 import sys
 import time
-from xml.etree import ElementTree
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 

@@ -75,7 +75,8 @@ class Attempt:
         if self.cause == "success":
             return {"alive": alive, "kept": self.end, "fault": self.end, "stop": self.end}
         stop = max(self.end - timedelta(seconds=self.stopping or 0), alive)
-        kept = _clamp(parse_time(self.kept["time"]) if self.kept else alive, alive, stop)  # a saved checkpoint is progress, whatever else
+        # a saved checkpoint is progress, whatever else is known
+        kept = _clamp(parse_time(self.kept["time"]) if self.kept else alive, alive, stop)
         fault = self.hang - timedelta(seconds=self.idle) if self.hang is not None else stop
         return {"alive": alive, "kept": kept, "fault": _clamp(fault, kept, stop), "stop": stop}
 
@@ -91,7 +92,7 @@ class Attempt:
             "restart": (self.next_start - self.end) if self.next_start else timedelta(0),
         }
         if self.cut:  # nothing is known about its checkpoints: all of it after start-up is lost
-            spans = {**{kind: timedelta(0) for kind in KINDS}, "startup": spans["startup"], "lost": self.end - m["alive"]}
+            spans = {**dict.fromkeys(KINDS, timedelta(0)), "startup": spans["startup"], "lost": self.end - m["alive"]}
         return {kind: max(span.total_seconds(), 0.0) for kind, span in spans.items()}
 
     def lost_steps(self) -> int | None:
@@ -106,7 +107,7 @@ def _clamp(moment: datetime, low: datetime, high: datetime) -> datetime:
 
 
 def _step_of(path: str | None) -> int:
-    from hacfg.agent.checkpoints import step_of
+    from hacfg.agent.extensions import step_of
 
     return (step_of(path.rstrip("/").rsplit("/", 1)[-1]) or 0) if path else 0
 
@@ -122,7 +123,8 @@ def attempts(events: list[dict[str, Any]], node: int | None = None) -> list[Atte
             current.end, current.cut, current.cause = time, True, "environment"
             current = None
         if kind == "attempt_start":
-            current = Attempt(int(event.get("attempt", len(found) + 1)), node, time, time, resume_from=event.get("resume_from"))
+            number = int(event.get("attempt", len(found) + 1))
+            current = Attempt(number, node, time, time, resume_from=event.get("resume_from"))
             if found:
                 found[-1].next_start = time
             found.append(current)
@@ -183,7 +185,7 @@ class Breakdown:
 def breakdown(events: list[dict[str, Any]]) -> Breakdown:
     """The job's time, split into the kinds above; they add up to the wall time."""
     if not events:
-        return Breakdown(0.0, {kind: 0.0 for kind in (*KINDS, "other")}, [])
+        return Breakdown(0.0, dict.fromkeys((*KINDS, "other"), 0.0), [])
     wall = (when(events[-1]) - when(events[0])).total_seconds()
     spans = attempts(events)
     totals = {kind: sum(a.seconds()[kind] for a in spans) for kind in KINDS}
@@ -193,7 +195,8 @@ def breakdown(events: list[dict[str, Any]]) -> Breakdown:
 
 def report(result: Breakdown) -> str:
     """The breakdown as text: the totals, then one line per attempt."""
-    lines = [f"goodput: {result.totals['productive']:.1f}s productive of {result.wall:.1f}s wall, ETTR {result.ettr:.1%}"]
+    productive = result.totals["productive"]
+    lines = [f"goodput: {productive:.1f}s productive of {result.wall:.1f}s wall, ETTR {result.ettr:.1%}"]
     for kind, (label, meaning) in LABELS.items():
         share = result.totals[kind] / result.wall if result.wall > 0 else 0.0
         lines.append(f"  {label:<11}{result.totals[kind]:>8.1f}s {share:>6.1%}  {meaning}")
@@ -207,5 +210,6 @@ def report(result: Breakdown) -> str:
             ended += f", at least {a.lost_steps()} step(s) lost"
         rows.append([str(a.attempt), *[f"{seconds[k]:.1f}" for k in KINDS], ended])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    lines += ["  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1] for row in rows]
+    for row in rows:
+        lines.append("  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])
     return "\n".join(lines) + "\n"

@@ -24,7 +24,8 @@ def _prometheus() -> Any:
     try:
         import prometheus_client
     except ImportError:
-        raise InputError("--metrics-file and --metrics-port need prometheus_client: pip install 'hacfg[metrics]'") from None
+        need = "--metrics-file and --metrics-port need prometheus_client"
+        raise InputError(f"{need}: pip install 'hacfg[metrics]'") from None
     return prometheus_client
 
 
@@ -39,7 +40,9 @@ def parse_listen(text: str) -> tuple[str, int]:
 class Metrics:
     """Keeps the node's events and renders them as metric families on every collection."""
 
-    def __init__(self, history: list[dict[str, Any]], *, textfile: Path | None = None, echo: Callable[[str], None] = print):
+    def __init__(
+        self, history: list[dict[str, Any]], *, textfile: Path | None = None, echo: Callable[[str], None] = print
+    ):
         self.prometheus = _prometheus()
         self.events = list(history)
         self.textfile = textfile
@@ -71,7 +74,8 @@ class Metrics:
         except OSError as err:
             if not self.broken:
                 self.broken = True
-                self.echo(f"[hacfg] cannot write metrics to {self.textfile}: {err.strerror or err}; supervision continues")
+                reason = err.strerror or err
+                self.echo(f"[hacfg] cannot write metrics to {self.textfile}: {reason}; supervision continues")
 
     def close(self) -> None:
         if self.server is not None:
@@ -85,7 +89,8 @@ class Metrics:
             events = list(self.events)
         counters: dict[str, Any] = next((e for e in reversed(events) if "counted" in e), {})
         kinds = [e.get("event") for e in events]
-        running = next((k for k in reversed(kinds) if k in ("attempt_start", "attempt_exit", "agent_start")), None) == "attempt_start"
+        bounds = [k for k in kinds if k in ("attempt_start", "attempt_exit", "agent_start")]
+        running = bool(bounds) and bounds[-1] == "attempt_start"
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             return GaugeMetricFamily(PREFIX + name, doc, value=value)
@@ -95,8 +100,10 @@ class Metrics:
         yield gauge("restarts", "Restarts so far, counted against restart.max or not.", counters.get("restarts", 0))
         yield gauge("restarts_counted", "Restarts counted against restart.max.", counters.get("counted", 0))
         yield gauge("restarts_max", "restart.max.", counters.get("max_restarts", 0))
-        failures = CounterMetricFamily(PREFIX + "failures", "Attempts that ended in a failure, by cause.", labels=["cause"])
-        for cause, count in sorted(Counter(e.get("cause") for e in events if e.get("event") == "attempt_exit" and e.get("cause") != "success").items()):
+        failures = CounterMetricFamily(PREFIX + "failures", "Attempts that failed, by cause.", labels=["cause"])
+        exits = [e for e in events if e.get("event") == "attempt_exit"]
+        causes = Counter(e.get("cause") for e in exits if e.get("cause") != "success")
+        for cause, count in sorted(causes.items()):
             failures.add_metric([str(cause)], count)
         yield failures
         yield CounterMetricFamily(PREFIX + "hangs", "Hangs detected.", value=kinds.count("hang"))
@@ -105,11 +112,12 @@ class Metrics:
             decisions.add_metric([str(action)], count)
         yield decisions
         result = goodput.breakdown(events)
-        seconds = GaugeMetricFamily(PREFIX + "goodput_seconds", "The wall time split into goodput and badput kinds.", labels=["kind"])
+        seconds = GaugeMetricFamily(PREFIX + "goodput_seconds", "The wall time by goodput kind.", labels=["kind"])
         for kind, value in result.totals.items():
             seconds.add_metric([kind], value)
         yield seconds
         yield gauge("wall_seconds", "First event to the latest.", result.wall)
         yield gauge("ettr_ratio", "Effective training time ratio: productive over wall time.", result.ettr)
         if events:
-            yield gauge("last_event_timestamp_seconds", "When the latest event was written.", goodput.when(events[-1]).timestamp())
+            latest = goodput.when(events[-1]).timestamp()
+            yield gauge("last_event_timestamp_seconds", "When the latest event was written.", latest)
