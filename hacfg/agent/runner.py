@@ -21,13 +21,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from hacfg import plugin_manager
 from hacfg.agent import checkpoints
 from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.classify import classify
-from hacfg.agent.extensions import Failure, PrecheckContext, PrecheckSettings
+from hacfg.agent.extensions import Failure, PrecheckContext, PrecheckSettings, Restart
 from hacfg.agent.group import GroupLost
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from hacfg.agent.metrics import Metrics
 
 HEARTBEAT_FILE = "heartbeat"
+RESTARTS = ("proc_restart", "pod_reschedule", "job_reschedule")  # the job runs again, here or elsewhere
 # The platform's log keyword for a restarted job that ends in failure (ha-configuration seed).
 FAILED_AFTER_RESTARTS = "error,exiting"
 
@@ -67,6 +69,8 @@ class Agent:
         self.heartbeat = state_dir / HEARTBEAT_FILE
         self.echo = echo
         self.events = EventLog(events, echo=echo, node=node)
+        self.events.listeners.append(self._tell_plugins)
+        self._telling = False  # inside hacfg_agent_event: its own failures are not told again
 
     def run(self) -> int:
         self.store.acquire()
@@ -191,6 +195,9 @@ class Agent:
         if verdict.action != SUCCESS:
             where = f" on node {verdict.rank}" if self.events.node is not None else ""
             self.echo(f"[hacfg] attempt {verdict.budgets.attempt} {verdict.cause}{where} ({verdict.reason}): {verdict.action}, {verdict.detail}")
+        if verdict.action in RESTARTS:
+            ended = Restart(verdict.action, verdict.budgets.attempt, verdict.cause, verdict.reason, self.rank, verdict.resume_from)
+            self._call_plugins("hacfg_before_restart", restart=ended)
         if verdict.action == "give_up" and verdict.budgets.restarts:
             self.echo(f"[hacfg] {FAILED_AFTER_RESTARTS}: the job failed after {verdict.budgets.restarts} restart(s); last cause: {verdict.cause}, {verdict.reason}")
         return state
@@ -211,6 +218,20 @@ class Agent:
                 failed.append(result.name)
         self._plugin_failures()
         return f"{', '.join(failed)} failed" if failed else None
+
+    def _tell_plugins(self, record: dict[str, Any]) -> None:
+        if not self._telling:
+            self._telling = True
+            try:
+                self._call_plugins("hacfg_agent_event", event=MappingProxyType(record))
+            finally:
+                self._telling = False
+
+    def _call_plugins(self, hook: str, **arguments: Any) -> None:
+        """A recovery hook: every implementation runs; one that raises is a ``plugin_failure`` event."""
+        for _ in plugin_manager.get().results(hook, **arguments):
+            pass  # they return nothing the agent uses
+        self._plugin_failures()
 
     def _plugin_failures(self) -> None:
         """A plugin that broke is one line and one event, once; the agent carries on without it."""
