@@ -377,6 +377,12 @@ def agent_command(
         900, "--rdzv-timeout", min=1, metavar="SECONDS", help="Seconds to wait for every node to join."
     ),
     standalone: bool = typer.Option(False, "--standalone", help="One node on its own, whatever the job's size."),
+    metrics_file: Optional[Path] = typer.Option(
+        None, "--metrics-file", help="Rewrite Prometheus metrics here after every event (node_exporter textfile)."
+    ),
+    metrics_port: Optional[str] = typer.Option(
+        None, "--metrics-port", metavar="[HOST:]PORT", help="Serve Prometheus metrics on /metrics."
+    ),
 ) -> None:
     """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events.
 
@@ -384,6 +390,14 @@ def agent_command(
     agent): a failure anywhere restarts every node from the same checkpoint, with one budget."""
     from hacfg.agent.runner import run_agent
 
+    listen = None
+    if metrics_port is not None:
+        from hacfg.agent.metrics import parse_listen
+
+        try:
+            listen = parse_listen(metrics_port)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--metrics-port") from None
     policy = _agent_policy(
         config,
         max_restarts=max_restarts,
@@ -406,6 +420,8 @@ def agent_command(
         rdzv_timeout=rdzv_timeout,
         standalone=standalone,
         config_nodes=policy.nodes if config else None,
+        metrics_file=metrics_file,
+        metrics_listen=listen,
     )
     raise typer.Exit(code)
 
@@ -441,15 +457,20 @@ def events_command(
         metavar="EVENTS.jsonl...",
         help="Event logs, one per node (default: .hacfg/node-*/events.jsonl).",
     ),
-    fmt: Literal["table", "json"] = typer.Option("table", "--format", "-f"),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the attempts as a timeline (.svg or .png)."),
+    fmt: Literal["table", "json"] = typer.Option(
+        "table", "--format", "-f", help="json: the time breakdown and the events, for scripts."
+    ),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", help="Also draw the job on one time axis, one lane per node (.svg or .png)."
+    ),
 ) -> None:
-    """Show the agent's recovery events as a table (and a timeline picture); several nodes' logs
-    make one job timeline."""
+    """Show the agent's recovery events and where the time went: start-up, productive, lost work,
+    hang detection, grace, restarts, and the ETTR; several nodes' logs make one job."""
     import json
 
+    from hacfg.agent.goodput import breakdown, report
     from hacfg.agent.state import read_events
-    from hacfg.agent.timeline import effective_ratio, merge, table
+    from hacfg.agent.timeline import merge, table
     from hacfg.source import InputError
 
     paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
@@ -460,8 +481,11 @@ def events_command(
         except OSError as err:
             raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
     records = merge(logs)
-    ratio = f"effective training time: {effective_ratio(records):.1%} of the wall time (attempts that made progress)"
-    _write(json.dumps(records, indent=2) + "\n" if fmt == "json" else f"{table(records)}\n{ratio}\n", None)
+    result = breakdown(records)
+    if fmt == "json":
+        _write(json.dumps({"goodput": result.to_json(), "events": records}, indent=2) + "\n", None)
+    else:
+        _write(f"{table(records)}\n{report(result)}", None)
     if plot is not None:
         from hacfg.agent.timeline import plot as draw
 

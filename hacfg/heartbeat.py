@@ -3,12 +3,13 @@
     from hacfg.heartbeat import beat
     for step in range(steps):
         train_step()
-        beat()
+        beat(step=step + 1)
 
 ``beat()`` touches the file named by ``HACFG_HEARTBEAT_FILE`` (set by the agent for its child)
 at most once per ``HACFG_HEARTBEAT_INTERVAL`` seconds (the agent picks a quarter of its hang
-timeout, at most 1 s), so calling it every step costs a clock read. Outside the agent it does
-nothing.
+timeout, at most 1 s), so calling it every step costs a clock read. With ``step``, the file holds
+the step (replaced atomically), so the agent's goodput accounting knows when progress stopped,
+not only when the process went quiet. Outside the agent it does nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 _last = float("-inf")
 
 
-def beat() -> None:
+def beat(step: int | None = None) -> None:
     global _last
     now = time.monotonic()
     if now - _last < float(os.environ.get("HACFG_HEARTBEAT_INTERVAL", "1")):
@@ -28,13 +29,21 @@ def beat() -> None:
     if not path:
         return
     try:
-        os.utime(path)
-    except FileNotFoundError:
-        try:
-            with open(path, "a"):
-                pass
-        except OSError:
-            return
+        if step is None:
+            _touch(path)
+        else:
+            staging = f"{path}.{os.getpid()}.tmp"
+            with open(staging, "w") as handle:
+                handle.write(f"{int(step)}\n")
+            os.replace(staging, path)
     except OSError:
         return  # a heartbeat must never break training
     _last = now
+
+
+def _touch(path: str) -> None:
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        with open(path, "a"):
+            pass

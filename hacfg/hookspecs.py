@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:  # the extension types; none of their modules imports the plugin machinery
-    from hacfg.agent.extensions import CheckpointLayout, Classification, Failure, Precheck
+    from hacfg.agent.extensions import CheckpointLayout, Classification, Failure, Precheck, Restart
     from hacfg.rules import Rule
     from hacfg.target import Target
 
@@ -92,4 +92,30 @@ def hacfg_checkpoint_layouts() -> Iterable[CheckpointLayout]:
     ``checkpoint.path`` and resumes from the complete one with the highest step (passed to
     the command as ``HACFG_RESUME_FROM``). A layout must mark partial checkpoints
     ``complete=False``; they are never chosen.
+    """
+
+
+@hookspec
+def hacfg_agent_event(event: Mapping[str, Any]) -> None:
+    """Told of every event the agent records, once it is in the events log: notify a webhook,
+    push a metric, page someone on ``give_up``.
+
+    ``event`` is the JSON record, read-only: ``time``, ``event`` (``attempt_start``, ``hang``,
+    ``decision``, ...) and its fields, as ``hacfg events --format json`` shows them. The hook
+    runs on the agent's thread, so it should return quickly. One that raises is reported as a
+    ``plugin_failure`` event (which is not passed to the event hooks again) and supervision goes on.
+    """
+
+
+@hookspec
+def hacfg_before_restart(restart: Restart) -> None:
+    """Runs after a restart is decided and before it happens: clean ``/dev/shm``, reset a
+    device, mark this node bad for the scheduler.
+
+    ``restart`` is a :class:`hacfg.plugin.Restart`: the ``action`` (``proc_restart`` when the
+    agent starts the command again itself; ``pod_reschedule`` or ``job_reschedule`` when it is
+    about to exit 138 so the platform restarts it elsewhere), the attempt that ended, its cause
+    and reason, this node's rank and the checkpoint the next attempt resumes from. Every node of
+    a group calls it. One that raises is reported as a ``plugin_failure`` event; the restart
+    goes ahead.
     """

@@ -19,6 +19,7 @@ from hacfg.agent.extensions import (
     PrecheckContext,
     PrecheckResult,
     PrecheckSettings,
+    Restart,
     SavedCheckpoint,
     Status,
     human_size,
@@ -87,4 +88,6 @@ __all__ = [
     "CheckpointLayout",
     "SavedCheckpoint",
     "step_of",
+    # hacfg_before_restart (hacfg_agent_event receives a plain read-only mapping)
+    "Restart",
 ]

@@ -39,6 +39,8 @@ PROVIDES: dict[str, tuple[str, Callable[[Any], object] | None]] = {
     "hacfg_prechecks": ("prechecks", lambda item: item.name),
     "hacfg_checkpoint_layouts": ("checkpoint layouts", lambda item: item.name),
     "hacfg_classify_failure": ("failure classifier", None),
+    "hacfg_agent_event": ("event hook", None),
+    "hacfg_before_restart": ("restart hook", None),
 }
 
 

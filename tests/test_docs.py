@@ -22,7 +22,7 @@ def blocks(language: str) -> list[str]:
 
 def test_every_hook_has_a_section():
     hooks = [name for name, _ in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("hacfg_")]
-    assert len(hooks) == 6
+    assert len(hooks) == 8
     for hook in hooks:
         assert f"\n### {hook}\n" in GUIDE, f"docs/plugins.md has no section for {hook}"
 
@@ -51,7 +51,8 @@ def test_the_guide_is_a_working_plugin_with_passing_tests(tmp_path, cli, monkeyp
 
     listing = cli("plugins")
     assert "example              hacfg-plugin-example 0.1.0" in listing.out
-    for provided in ("rules: EXA101", "presets: example-site", "targets: summary", "prechecks: scratch", "checkpoint layouts: epoch-N", "failure classifier"):
+    for provided in ("rules: EXA101", "presets: example-site", "targets: summary", "prechecks: scratch", "checkpoint layouts: epoch-N", "failure classifier",
+                     "event hook", "restart hook"):
         assert provided in listing.out
     assert listing.err == ""
 

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -206,12 +207,16 @@ def test_several_nodes_logs_make_one_job_timeline(tmp_path, reference, cli):
     logs = [job.ckpt / ".hacfg" / f"node-{rank}" / "events.jsonl" for rank in range(2)]
     result = cli("events", *logs)
     assert result.code == 0, result.err
-    rows = result.out.splitlines()[1:-2]
+    rows = result.out.split("\n\n")[0].splitlines()[1:]
     assert {"node 0:", "node 1:"} <= {row.split("  ")[-1][:7] for row in rows if "node " in row}
     times = [row.split()[0] for row in rows]
     assert times == sorted(times)
     decisions = [row for row in rows if " decision " in f" {row} " and "proc_restart" in row]
     assert len(decisions) == 2 and all("environment on node 1" in row for row in decisions)
+    svg = tmp_path / "job.svg"
+    assert cli("events", *logs, "--plot", svg).code == 0
+    labels = "".join(ElementTree.parse(svg).getroot().itertext())
+    assert "node 0" in labels and "node 1" in labels and labels.count("attempt 2") == 2  # one lane per node, one job axis
 
 
 @pytest.mark.parametrize(("nnodes", "torchrun"), [(2, False), (4, False), (2, True)], ids=["2-nodes", "4-nodes", "torchrun"])

@@ -165,6 +165,40 @@ def test_agent_reports_broken_prechecks_and_classifiers_as_events(tmp_path):
     assert [e["cause"] for e in events if e["event"] == "attempt_exit"] == ["environment", "environment"]
 
 
+def test_recovery_hooks_see_every_event_and_run_before_each_restart(tmp_path):
+    log = tmp_path / "recovery.jsonl"
+    result = run_hacfg(
+        "--plugin", "recovery", "agent", "--max-restarts", "1", "--no-precheck", "--state-dir", tmp_path / "state", "--",
+        sys.executable, "-c", "import os; os.kill(os.getpid(), 9)", env={"PYTHONPATH": str(PLUGINS), "RECOVERY_LOG": str(log)},
+    )
+    assert result.code == 138, result.err
+    told = [json.loads(line) for line in log.read_text().splitlines()]
+    events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    assert [{k: v for k, v in t.items() if k != "hook"} for t in told if t["hook"] == "event"] == events  # each one, once written
+    restarts = [(t["action"], t["attempt"], t["cause"], t["node"]) for t in told if t["hook"] == "restart"]
+    assert restarts == [("proc_restart", 1, "environment", 0), ("job_reschedule", 2, "environment", 0)]
+    order = [t["hook"] if t["hook"] == "restart" else t["event"] for t in told]
+    assert order[order.index("restart") - 1:order.index("restart") + 2] == ["decision", "restart", "attempt_start"]
+
+
+def test_a_failing_recovery_hook_is_an_event_and_the_restart_goes_ahead(tmp_path):
+    result = run_hacfg(
+        "--plugin", "raising_hooks", "agent", "--max-restarts", "1", "--no-precheck", "--state-dir", tmp_path / "state", "--",
+        sys.executable, "-c", "import os; os.kill(os.getpid(), 9)", env={"PYTHONPATH": str(PLUGINS)},
+    )
+    assert result.code == 138 and "Traceback" not in result.err
+    events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("attempt_start") == 2
+    failures = [(e["hook"], e["error"]) for e in events if e["event"] == "plugin_failure"]
+    assert failures == [
+        ("hacfg_agent_event", "ConnectionError: webhook unreachable"),  # attempt 1
+        ("hacfg_before_restart", "PermissionError: /dev/shm"),
+        ("hacfg_agent_event", "ConnectionError: webhook unreachable"),  # attempt 2
+        ("hacfg_before_restart", "PermissionError: /dev/shm"),
+    ]
+    assert "[hacfg] plugin 'raising_hooks' raised in hacfg_before_restart: PermissionError: /dev/shm" in result.err
+
+
 def test_a_builtin_plugin_that_fails_to_load_exits_3_with_one_line(tmp_path):
     """A broken installation, as a checkout on PYTHONPATH next to another hacfg's metadata gives."""
     distribution(tmp_path, "hacfg", "0.0.1", {"presets": "hacfg.plugins.presets", "rules-gone": "hacfg.plugins.no_such_rules"})

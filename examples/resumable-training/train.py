@@ -51,7 +51,7 @@ def main() -> None:
         gradient = x[batch].T @ error / BATCH
         velocity = 0.9 * velocity + gradient
         weights = weights - 0.01 * velocity
-        beat()
+        beat(step=step + 1)
         if args.step_time:
             import time
 

@@ -51,7 +51,7 @@ def main() -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        beat()
+        beat(step=step + 1)
         if (step + 1) % args.every == 0:
             state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1}
             save_step(args.checkpoints, step + 1, lambda folder, s=state: torch.save(s, folder / "state.pt"))

@@ -15,19 +15,20 @@ def layouts() -> list[CheckpointLayout]:
     return [layout for _, layout in plugin_manager.get().items("hacfg_checkpoint_layouts", CheckpointLayout)]
 
 
-def newest_complete(root: Path | None) -> SavedCheckpoint | None:
-    """The complete checkpoint with the highest step, across every layout; None when there is none."""
+def complete(root: Path | None) -> list[SavedCheckpoint]:
+    """Every complete checkpoint under ``root``, across every layout."""
     if root is None or not root.is_dir():
-        return None
+        return []
     manager = plugin_manager.get()
-    best: SavedCheckpoint | None = None
+    found: list[SavedCheckpoint] = []
     for layout in layouts():
         try:
-            candidates = list(layout.find(root))
+            found += [candidate for candidate in layout.find(root) if candidate.complete]
         except Exception as err:  # a layout plugin's bug must not stop the restart
             manager.fail(layout.name or type(layout).__name__, "find", err)
-            continue
-        for candidate in candidates:
-            if candidate.complete and (best is None or candidate.step > best.step):
-                best = candidate
-    return best
+    return found
+
+
+def newest_complete(root: Path | None) -> SavedCheckpoint | None:
+    """The complete checkpoint with the highest step, across every layout; None when there is none."""
+    return max(complete(root), key=lambda c: c.step, default=None)

@@ -127,6 +127,18 @@ class Classification:
     peer: bool = False  # the failure follows from another rank's (connection closed by a peer, say)
 
 
+@dataclass(frozen=True)
+class Restart:
+    """What a recovery hook learns before the job restarts (``hacfg_before_restart``)."""
+
+    action: str  # proc_restart (here, by the agent) | pod_reschedule | job_reschedule (by the platform)
+    attempt: int  # the attempt that just ended
+    cause: str  # environment | user | hang
+    reason: str
+    node: int  # this node's rank (0 alone)
+    checkpoint: str | None  # the newest complete checkpoint: the next attempt resumes from it
+
+
 @dataclass(frozen=True, order=True)
 class SavedCheckpoint:
     """One checkpoint a layout found on disk (not the scenario's ``checkpoint:`` settings)."""

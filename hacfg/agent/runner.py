@@ -1,9 +1,10 @@
 """The agent loop: pre-checks, then rounds of plan -> attempt -> verdict, until one is final.
 
 States, in the order an agent passes through them, each recorded as an event:
-``agent_start`` -> ``precheck`` (each result) -> ``attempt_start`` -> [``hang``] ->
-``attempt_exit`` (code or signal, cause, progress) -> ``decision`` (``proc_restart``,
-``pod_reschedule``, ``job_reschedule``, ``give_up``, ``stop`` or ``success``) -> ... -> ``agent_exit``.
+``agent_start`` -> ``precheck`` (each result) -> ``attempt_start`` -> ``first_activity`` ->
+[``hang``] -> ``attempt_exit`` (code or signal, cause, the checkpoints it saved) -> ``decision``
+(``proc_restart``, ``pod_reschedule``, ``job_reschedule``, ``give_up``, ``stop`` or ``success``)
+-> ... -> ``agent_exit``.
 
 A round's plan and verdict come from :class:`~hacfg.agent.rounds.LocalRounds` on one node and
 from :class:`~hacfg.agent.group.Group` on several, so every node of a job starts each round
@@ -15,22 +16,33 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from hacfg import plugin_manager
+from hacfg.agent import checkpoints
 from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.classify import classify
-from hacfg.agent.extensions import Failure, PrecheckContext, PrecheckSettings
+from hacfg.agent.extensions import Failure, PrecheckContext, PrecheckSettings, Restart
 from hacfg.agent.group import GroupLost
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Rounds, Verdict, resume_visible
-from hacfg.agent.state import EventLog, StateStore
+from hacfg.agent.state import EventLog, StateStore, stamp
 from hacfg.agent.supervise import Supervisor, become_subreaper
 
+if TYPE_CHECKING:
+    from hacfg.agent.metrics import Metrics
+
 HEARTBEAT_FILE = "heartbeat"
+RESTARTS = ("proc_restart", "pod_reschedule", "job_reschedule")  # the job runs again, here or elsewhere
+# The platform's log keyword for a restarted job that ends in failure (ha-configuration seed).
+FAILED_AFTER_RESTARTS = "error,exiting"
 
 
 def _say(line: str) -> None:
@@ -57,6 +69,8 @@ class Agent:
         self.heartbeat = state_dir / HEARTBEAT_FILE
         self.echo = echo
         self.events = EventLog(events, echo=echo, node=node)
+        self.events.listeners.append(self._tell_plugins)
+        self._telling = False  # inside hacfg_agent_event: its own failures are not told again
 
     def run(self) -> int:
         self.store.acquire()
@@ -102,6 +116,7 @@ class Agent:
     def _attempt(self, plan: Plan) -> Outcome:
         """Run the workers of one round on this node; how they ended."""
         budgets = plan.budgets
+        started = time.time()
         self.events.write("attempt_start", round=plan.round, resume_from=plan.resume_from, **self._counters(budgets))
         unseen = resume_visible(plan)
         if unseen:
@@ -124,8 +139,9 @@ class Agent:
             first_hang_timeout=self.policy.first_hang_timeout if detect else None,
             heartbeat=self.heartbeat,
             grace=self.policy.grace,
-            on_hang=lambda tail: self._hang(budgets, tail),
+            on_hang=lambda tail, idle: self._hang(budgets, tail, idle),
             on_signal=lambda signum: self.events.write("signal", signal=signal.Signals(signum).name, attempt=budgets.attempt),
+            on_first_activity=lambda after: self.events.write("first_activity", round=plan.round, attempt=budgets.attempt, after=round(after, 3)),
             accelerator=nvml_probe() if detect and self.policy.accelerator == "gpu" else None,
         )
         try:
@@ -141,6 +157,9 @@ class Agent:
             "exit_code": result.exit_code,
             "signal": signal.Signals(result.signal).name if result.signal else None,
             "duration": round(result.duration, 3),
+            "stopping": _rounded(result.stopping),
+            "step": result.step,
+            "checkpoints": _saved_since(self.policy.checkpoint_path, started),
         }
         if result.interrupted is not None:
             reason = f"agent received {signal.Signals(result.interrupted).name}"
@@ -176,12 +195,17 @@ class Agent:
         if verdict.action != SUCCESS:
             where = f" on node {verdict.rank}" if self.events.node is not None else ""
             self.echo(f"[hacfg] attempt {verdict.budgets.attempt} {verdict.cause}{where} ({verdict.reason}): {verdict.action}, {verdict.detail}")
+        if verdict.action in RESTARTS:
+            ended = Restart(verdict.action, verdict.budgets.attempt, verdict.cause, verdict.reason, self.rank, verdict.resume_from)
+            self._call_plugins("hacfg_before_restart", restart=ended)
+        if verdict.action == "give_up" and verdict.budgets.restarts:
+            self.echo(f"[hacfg] {FAILED_AFTER_RESTARTS}: the job failed after {verdict.budgets.restarts} restart(s); last cause: {verdict.cause}, {verdict.reason}")
         return state
 
-    def _hang(self, budgets: Budgets, tail: tuple[str, ...]) -> None:
+    def _hang(self, budgets: Budgets, tail: tuple[str, ...], idle: float) -> None:
         timeout = self.policy.hang_timeout
         self.echo(f"[hacfg] attempt {budgets.attempt} hung: no output and no heartbeat for {timeout:g}s; stopping it")
-        self.events.write("hang", attempt=budgets.attempt, timeout=timeout, last_output=[line[-500:] for line in tail[-10:]])
+        self.events.write("hang", attempt=budgets.attempt, timeout=timeout, idle=round(idle, 3), last_output=[line[-500:] for line in tail[-10:]])
 
     def _prechecks(self) -> str | None:
         """Run the pre-checks; what failed, or None."""
@@ -194,6 +218,20 @@ class Agent:
                 failed.append(result.name)
         self._plugin_failures()
         return f"{', '.join(failed)} failed" if failed else None
+
+    def _tell_plugins(self, record: dict[str, Any]) -> None:
+        if not self._telling:
+            self._telling = True
+            try:
+                self._call_plugins("hacfg_agent_event", event=MappingProxyType(record))
+            finally:
+                self._telling = False
+
+    def _call_plugins(self, hook: str, **arguments: Any) -> None:
+        """A recovery hook: every implementation runs; one that raises is a ``plugin_failure`` event."""
+        for _ in plugin_manager.get().results(hook, **arguments):
+            pass  # they return nothing the agent uses
+        self._plugin_failures()
 
     def _plugin_failures(self) -> None:
         """A plugin that broke is one line and one event, once; the agent carries on without it."""
@@ -209,6 +247,23 @@ class Agent:
         counters = asdict(budgets)
         counters["max_restarts"] = self.policy.max_restarts
         return counters
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
+def _saved_since(root: Path | None, since: float) -> list[dict[str, Any]]:
+    """The complete checkpoints written since ``since`` (their mtimes), in step order: what the attempt saved."""
+    saved = []
+    for found in sorted(checkpoints.complete(root)):
+        try:
+            mtime = found.path.stat().st_mtime
+        except OSError:
+            continue  # removed by the script's own retention since it was listed
+        if mtime >= since:
+            saved.append({"step": found.step, "path": str(found.path), "time": stamp(datetime.fromtimestamp(mtime, UTC))})
+    return saved
 
 
 def default_state_dir(policy: Policy, node: int) -> Path:
@@ -229,6 +284,8 @@ def run_agent(
     rdzv_timeout: float = 900.0,
     standalone: bool = False,
     config_nodes: int | None = None,
+    metrics_file: Path | None = None,
+    metrics_listen: tuple[str, int] | None = None,
     echo: Callable[[str], None] = _say,
 ) -> int:
     """Supervise ``command`` on this node: alone, or as one node of a group formed through torch's store."""
@@ -237,6 +294,10 @@ def run_agent(
     spec = None if standalone else group.resolve_spec(
         nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, timeout=rdzv_timeout, config_nodes=config_nodes, env=dict(os.environ)
     )
+    node = spec.rank if spec is not None else None
+    directory = state_dir or default_state_dir(policy, node or 0)
+    log = events or directory / "events.jsonl"
+    metrics = _metrics(log, metrics_file, metrics_listen, echo) if metrics_file or metrics_listen else None
     rounds: Rounds = LocalRounds(policy)
     if spec is not None:
         store_class = group.torch_store()
@@ -247,6 +308,29 @@ def run_agent(
         else:
             echo(f"[hacfg] node {spec.rank} of {spec.nnodes}: group store at {spec.host}:{spec.port}" + (" (hosted here)" if spec.leader else ""))
             rounds = group.Group(spec, policy, store_class, echo=echo)
-    node = spec.rank if spec is not None else None
-    directory = state_dir or default_state_dir(policy, node or 0)
-    return Agent(command, policy, directory, events or directory / "events.jsonl", rounds=rounds, node=node, echo=echo).run()
+    agent = Agent(command, policy, directory, log, rounds=rounds, node=node, echo=echo)
+    if metrics is None:
+        return agent.run()
+    agent.events.listeners.append(metrics.record)
+    try:
+        return agent.run()
+    finally:
+        metrics.close()
+
+
+def _metrics(log: Path, textfile: Path | None, listen: tuple[str, int] | None, echo: Callable[[str], None]) -> Metrics:
+    """The Prometheus exposition, started before the group so a busy port stops nothing half-made."""
+    from hacfg.agent.metrics import Metrics
+    from hacfg.agent.state import read_events
+    from hacfg.source import InputError
+
+    history: list[dict[str, Any]] = []
+    try:
+        history = read_events(log) if log.is_file() else []
+    except (OSError, InputError) as err:  # metrics are no reason to stop a job
+        echo(f"[hacfg] metrics start from this agent's events: {err}")
+    metrics = Metrics(history, textfile=textfile, echo=echo)
+    if listen is not None:
+        port = metrics.serve(*listen)
+        echo(f"[hacfg] metrics on http://{listen[0]}:{port}/metrics")
+    return metrics

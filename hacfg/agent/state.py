@@ -13,7 +13,7 @@ from typing import Any
 
 from hacfg.agent.rounds import NodeState
 from hacfg.fsutil import atomic_write
-from hacfg.source import InputError
+from hacfg.source import InputError, Span
 
 STATE_FILE = "state.json"
 LOCK_FILE = "agent.lock"
@@ -69,9 +69,10 @@ class EventLog:
         self.node = node  # a group's node rank, written into every record so several logs merge
         self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
         self.broken = False
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # told of every record, once written
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
-        record = {"time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"), "event": event, **fields}
+        record = {"time": stamp(datetime.now(UTC)), "event": event, **fields}
         if self.node is not None:
             record["node"] = self.node
         line = json.dumps(record, default=str) + "\n"
@@ -85,17 +86,30 @@ class EventLog:
             if not self.broken:
                 self.broken = True
                 self.echo(f"[hacfg] cannot write events to {self.path}: {err.strerror or err}; supervision continues")
+        for listener in self.listeners:
+            listener(record)
         return record
 
 
+def stamp(when: datetime) -> str:
+    """An event's time: UTC to the millisecond, so logs of several nodes sort as text."""
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """Events from a log, skipping lines that are not JSON objects (a torn last line, say)."""
+    """Events from a log, skipping lines that are not JSON objects (a torn last line, say); a record
+    without a valid time is not the agent's and is an error at its line."""
     events = []
-    for line in path.read_text(errors="replace").splitlines():
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict):
-            events.append(record)
+        if not isinstance(record, dict):
+            continue
+        try:
+            datetime.fromisoformat(str(record["time"]))
+        except (KeyError, ValueError):
+            raise InputError("not an agent event: no valid ISO 8601 \"time\"", Span(str(path), number, 1, number, 1)) from None
+        events.append(record)
     return events

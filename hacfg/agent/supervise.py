@@ -42,6 +42,8 @@ class AttemptResult:
     stop_reason: str | None  # why the agent was asked to stop the command (the round ended elsewhere)
     tail: tuple[str, ...]
     duration: float
+    stopping: float | None = None  # seconds from the first stop signal (hang, signal, request) to the exit
+    step: int | None = None  # the last step the command reported through its heartbeat
 
 
 def become_subreaper() -> None:
@@ -66,8 +68,9 @@ class Supervisor:
         first_hang_timeout: float | None,
         heartbeat: Path,
         grace: float,
-        on_hang: Callable[[tuple[str, ...]], None] = lambda tail: None,
+        on_hang: Callable[[tuple[str, ...], float], None] = lambda tail, idle: None,
         on_signal: Callable[[int], object] = lambda signum: None,
+        on_first_activity: Callable[[float], object] = lambda after: None,
         accelerator: UtilizationProbe | None = None,
     ):
         self.argv = argv
@@ -78,11 +81,13 @@ class Supervisor:
         self.grace = grace
         self.on_hang = on_hang
         self.on_signal = on_signal
+        self.on_first_activity = on_first_activity
         self.accelerator = accelerator
         self.tails: dict[int, bytearray] = {}  # per stream: interleaving two floods would garble both
         self.tail_lock = threading.Lock()
         self.output_at: float | None = None  # monotonic time of the latest output, set by the pumps
         self.stop_reason: str | None = None
+        self.stop_at: float | None = None  # monotonic time of the first stop signal sent
         self._wake: int | None = None
 
     def request_stop(self, reason: str) -> None:
@@ -94,7 +99,7 @@ class Supervisor:
                     os.write(self._wake, b"\0")
 
     def run(self) -> AttemptResult:
-        started = time.monotonic()
+        started, started_wall = time.monotonic(), time.time()
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         os.set_blocking(wake_read, False)
@@ -124,6 +129,7 @@ class Supervisor:
             finally:
                 _kill_group(proc.pid)
                 code = proc.wait()
+                ended = time.monotonic()
                 reap_orphans()
                 for pump in pumps:
                     pump.join(timeout=5)
@@ -141,7 +147,9 @@ class Supervisor:
             interrupted=interrupted,
             stop_reason=self.stop_reason if stopped else None,
             tail=self.tail_lines(),
-            duration=time.monotonic() - started,
+            duration=ended - started,
+            stopping=ended - self.stop_at if self.stop_at is not None else None,
+            step=self._heartbeat_step(since=started_wall),
         )
 
     def _watch(self, proc: subprocess.Popen[bytes], pumps: list[threading.Thread], wake_read: int, started: float) -> tuple[bool, int | None, bool]:
@@ -159,14 +167,17 @@ class Supervisor:
             now = time.monotonic()
             if self.stop_reason is not None and not stopped and kill_at is None and proc.poll() is None:
                 stopped = True
-                _signal_group(proc.pid, signal.SIGTERM)
+                self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
+            was_active = seen_activity
             if self.output_at is not None and self.output_at > last_activity:
                 last_activity, seen_activity = self.output_at, True
             mtime = self._heartbeat_mtime()
             if mtime != heartbeat_mtime:
                 heartbeat_mtime = mtime
                 last_activity, seen_activity = now, True
+            if seen_activity and not was_active:
+                self.on_first_activity(last_activity - started)
             if proc.poll() is not None:
                 exited_at = exited_at or now
                 # a grandchild may hold the pipes open: drain briefly, then stop waiting
@@ -183,10 +194,12 @@ class Supervisor:
                 kill_at = float("inf")
             elif timeout is not None and kill_at is None and now >= last_activity + timeout:
                 hung = True
-                self.on_hang(self.tail_lines())
-                _signal_group(proc.pid, signal.SIGTERM)
+                self.on_hang(self.tail_lines(), now - last_activity)
+                self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
-            waits = [0.05 if exited_at else 1.0]  # 1 s: sample accelerators, notice an exit with the pipes held open
+            # 1 s: sample accelerators, notice an exit with the pipes held open; until the first sign
+            # of life, 50 ms, so the start-up time is measured from it, not from the next look
+            waits = [0.05 if exited_at or not seen_activity else 1.0]
             waits += [t - now for t in (kill_at, last_activity + timeout if timeout and kill_at is None else None) if t is not None]
             ready, _, _ = select.select([wake_read], [], [], max(0.0, min(waits)))
             if ready:
@@ -194,7 +207,7 @@ class Supervisor:
                     if signum in FORWARDED and interrupted is None:
                         interrupted = signum
                         self.on_signal(signum)
-                        _signal_group(proc.pid, signum)
+                        self._stop(proc.pid, signum, time.monotonic())
                         kill_at = time.monotonic() + self.grace
 
     def _pump(self, source: IO[bytes], target: int, wake: int) -> None:
@@ -220,10 +233,24 @@ class Supervisor:
                 lines += text.splitlines()[-TAIL_LINES:]
         return tuple(lines)
 
+    def _stop(self, pid: int, signum: int, now: float) -> None:
+        self.stop_at = self.stop_at or now
+        _signal_group(pid, signum)
+
     def _heartbeat_mtime(self) -> int | None:
         try:
             return os.stat(self.heartbeat).st_mtime_ns
         except OSError:
+            return None
+
+    def _heartbeat_step(self, since: float) -> int | None:
+        """The last step the command reported with ``beat(step=...)`` in this attempt, if any."""
+        try:
+            with open(self.heartbeat, "rb") as handle:
+                if os.fstat(handle.fileno()).st_mtime < since:
+                    return None  # the previous attempt's
+                return int(handle.read(32))
+        except (OSError, ValueError):
             return None
 
 

@@ -1,8 +1,7 @@
-"""`hacfg events`: the recovery log as a table, a timeline picture and an effective-time ratio."""
+"""`hacfg events`: the recovery log as a table and as a picture of where the time went."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -10,7 +9,8 @@ _SHOWN = {
     "agent_start": lambda e: f"pid {e.get('pid')}: {' '.join(map(str, e.get('command') or []))}",
     "precheck": lambda e: f"{e.get('item')} {e.get('status')} {e.get('value') or ''} {e.get('need') or ''} {e.get('detail') or ''}".strip(),
     "attempt_start": lambda e: f"resume from {e.get('resume_from') or '(nothing)'}",
-    "hang": lambda e: f"no output or heartbeat for {e.get('timeout')}s",
+    "first_activity": lambda e: f"first output or heartbeat after {e.get('after')}s",
+    "hang": lambda e: f"no output or heartbeat for {e.get('idle', e.get('timeout'))}s",
     "signal": lambda e: f"agent received {e.get('signal')}",
     "attempt_exit": lambda e: " ".join(
         part
@@ -20,6 +20,7 @@ _SHOWN = {
             e.get("reason") or "",
             "(progress)" if e.get("progressed") else "",
             f"{e.get('duration')}s" if e.get("duration") is not None else "",
+            f"saved up to step {e['checkpoints'][-1]['step']}" if e.get("checkpoints") else "",
         )
         if part
     ),
@@ -46,57 +47,24 @@ def table(events: list[dict[str, Any]]) -> str:
     ) + "\n"
 
 
-@dataclass(frozen=True)
-class AttemptSpan:
-    attempt: int
-    start: datetime
-    end: datetime
-    cause: str  # success | environment | user | hang | stopped
-    progressed: bool
-    decision: str | None
-
-
-def _time(event: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(str(event["time"]).replace("Z", "+00:00"))
-
-
-def attempts(events: list[dict[str, Any]]) -> list[AttemptSpan]:
-    """Each attempt with how it ended and what was decided after it (node 0's view of a group)."""
-    spans: list[AttemptSpan] = []
-    start: dict[str, Any] | None = None
-    for event in (e for e in events if e.get("node", 0) == 0):
-        kind = event.get("event")
-        if kind == "attempt_start":
-            start = event
-        elif kind == "attempt_exit" and start is not None:
-            spans.append(AttemptSpan(int(start.get("attempt", 0)), _time(start), _time(event), event.get("cause", "?"), False, None))
-            start = None
-        elif kind == "decision" and spans and spans[-1].decision is None:
-            last = spans[-1]
-            progressed = bool(event.get("progressed")) or event.get("action") == "success"
-            spans[-1] = AttemptSpan(last.attempt, last.start, last.end, event.get("cause", last.cause), progressed, event.get("action"))
-    return spans
-
-
 def merge(logs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Several nodes' event logs as one job timeline, in time order (the sort is stable per node)."""
     return sorted((event for log in logs for event in log), key=lambda e: (str(e.get("time", "")), e.get("node", 0)))
 
 
-def effective_ratio(events: list[dict[str, Any]]) -> float:
-    """Time in attempts that made progress (a newer checkpoint, or success) over the wall time."""
-    if not events:
-        return 0.0
-    wall = (_time(events[-1]) - _time(events[0])).total_seconds()
-    useful = sum((s.end - s.start).total_seconds() for s in attempts(events) if s.progressed)
-    return useful / wall if wall > 0 else 0.0
-
-
-COLOURS = {"success": "#2e7d32", "environment": "#ef6c00", "user": "#c62828", "hang": "#6a1b9a", "stopped": "#757575"}
+COLOURS = {
+    "startup": "#90a4ae",
+    "productive": "#2e7d32",
+    "lost": "#c62828",
+    "hang_wait": "#6a1b9a",
+    "grace": "#ef6c00",
+    "restart": "#e0e0e0",
+}
 
 
 def plot(events: list[dict[str, Any]], path: str) -> None:
-    """Attempts as bars on a time axis, coloured by how each ended; restart decisions marked."""
+    """One time axis, one lane per node: each attempt split into the goodput kinds, its checkpoints
+    (filled: kept; hollow: thrown away), the hang verdicts and the restart decisions."""
     try:
         import matplotlib
     except ImportError:
@@ -105,22 +73,48 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
         raise InputError("--plot needs matplotlib: pip install 'hacfg[plot]'") from None
     matplotlib.use("Agg")
     from matplotlib import pyplot
+    from matplotlib.artist import Artist
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    spans = attempts(events)
-    origin = _time(events[0]) if events else datetime.now()
-    figure, axes = pyplot.subplots(figsize=(10, 1.2 + 0.45 * max(1, len(spans))))
-    for row, span in enumerate(spans):
-        left = (span.start - origin).total_seconds()
-        width = max((span.end - span.start).total_seconds(), 1e-3)
-        axes.barh(row, width, left=left, color=COLOURS.get(span.cause, "#9e9e9e"), edgecolor="black" if span.progressed else "none")
-        if span.decision:
-            axes.annotate(span.decision, ((span.end - origin).total_seconds(), row), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
-    axes.set_yticks(range(len(spans)), [f"attempt {s.attempt}" for s in spans])
-    axes.invert_yaxis()
-    axes.set_xlabel("seconds since the agent started")
-    axes.set_title(f"hacfg recovery timeline: effective training time {effective_ratio(events):.0%}")
-    axes.legend(handles=[Patch(color=c, label=k) for k, c in COLOURS.items()], loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path)
+    from hacfg.agent import goodput
+
+    result = goodput.breakdown(events)
+    nodes = sorted({int(e.get("node", 0)) for e in events}) or [0]
+    origin = goodput.when(events[0]) if events else datetime.now()
+
+    def x(moment: datetime) -> float:
+        return (moment - origin).total_seconds()
+
+    figure, axes = pyplot.subplots(figsize=(11, 1.2 + 0.9 * len(nodes)))
+    for lane, node in enumerate(nodes):
+        for attempt in goodput.attempts(events, node):
+            left = x(attempt.start)
+            for kind, width in attempt.seconds().items():
+                if width > 0:
+                    axes.barh(lane, width, left=left, height=0.5, color=COLOURS[kind], hatch="//" if kind == "lost" else None, edgecolor="white", linewidth=0.5)
+                left += width
+            axes.text(x(attempt.start), lane - 0.3, f"attempt {attempt.attempt}", fontsize=8, va="bottom")
+            if attempt.action and attempt.action != "success":
+                axes.text(x(attempt.end), lane + 0.3, f"{attempt.cause}: {attempt.action}", fontsize=7, va="top", color="#424242")
+            kept = attempt.moments()["kept"]
+            for saved in attempt.checkpoints:
+                moment = goodput.parse_time(saved["time"])
+                axes.plot(x(moment), lane, marker="v", markersize=7, color="black", markerfacecolor="black" if moment <= kept else "white", zorder=3)
+            if attempt.hang is not None:
+                axes.plot(x(attempt.hang), lane, marker="X", markersize=10, color="#6a1b9a", markeredgecolor="white", zorder=4)
+    axes.set_yticks(range(len(nodes)), [f"node {node}" for node in nodes])
+    axes.set_ylim(len(nodes) - 0.4, -0.6)
+    axes.set_xlim(left=0)
+    axes.set_xlabel("seconds since the first event")
+    axes.set_title(f"hacfg recovery timeline: ETTR {result.ettr:.0%} ({result.totals['productive']:.1f}s productive of {result.wall:.1f}s wall)")
+    handles: list[Artist] = [Patch(facecolor=c, hatch="//" if k == "lost" else None, edgecolor="white", label=goodput.LABELS[k][0]) for k, c in COLOURS.items()]
+    handles += [
+        Line2D([], [], marker="v", color="black", linestyle="none", label="checkpoint"),
+        Line2D([], [], marker="v", color="black", markerfacecolor="white", linestyle="none", label="checkpoint never resumed"),
+        Line2D([], [], marker="X", color="#6a1b9a", linestyle="none", markersize=9, label="hang detected"),
+    ]
+    axes.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -(0.1 + 0.2 / len(nodes))), ncol=5, fontsize=8, frameon=False)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in an SVG: searchable, selectable
+        figure.savefig(path, dpi=120, bbox_inches="tight")
     pyplot.close(figure)

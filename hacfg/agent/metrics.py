@@ -1,0 +1,123 @@
+"""The agent's counters and goodput in Prometheus' text format, for dashboards and alerts.
+
+``hacfg agent --metrics-file PATH`` rewrites ``PATH`` atomically after every event (name it
+``*.prom`` in node_exporter's ``--collector.textfile.directory``); ``--metrics-port [HOST:]PORT``
+serves ``/metrics`` over HTTP. Both show the same families (listed in docs/goodput.md), computed
+from the node's whole event log, earlier agents' events included, as of its latest event.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from hacfg.agent import goodput
+from hacfg.source import InputError
+
+PREFIX = "hacfg_"
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError:
+        need = "--metrics-file and --metrics-port need prometheus_client"
+        raise InputError(f"{need}: pip install 'hacfg[metrics]'") from None
+    return prometheus_client
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``PORT`` (every interface) or ``HOST:PORT``; port 0 picks a free one."""
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected PORT or HOST:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class Metrics:
+    """Keeps the node's events and renders them as metric families on every collection."""
+
+    def __init__(
+        self, history: list[dict[str, Any]], *, textfile: Path | None = None, echo: Callable[[str], None] = print
+    ):
+        self.prometheus = _prometheus()
+        self.events = list(history)
+        self.textfile = textfile
+        self.echo = echo
+        self.lock = threading.Lock()  # a scrape runs on the server's thread
+        self.registry = self.prometheus.CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self.server: Any = None
+        self.broken = False
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve ``/metrics`` from a background thread; the port it listens on."""
+        try:
+            self.server, _ = self.prometheus.start_http_server(port, addr=host, registry=self.registry)
+        except OSError as err:
+            raise InputError(f"cannot serve metrics on {host}:{port}: {err.strerror or err}") from None
+        return int(self.server.server_port)
+
+    def record(self, event: dict[str, Any]) -> None:
+        """One more event (an :class:`~hacfg.agent.state.EventLog` listener); rewrite the textfile."""
+        with self.lock:
+            self.events.append(event)
+        if self.textfile is None:
+            return
+        from hacfg.fsutil import atomic_write
+
+        try:
+            atomic_write(self.textfile, self.prometheus.generate_latest(self.registry))
+        except OSError as err:
+            if not self.broken:
+                self.broken = True
+                reason = err.strerror or err
+                self.echo(f"[hacfg] cannot write metrics to {self.textfile}: {reason}; supervision continues")
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self.lock:
+            events = list(self.events)
+        counters: dict[str, Any] = next((e for e in reversed(events) if "counted" in e), {})
+        kinds = [e.get("event") for e in events]
+        bounds = [k for k in kinds if k in ("attempt_start", "attempt_exit", "agent_start")]
+        running = bool(bounds) and bounds[-1] == "attempt_start"
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            return GaugeMetricFamily(PREFIX + name, doc, value=value)
+
+        yield gauge("attempt", "The current attempt number (HACFG_ATTEMPT).", counters.get("attempt", 0))
+        yield gauge("attempt_running", "1 while the training command runs.", int(running))
+        yield gauge("restarts", "Restarts so far, counted against restart.max or not.", counters.get("restarts", 0))
+        yield gauge("restarts_counted", "Restarts counted against restart.max.", counters.get("counted", 0))
+        yield gauge("restarts_max", "restart.max.", counters.get("max_restarts", 0))
+        failures = CounterMetricFamily(PREFIX + "failures", "Attempts that failed, by cause.", labels=["cause"])
+        exits = [e for e in events if e.get("event") == "attempt_exit"]
+        causes = Counter(e.get("cause") for e in exits if e.get("cause") != "success")
+        for cause, count in sorted(causes.items()):
+            failures.add_metric([str(cause)], count)
+        yield failures
+        yield CounterMetricFamily(PREFIX + "hangs", "Hangs detected.", value=kinds.count("hang"))
+        decisions = CounterMetricFamily(PREFIX + "decisions", "Decisions taken after attempts.", labels=["action"])
+        for action, count in sorted(Counter(e.get("action") for e in events if e.get("event") == "decision").items()):
+            decisions.add_metric([str(action)], count)
+        yield decisions
+        result = goodput.breakdown(events)
+        seconds = GaugeMetricFamily(PREFIX + "goodput_seconds", "The wall time by goodput kind.", labels=["kind"])
+        for kind, value in result.totals.items():
+            seconds.add_metric([kind], value)
+        yield seconds
+        yield gauge("wall_seconds", "First event to the latest.", result.wall)
+        yield gauge("ettr_ratio", "Effective training time ratio: productive over wall time.", result.ettr)
+        if events:
+            latest = goodput.when(events[-1]).timestamp()
+            yield gauge("last_event_timestamp_seconds", "When the latest event was written.", latest)

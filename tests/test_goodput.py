@@ -1,0 +1,78 @@
+"""Goodput accounting on event logs written by hand: the cases a test run cannot stage cheaply."""
+
+from __future__ import annotations
+
+from pytest import approx
+
+from hacfg.agent.goodput import breakdown
+
+
+def at(second: float) -> str:
+    return f"2026-01-01T00:00:{second:06.3f}Z"
+
+
+def log(*events: tuple) -> list[dict]:
+    return [{"time": at(second), "event": kind, **fields} for second, kind, fields in events]
+
+
+def test_a_checkpoint_no_later_attempt_resumed_from_counts_as_lost():
+    # attempt 1 saved step_20 at 5 s, but attempt 2 resumed from step_10 (step_20 was unreadable, say)
+    result = breakdown(log(
+        (0, "agent_start", {}),
+        (0, "attempt_start", {"attempt": 1, "resume_from": "/c/step_10"}),
+        (1, "first_activity", {"attempt": 1, "after": 1.0}),
+        (8, "attempt_exit", {"cause": "environment", "checkpoints": [{"step": 20, "path": "/c/step_20", "time": at(5)}]}),
+        (8, "decision", {"action": "proc_restart", "cause": "environment"}),
+        (9, "attempt_start", {"attempt": 2, "resume_from": "/c/step_10"}),
+        (10, "first_activity", {"attempt": 2, "after": 1.0}),
+        (20, "attempt_exit", {"cause": "success"}),
+        (20, "decision", {"action": "success", "cause": "success"}),
+        (20, "agent_exit", {}),
+    ))
+    first, second = (a.seconds() for a in result.attempts)
+    assert (first["startup"], first["productive"], first["lost"], first["restart"]) == (1, 0, 7, 1)
+    assert (second["startup"], second["productive"]) == (1, 10)
+    assert result.ettr == approx(10 / 20)
+
+
+def test_an_attempt_cut_by_the_agents_own_end_is_lost_after_its_start_up():
+    # the pod died with the agent: the next agent starts, counts it, and runs attempt 2
+    result = breakdown(log(
+        (0, "attempt_start", {"attempt": 1, "resume_from": None}),
+        (2, "first_activity", {"attempt": 1, "after": 2.0}),
+        (30, "agent_start", {}),
+        (30, "decision", {"action": "proc_restart", "cause": "environment"}),
+        (31, "attempt_start", {"attempt": 2, "resume_from": None}),
+        (32, "first_activity", {"attempt": 2, "after": 1.0}),
+        (40, "attempt_exit", {"cause": "success"}),
+    ))
+    first = result.attempts[0]
+    assert (first.cut, first.action) == (True, "proc_restart")
+    assert first.seconds() == {"startup": 2, "productive": 0, "lost": 28, "hang_wait": 0, "grace": 0, "restart": 0}
+    assert result.totals["restart"] == 0 and result.totals["other"] == approx(1)  # agent start to the next attempt
+    assert sum(result.totals.values()) == approx(result.wall)
+
+
+def test_steps_reported_count_the_steps_thrown_away_and_a_group_is_measured_on_node_0():
+    events = log(
+        (0, "attempt_start", {"attempt": 1, "node": 0, "resume_from": None}),
+        (0, "attempt_start", {"attempt": 1, "node": 1, "resume_from": None}),
+        (1, "first_activity", {"node": 0, "after": 1.0}),
+        (6, "attempt_exit", {"node": 0, "cause": "peer", "stopping": 0.5, "step": 57,
+                             "checkpoints": [{"step": 50, "path": "/c/step_50", "time": at(5)}]}),
+        (6, "attempt_exit", {"node": 1, "cause": "environment"}),
+    )
+    result = breakdown(events)
+    (only,) = result.attempts
+    assert only.node == 0 and only.lost_steps() == 7
+    assert only.seconds() == {"startup": 1, "productive": 4, "lost": 0.5, "hang_wait": 0, "grace": 0.5, "restart": 0}
+
+
+def test_a_record_without_a_time_is_an_error_at_its_line(tmp_path, cli):
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"time": "2026-01-01T00:00:00Z", "event": "agent_start"}\n{"event": "attempt_start"}\n{"time": "2026-01-01T00:00')
+    result = cli("events", events)
+    assert result.code == 2
+    assert result.err == f'{events}:2:1: not an agent event: no valid ISO 8601 "time"\n'
+    events.write_text('{"time": "2026-01-01T00:00:00Z", "event": "agent_start"}\n{"time": "2026-01-01T00:00')  # a torn last line
+    assert cli("events", events).code == 0
