@@ -724,11 +724,14 @@ def test_restarted_while_the_count_is_not_reached(tmp_path):
     assert run.attempts == [(1, 0), (2, 1), (3, 2)] and run.code == 138
 
 
-@pytest.mark.xfail(strict=True, reason="the agent does not log error,exiting yet (runner.py, agent files)")
 def test_restarted_job_that_fails_logs_error_exiting(tmp_path):
-    """ha-configuration.txt: "You can search for keywords error,exiting to obtain the logs recording a restarted job that ends with a failure." """
-    run = agent(tmp_path, "{max: 1}", KILLED)
-    assert run.code == 138 and "error,exiting" in run.err
+    """ha-configuration.txt: "You can search for keywords error,exiting to obtain the logs recording a restarted job that ends with a failure."
+
+    Three unconditional restarts, then the agent gives up: the job ends. (An exit 138 hands the job
+    to the platform to retry elsewhere, so it has not ended yet.)
+    """
+    run = agent(tmp_path, "{max: 5, unconditional: true}", USER_ERROR)
+    assert run.code == 1 and "error,exiting" in run.err
 
 
 def test_restart_count_and_maximum_are_shown(tmp_path, cli):
