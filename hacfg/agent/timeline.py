@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-_SHOWN = {
+Event = dict[str, Any]
+
+_SHOWN: dict[str, Callable[[Event], str]] = {
     "agent_start": lambda e: f"pid {e.get('pid')}: {' '.join(map(str, e.get('command') or []))}",
     "precheck": lambda e: f"{e.get('item')} {e.get('status')} {e.get('value') or ''} {e.get('need') or ''} {e.get('detail') or ''}".strip(),
     "attempt_start": lambda e: f"resume from {e.get('resume_from') or '(nothing)'}",
@@ -30,6 +33,10 @@ _SHOWN = {
 }
 
 
+def _nothing(event: Event) -> str:
+    return ""
+
+
 def table(events: list[dict[str, Any]]) -> str:
     nodes = len({e.get("node") for e in events}) > 1
     rows = [("time", "attempt", "restarts", "event", "detail")]
@@ -37,7 +44,7 @@ def table(events: list[dict[str, Any]]) -> str:
     for event in events:
         attempt = str(event.get("attempt", attempt))
         restarts = f"{event['counted']}/{event['max_restarts']}" if "counted" in event and "max_restarts" in event else restarts
-        describe = _SHOWN.get(event.get("event", ""), lambda e: "")
+        describe = _SHOWN.get(str(event.get("event", "")), _nothing)
         time_text = str(event.get("time", ""))[11:23]
         node = f"node {event.get('node')}: " if nodes else ""
         rows.append((time_text, attempt, restarts, str(event.get("event", "?")), node + describe(event)))
