@@ -443,23 +443,21 @@ def test_dns_resolves_the_volcano_host_files(tmp_path):
     assert items(run_hacfg("precheck", "--config", config, env=env).out)["dns"] == ("failed", "1/2")
 
 
+def verdicts_at_and_above(tmp_path: Path, item: str, variable: str, size: int) -> tuple[str, str]:
+    """The pre-check's status on a tmpfs of exactly ``size`` bytes, and on one 4 KiB larger."""
+    exact, above = tmp_path / "exact", tmp_path / "above"
+    at = precheck_on_tmpfs(tmp_path, {str(exact): size}, **{variable: str(exact)})[item][0]
+    over = precheck_on_tmpfs(tmp_path, {str(above): size + 4096}, **{variable: str(above)})[item][0]
+    return at, over
+
+
 @namespaces
 def test_disk_size_root_greater_than_32_gb(tmp_path):
     """ha-configuration.txt: "Disk size – Container root directory	disk-size root	None	The directory is greater than 32 GB."
 
     A root of exactly 32 GiB fails, 4 KiB more passes (the default threshold, on tmpfs).
     """
-    exact, above = tmp_path / "exact", tmp_path / "above"
-    assert (
-        precheck_on_tmpfs(tmp_path, {str(exact): 32 * GiB}, HACFG_PRECHECK_ROOT_PATH=str(exact))["disk-size root"][0]
-        == "failed"
-    )
-    assert (
-        precheck_on_tmpfs(tmp_path, {str(above): 32 * GiB + 4096}, HACFG_PRECHECK_ROOT_PATH=str(above))[
-            "disk-size root"
-        ][0]
-        == "passed"
-    )
+    assert verdicts_at_and_above(tmp_path, "disk-size root", "HACFG_PRECHECK_ROOT_PATH", 32 * GiB) == ("failed", "passed")
 
 
 @namespaces
@@ -479,17 +477,7 @@ def test_disk_size_cache_greater_than_32_gb(tmp_path):
     /cache is the default path; a cache of exactly 32 GiB fails, 4 KiB more passes.
     """
     assert PrecheckSettings().cache_path == Path("/cache")
-    exact, above = tmp_path / "exact", tmp_path / "above"
-    assert (
-        precheck_on_tmpfs(tmp_path, {str(exact): 32 * GiB}, HACFG_PRECHECK_CACHE_PATH=str(exact))["disk-size cache"][0]
-        == "failed"
-    )
-    assert (
-        precheck_on_tmpfs(tmp_path, {str(above): 32 * GiB + 4096}, HACFG_PRECHECK_CACHE_PATH=str(above))[
-            "disk-size cache"
-        ][0]
-        == "passed"
-    )
+    assert verdicts_at_and_above(tmp_path, "disk-size cache", "HACFG_PRECHECK_CACHE_PATH", 32 * GiB) == ("failed", "passed")
 
 
 def test_ulimit_only_on_infiniband(tmp_path):
