@@ -151,7 +151,7 @@ def schema(
     """Print the JSON Schema of the scenario file format (for editors and CI)."""
     import json
 
-    from hacfg.config import json_schema
+    from hacfg.validation import json_schema
 
     _write(json.dumps(json_schema(), indent=2) + "\n", output)
 

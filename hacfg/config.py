@@ -1,8 +1,11 @@
-"""The scenario file, format version 1: the one model that the linter, the targets and the agent read.
+"""Reading a scenario file: presets merged underneath, validated, errors at ``file:line:col``.
 
 ``load_config`` is the whole front end: parse with positions, merge over the preset the file
 extends, validate, and map every validation error back to ``file:line:col``. The presets are
 an argument: this module knows nothing of the plugins that provide them.
+
+A plainly valid file is checked without importing pydantic (:mod:`hacfg.fastcheck`); any
+other goes to pydantic (:mod:`hacfg.validation`), whose errors are mapped here.
 """
 
 from __future__ import annotations
@@ -13,23 +16,11 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    WithJsonSchema,
-    field_validator,
-)
-
-from hacfg import platform as ma
-from hacfg.names import Platform, Scenario
+from hacfg import fastcheck
+from hacfg.model import HAConfig
 from hacfg.source import Document, InputError, LogicalPath, Span, did_you_mean, dotted, load, lookup
 
 if TYPE_CHECKING:
@@ -40,139 +31,6 @@ Presets = Mapping[str, Path]  # preset name -> scenario file, as the installed p
 # What only the user can know about their training script: a preset recommends these (its file
 # states them, and lint messages quote them) but never supplies them to a file that extends it.
 USER_ONLY: tuple[LogicalPath, ...] = (("checkpoint", "path"), ("checkpoint", "interval"), ("checkpoint", "resume"))
-
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
-DURATION_PATTERN = r"^(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?$"
-
-
-def parse_duration(value: Any) -> Any:
-    """``90s``, ``30m``, ``2h``, ``1d`` or a combination such as ``1h30m``."""
-    if isinstance(value, timedelta):
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"a duration needs a unit, like '30m' or '2h' (got {value!r})")
-    match = _DURATION.fullmatch(value.strip())
-    if not value.strip() or not match:
-        raise ValueError(f"{value!r} is not a duration; use a number and a unit: 90s, 30m, 2h, 1d")
-    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-
-
-def format_duration(value: timedelta) -> str:
-    """The shortest spelling that ``parse_duration`` reads back."""
-    seconds = int(value.total_seconds())
-    parts: list[str] = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size or (unit == "s" and not parts):
-            amount, seconds = divmod(seconds, size)
-            if amount or not parts:
-                parts.append(f"{amount}{unit}")
-    return "".join(parts)
-
-
-Duration = Annotated[
-    timedelta,
-    BeforeValidator(parse_duration),
-    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN, "examples": ["90s", "30m", "2h", "1d"]}),
-]
-
-
-def _numbers_as_strings(value: Any) -> Any:
-    """Environment values are strings on the platform; a YAML number is what the user meant."""
-    if isinstance(value, dict):
-        return {k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in value.items()}
-    return value
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class Job(_Section):
-    """What runs, and where."""
-
-    name: str | None = Field(
-        None, pattern=ma.JOB_NAME_PATTERN, description="metadata.name; defaults to the scenario name."
-    )
-    nodes: int = Field(1, ge=1, description="spec.resource.node_count")
-    accelerator: Literal["gpu", "npu", "cpu"] = "gpu"
-    network: Literal["infiniband", "roce", "ethernet"] = "ethernet"
-    image: str | None = Field(None, description="algorithm.engine.image_url (SWR org/image:tag)")
-    command: str | None = Field(None, description="algorithm.command")
-    flavor: str | None = Field(None, description="spec.resource.flavor_id")
-    pool: str | None = Field(None, description="spec.resource.pool_id (dedicated pool)")
-    environment: Annotated[dict[str, str], BeforeValidator(_numbers_as_strings)] = Field(
-        default_factory=dict, description="algorithm.environments"
-    )
-
-
-class Checkpoint(_Section):
-    """Where the training script saves, so a restart resumes instead of starting over."""
-
-    path: str | None = Field(None, description="obs://..., or a shared mount that survives a reschedule")
-    interval: Duration | None = Field(None, description="How often the training script saves.")
-    resume: bool = Field(False, description="The script reloads the newest checkpoint at start-up.")
-
-
-class Restart(_Section):
-    """The platform's restart budgets."""
-
-    max: int = Field(
-        0,
-        ge=0,
-        le=ma.RETRY_LIMITS["huaweicloud"][1],
-        description="fault-tolerance/job-retry-num; 0 turns auto restart off.",
-    )
-    unconditional: bool = Field(False, description="fault-tolerance/job-unconditional-retry")
-    on_hang: bool = Field(False, description="fault-tolerance/hang-retry")
-    pod_reschedules: int = Field(0, ge=0, description="fault-tolerance/pod-retry-num")
-
-    @field_validator("max")
-    @classmethod
-    def _within_platform_limits(cls, value: int, info: ValidationInfo) -> int:
-        platform = (info.context or {}).get("platform")
-        if value and platform in ma.RETRY_LIMITS:
-            low, high = ma.RETRY_LIMITS[platform]
-            if not low <= value <= high:
-                raise ValueError(f"{platform} allows {low} to {high} restarts (0 turns auto restart off), got {value}")
-        return value
-
-
-class Hang(_Section):
-    """Suspension detection: no output, heartbeat or accelerator activity for ``timeout``."""
-
-    detect: bool = Field(True, description="Suspension detection (GPU/NPU jobs only).")
-    timeout: Duration = Field(
-        timedelta(minutes=ma.DEFAULT_HANG_MINUTES), description="MA_HANG_DETECT_TIME, in whole minutes."
-    )
-
-
-class HAConfig(_Section):
-    """A training job's fault-tolerance intent."""
-
-    model_config = ConfigDict(title="hacfg scenario file, version 1")
-
-    version: Literal[1]
-    scenario: Scenario
-    platform: Platform = "huaweicloud"
-    extends: str | None = Field(
-        None, description="A preset name or a relative path; defaults to the scenario's preset."
-    )
-    job: Job = Field(default_factory=Job)
-    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
-    restart: Restart = Field(default_factory=Restart)
-    hang: Hang = Field(default_factory=Hang)
-    operator_retry: bool = Field(False, description="fault-tolerance/hccl_op_retry (Ascend supernode pools only).")
-    precheck: bool = Field(True, description="Environment pre-check before the command starts.")
-    passthrough: dict[str, Any] = Field(
-        default_factory=dict,
-        description="ModelArts request fields hacfg does not model (hacfg import puts them here); "
-        "merged verbatim into the modelarts output.",
-    )
-
-    @property
-    def name(self) -> str:
-        return self.job.name or self.scenario
 
 
 class ConfigError(InputError):
@@ -220,10 +78,17 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
     if platform is not None:
         data = {**data, "platform": platform}
     chosen = data.get("platform", "huaweicloud")  # a bad value is reported on its own line; limits need a name
-    try:
-        config = HAConfig.model_validate(data, context={"platform": chosen if isinstance(chosen, str) else None})
-    except ValidationError as err:
-        raise ConfigInvalid(_errors(err, document)) from None
+    context = {"platform": chosen if isinstance(chosen, str) else None}
+    from hacfg._compiled_model import SCHEMA  # generated from hacfg.model; imports it
+
+    config: HAConfig | None = fastcheck.validate(SCHEMA, data, context)
+    if config is None:
+        from hacfg import validation  # pydantic: only for files that are not plainly valid
+
+        judged = validation.judge(data, context)
+        if not isinstance(judged, HAConfig):
+            raise ConfigInvalid(_errors(judged, document, SCHEMA))
+        config = judged
     return Loaded(config=config, document=document)
 
 
@@ -333,25 +198,16 @@ def deep_merge(base: Any, top: Any) -> Any:
     return top
 
 
-def _fields_at(path: LogicalPath) -> list[str]:
-    model: Any = HAConfig
-    for key in path:
-        is_model = isinstance(model, type) and issubclass(model, BaseModel)
-        field = model.model_fields.get(key) if is_model and isinstance(key, str) else None
-        if field is None:
-            return []
-        model = field.annotation
-    return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
-
-
-def _errors(err: ValidationError, document: Document) -> list[ConfigError]:
+def _errors(items: list[ErrorDetails], document: Document, schema: fastcheck.Node) -> list[ConfigError]:
+    """pydantic's errors in hacfg's words, each at its place in the file, in file order."""
     errors: list[ConfigError] = []
-    for item in err.errors(include_url=False):
+    for item in items:
         path = tuple(item["loc"])
         kind = item["type"]
-        if kind == "extra_forbidden":
+        if kind == "unexpected_keyword_argument":
             where = f" in {dotted(path[:-1])}" if path[:-1] else ""
-            message = f"unknown key {path[-1]!r}{where}{did_you_mean(str(path[-1]), _fields_at(path[:-1]))}"
+            known = fastcheck.keys_at(schema, path[:-1])
+            message = f"unknown key {path[-1]!r}{where}{did_you_mean(str(path[-1]), known)}"
             errors.append(ConfigError(message, document.span(path, key=True), path, unknown_key=True))
             continue
         if kind == "missing":
@@ -374,23 +230,3 @@ def _message(item: ErrorDetails) -> str:
         choices = re.findall(r"'([^']*)'", item["ctx"]["expected"])
         message += did_you_mean(item["input"], choices)
     return message
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of the scenario format, as committed in ``schemas/hacfg.schema.json``."""
-    schema = HAConfig.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-
-
-def scenario_document(config: HAConfig) -> dict[str, Any]:
-    """The config, fully merged, as a scenario file needing no preset: what a pod is given."""
-
-    def spell(value: Any) -> Any:
-        if isinstance(value, timedelta):
-            return format_duration(value)
-        if isinstance(value, dict):
-            return {k: spell(v) for k, v in value.items()}
-        return value
-
-    document: dict[str, Any] = spell(config.model_dump(exclude_none=True, exclude={"extends"}))
-    return document

@@ -26,8 +26,8 @@ from hacfg.agent.extensions import (
     step_of,
 )
 from hacfg.agent.policy import Cause, Policy
-from hacfg.config import HAConfig
 from hacfg.hookspecs import hookimpl
+from hacfg.model import HAConfig
 from hacfg.names import Kind, Platform, Scenario, Severity
 from hacfg.rules import (
     FileContext,

@@ -32,7 +32,7 @@ from hacfg.names import Kind, Severity
 from hacfg.source import Document, LogicalPath, dotted, lookup
 
 if TYPE_CHECKING:
-    from hacfg.config import HAConfig
+    from hacfg.model import HAConfig
 
 RULE_ID = re.compile(r"[A-Z]{2,}[0-9]{3,}")
 

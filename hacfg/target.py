@@ -12,7 +12,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hacfg.config import HAConfig, deep_merge
+from hacfg.config import deep_merge
+from hacfg.model import HAConfig
 from hacfg.source import LogicalPath
 
 

@@ -11,7 +11,8 @@ import math
 from typing import Any
 
 from hacfg import platform as ma
-from hacfg.config import deep_merge, format_duration
+from hacfg.config import deep_merge
+from hacfg.model import format_duration
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 
 ACCELERATED = ("gpu", "npu")

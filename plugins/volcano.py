@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from hacfg.agent.policy import RETRY_ELSEWHERE
-from hacfg.config import scenario_document
+from hacfg.model import scenario_document
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 from hacfg.target import dump_yaml
 

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from hacfg.config import Checkpoint, ConfigInvalid, format_duration, load_config, parse_duration
+from hacfg.config import ConfigInvalid, load_config
+from hacfg.model import Checkpoint, format_duration, parse_duration
 from hacfg.registry import presets
 
 

@@ -9,6 +9,7 @@ import pytest
 from conftest import REPO
 from hacfg import platform as ma
 from hacfg.config import load_config
+from hacfg.model import Checkpoint
 from hacfg.registry import presets
 
 OUTPUT_CHANNEL = "/home/ma-user/modelarts/outputs/train_url_0"
@@ -29,7 +30,7 @@ def rules(cli, path, *args) -> set[str]:
 def test_a_preset_never_supplies_what_only_the_user_knows(cli, write, scenario, how):
     preset = presets()[scenario]
     path = write("ha.yaml", "version: 1\n" + how.format(name=scenario, preset=preset))
-    assert load_config(path, presets()).config.checkpoint.model_dump() == {"path": None, "interval": None, "resume": False}
+    assert load_config(path, presets()).config.checkpoint == Checkpoint(path=None, interval=None, resume=False)
     found = {f["rule"]: f for f in lint(cli, path)}
     assert {"HA001", "HA017"} <= set(found)
     assert found["HA001"]["line"] == (3 if "extends" in how else 2) and found["HA001"]["message"].endswith(

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.agent.policy import Policy, policy_from_config
-from hacfg.config import Presets, load_config, parse_duration
+from hacfg.config import Presets, load_config
+from hacfg.model import parse_duration
 from hacfg.source import InputError
 
 DURATIONS = ("hang_timeout", "initial_hang_timeout")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from hacfg import platform as ma
 
 if TYPE_CHECKING:
-    from hacfg.config import HAConfig
+    from hacfg.model import HAConfig
 
 RETRY_ELSEWHERE = 138  # Kubeflow's user-defined retryable code; the volcano target restarts the pod or job
 Cause = Literal["environment", "user", "hang"]

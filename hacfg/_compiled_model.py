@@ -1,0 +1,318 @@
+"""The scenario model's core schema, pruned for hacfg.fastcheck.
+
+Generated from hacfg.model by `python -m hacfg.validation`; do not edit.
+"""
+
+import re
+from datetime import timedelta
+
+from hacfg import model
+
+SCHEMA = {
+    'type': 'dataclass',
+    'cls': model.HAConfig,
+    'forbid_extra': True,
+    'fields': [
+        {
+            'name': 'version',
+            'schema': {
+                'type': 'literal',
+                'expected': [
+                    1,
+                ],
+            },
+        },
+        {
+            'name': 'scenario',
+            'schema': {
+                'type': 'literal',
+                'expected': [
+                    'single-node',
+                    'multi-node',
+                    'llm-long-term',
+                ],
+            },
+        },
+        {
+            'name': 'platform',
+            'default': 'huaweicloud',
+            'schema': {
+                'type': 'literal',
+                'expected': [
+                    'huaweicloud',
+                    'otc',
+                ],
+            },
+        },
+        {
+            'name': 'extends',
+            'default': None,
+            'schema': {
+                'type': 'nullable',
+                'schema': {
+                    'type': 'str',
+                },
+            },
+        },
+        {
+            'name': 'job',
+            'default_factory': model.Job,
+            'schema': {
+                'type': 'dataclass',
+                'cls': model.Job,
+                'forbid_extra': True,
+                'fields': [
+                    {
+                        'name': 'name',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                                'pattern': '^[A-Za-z0-9_-]{1,64}$',
+                                'compiled': re.compile('^[A-Za-z0-9_-]{1,64}$'),
+                            },
+                        },
+                    },
+                    {
+                        'name': 'nodes',
+                        'default': 1,
+                        'schema': {
+                            'type': 'int',
+                            'ge': 1,
+                        },
+                    },
+                    {
+                        'name': 'accelerator',
+                        'default': 'gpu',
+                        'schema': {
+                            'type': 'literal',
+                            'expected': [
+                                'gpu',
+                                'npu',
+                                'cpu',
+                            ],
+                        },
+                    },
+                    {
+                        'name': 'network',
+                        'default': 'ethernet',
+                        'schema': {
+                            'type': 'literal',
+                            'expected': [
+                                'infiniband',
+                                'roce',
+                                'ethernet',
+                            ],
+                        },
+                    },
+                    {
+                        'name': 'image',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                            },
+                        },
+                    },
+                    {
+                        'name': 'command',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                            },
+                        },
+                    },
+                    {
+                        'name': 'flavor',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                            },
+                        },
+                    },
+                    {
+                        'name': 'pool',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                            },
+                        },
+                    },
+                    {
+                        'name': 'environment',
+                        'default_factory': dict,
+                        'schema': {
+                            'type': 'function-before',
+                            'function': model.numbers_as_strings,
+                            'info': False,
+                            'schema': {
+                                'type': 'dict',
+                                'keys_schema': {
+                                    'type': 'str',
+                                },
+                                'values_schema': {
+                                    'type': 'str',
+                                },
+                            },
+                        },
+                    },
+                ],
+            },
+        },
+        {
+            'name': 'checkpoint',
+            'default_factory': model.Checkpoint,
+            'schema': {
+                'type': 'dataclass',
+                'cls': model.Checkpoint,
+                'forbid_extra': True,
+                'fields': [
+                    {
+                        'name': 'path',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                            },
+                        },
+                    },
+                    {
+                        'name': 'interval',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'function-before',
+                                'function': model.parse_duration,
+                                'info': False,
+                                'schema': {
+                                    'type': 'timedelta',
+                                },
+                            },
+                        },
+                    },
+                    {
+                        'name': 'resume',
+                        'default': False,
+                        'schema': {
+                            'type': 'bool',
+                        },
+                    },
+                ],
+            },
+        },
+        {
+            'name': 'restart',
+            'default_factory': model.Restart,
+            'schema': {
+                'type': 'dataclass',
+                'cls': model.Restart,
+                'forbid_extra': True,
+                'fields': [
+                    {
+                        'name': 'max',
+                        'default': 0,
+                        'schema': {
+                            'type': 'function-after',
+                            'function': model.within_platform_limits,
+                            'info': True,
+                            'schema': {
+                                'type': 'int',
+                                'ge': 0,
+                                'le': 128,
+                            },
+                        },
+                    },
+                    {
+                        'name': 'unconditional',
+                        'default': False,
+                        'schema': {
+                            'type': 'bool',
+                        },
+                    },
+                    {
+                        'name': 'on_hang',
+                        'default': False,
+                        'schema': {
+                            'type': 'bool',
+                        },
+                    },
+                    {
+                        'name': 'pod_reschedules',
+                        'default': 0,
+                        'schema': {
+                            'type': 'int',
+                            'ge': 0,
+                        },
+                    },
+                ],
+            },
+        },
+        {
+            'name': 'hang',
+            'default_factory': model.Hang,
+            'schema': {
+                'type': 'dataclass',
+                'cls': model.Hang,
+                'forbid_extra': True,
+                'fields': [
+                    {
+                        'name': 'detect',
+                        'default': True,
+                        'schema': {
+                            'type': 'bool',
+                        },
+                    },
+                    {
+                        'name': 'timeout',
+                        'default': timedelta(seconds=1800.0),
+                        'schema': {
+                            'type': 'function-before',
+                            'function': model.parse_duration,
+                            'info': False,
+                            'schema': {
+                                'type': 'timedelta',
+                            },
+                        },
+                    },
+                ],
+            },
+        },
+        {
+            'name': 'operator_retry',
+            'default': False,
+            'schema': {
+                'type': 'bool',
+            },
+        },
+        {
+            'name': 'precheck',
+            'default': True,
+            'schema': {
+                'type': 'bool',
+            },
+        },
+        {
+            'name': 'passthrough',
+            'default_factory': dict,
+            'schema': {
+                'type': 'dict',
+                'keys_schema': {
+                    'type': 'str',
+                },
+                'values_schema': {
+                    'type': 'any',
+                },
+            },
+        },
+    ],
+}

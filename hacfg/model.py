@@ -1,0 +1,219 @@
+"""The scenario file's model, format version 1: what the linter, the targets and the agent read.
+
+Frozen dataclasses whose annotations carry pydantic's constraints as strings, so importing the
+model costs no pydantic. pydantic (:mod:`hacfg.validation`) is the authority on every verdict;
+:mod:`hacfg.fastcheck` replays the schema pydantic compiles from these classes, and answers
+alone only for documents it can prove valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from hacfg import platform as ma
+from hacfg.names import Platform, Scenario
+
+if TYPE_CHECKING:
+    # The annotations below are strings: pydantic reads them when hacfg.validation builds the
+    # validator, with these names in scope there.
+    from pydantic import (
+        AfterValidator,
+        BeforeValidator,
+        Field,
+        StrictBool,
+        StrictInt,
+        StrictStr,
+        ValidationInfo,
+        WithJsonSchema,
+    )
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+DURATION_PATTERN = r"^(?=\d)(\d+d)?(\d+h)?(\d+m)?(\d+s)?$"
+DURATION_JSON_SCHEMA = {"type": "string", "pattern": DURATION_PATTERN, "examples": ["90s", "30m", "2h", "1d"]}
+
+
+def parse_duration(value: Any) -> Any:
+    """``90s``, ``30m``, ``2h``, ``1d`` or a combination such as ``1h30m``."""
+    if isinstance(value, timedelta):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"a duration needs a unit, like '30m' or '2h' (got {value!r})")
+    match = _DURATION.fullmatch(value.strip())
+    if not value.strip() or not match:
+        raise ValueError(f"{value!r} is not a duration; use a number and a unit: 90s, 30m, 2h, 1d")
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def format_duration(value: timedelta) -> str:
+    """The shortest spelling that ``parse_duration`` reads back."""
+    seconds = int(value.total_seconds())
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            amount, seconds = divmod(seconds, size)
+            if amount or not parts:
+                parts.append(f"{amount}{unit}")
+    return "".join(parts)
+
+
+def numbers_as_strings(value: Any) -> Any:
+    """Environment values are strings on the platform; a YAML number is what the user meant."""
+    if isinstance(value, dict):
+        return {k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in value.items()}
+    return value
+
+
+def within_platform_limits(value: int, info: ValidationInfo) -> int:
+    """``restart.max`` within the chosen platform's range (the context names the platform)."""
+    platform = (info.context or {}).get("platform")
+    if value and platform in ma.RETRY_LIMITS:
+        low, high = ma.RETRY_LIMITS[platform]
+        if not low <= value <= high:
+            raise ValueError(f"{platform} allows {low} to {high} restarts (0 turns auto restart off), got {value}")
+    return value
+
+
+# Every leaf is strict (a quoted "3" is not a number; literals compare by value). The sections
+# take mappings, and refuse keys they do not know.
+_SECTION: dict[str, Any] = {"extra": "forbid"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """What runs, and where."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _SECTION
+
+    name: Annotated[
+        StrictStr | None,
+        Field(pattern=ma.JOB_NAME_PATTERN, description="metadata.name; defaults to the scenario name."),
+    ] = None
+    nodes: Annotated[StrictInt, Field(ge=1, description="spec.resource.node_count")] = 1
+    accelerator: Literal["gpu", "npu", "cpu"] = "gpu"
+    network: Literal["infiniband", "roce", "ethernet"] = "ethernet"
+    image: Annotated[
+        StrictStr | None, Field(description="algorithm.engine.image_url (SWR org/image:tag)")] = None
+    command: Annotated[
+        StrictStr | None, Field(description="algorithm.command")] = None
+    flavor: Annotated[
+        StrictStr | None, Field(description="spec.resource.flavor_id")] = None
+    pool: Annotated[
+        StrictStr | None, Field(description="spec.resource.pool_id (dedicated pool)")] = None
+    environment: Annotated[
+        dict[StrictStr, StrictStr],
+        BeforeValidator(numbers_as_strings),
+        Field(strict=True, description="algorithm.environments"),
+    ] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    """Where the training script saves, so a restart resumes instead of starting over."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _SECTION
+
+    path: Annotated[
+        StrictStr | None, Field(description="obs://..., or a shared mount that survives a reschedule")
+    ] = None
+    interval: Annotated[
+        Annotated[timedelta, BeforeValidator(parse_duration), WithJsonSchema(DURATION_JSON_SCHEMA)] | None,
+        Field(description="How often the training script saves."),
+    ] = None
+    resume: Annotated[
+        StrictBool, Field(description="The script reloads the newest checkpoint at start-up.")
+    ] = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restart:
+    """The platform's restart budgets."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _SECTION
+
+    max: Annotated[
+        StrictInt,
+        Field(
+            ge=0,
+            le=ma.RETRY_LIMITS["huaweicloud"][1],
+            description="fault-tolerance/job-retry-num; 0 turns auto restart off.",
+        ),
+        AfterValidator(within_platform_limits),
+    ] = 0
+    unconditional: Annotated[StrictBool, Field(description="fault-tolerance/job-unconditional-retry")] = False
+    on_hang: Annotated[StrictBool, Field(description="fault-tolerance/hang-retry")] = False
+    pod_reschedules: Annotated[StrictInt, Field(ge=0, description="fault-tolerance/pod-retry-num")] = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hang:
+    """Suspension detection: no output, heartbeat or accelerator activity for ``timeout``."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _SECTION
+
+    detect: Annotated[StrictBool, Field(description="Suspension detection (GPU/NPU jobs only).")] = True
+    timeout: Annotated[
+        timedelta,
+        BeforeValidator(parse_duration),
+        # The description inside: WithJsonSchema replaces what a Field would add.
+        WithJsonSchema({**DURATION_JSON_SCHEMA, "description": "MA_HANG_DETECT_TIME, in whole minutes."}),
+    ] = timedelta(minutes=ma.DEFAULT_HANG_MINUTES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HAConfig:
+    """A training job's fault-tolerance intent."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = {**_SECTION, "title": "hacfg scenario file, version 1"}
+
+    version: Literal[1]
+    scenario: Scenario
+    platform: Platform = "huaweicloud"
+    extends: Annotated[
+        StrictStr | None,
+        Field(description="A preset name or a relative path; defaults to the scenario's preset."),
+    ] = None
+    job: Job = field(default_factory=Job)
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    restart: Restart = field(default_factory=Restart)
+    hang: Hang = field(default_factory=Hang)
+    operator_retry: Annotated[
+        StrictBool, Field(description="fault-tolerance/hccl_op_retry (Ascend supernode pools only).")
+    ] = False
+    precheck: Annotated[StrictBool, Field(description="Environment pre-check before the command starts.")] = True
+    passthrough: Annotated[
+        dict[StrictStr, Any],
+        Field(
+            strict=True,
+            description="ModelArts request fields hacfg does not model (hacfg import puts them here); "
+            "merged verbatim into the modelarts output.",
+        ),
+    ] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.job.name or self.scenario
+
+
+
+def scenario_document(config: HAConfig) -> dict[str, Any]:
+    """The config, fully merged, as a scenario file needing no preset: what a pod is given."""
+
+    def spell(value: Any) -> Any:
+        if isinstance(value, timedelta):
+            return format_duration(value)
+        if isinstance(value, dict):
+            return {k: spell(v) for k, v in value.items()}
+        return value
+
+    def fields(section: Any) -> dict[str, Any]:
+        values = ((f.name, getattr(section, f.name)) for f in dataclasses.fields(section))
+        return {name: fields(v) if dataclasses.is_dataclass(v) else spell(v) for name, v in values if v is not None}
+
+    document = fields(config)
+    document.pop("extends", None)
+    return document
