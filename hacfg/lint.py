@@ -128,7 +128,7 @@ class RuleSource:
 def registry() -> dict[str, RuleSource]:
     """Every rule by ID: the engine's own, then each plugin's. Conflicts are plugin failures."""
     manager = plugin_manager.get()
-    manager.require_builtins()
+    manager.require_builtins("hacfg_rules")
 
     def collect() -> dict[str, RuleSource]:
         entries = ((plugin, item.id, item) for plugin, item in manager.items("hacfg_rules", Rule))

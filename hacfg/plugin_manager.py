@@ -4,6 +4,10 @@ Calling each implementation separately is what keeps one broken plugin from taki
 down: its exception becomes a :class:`PluginFailure` naming it, and the other results stand.
 hacfg's own plugins are the exception: without them hacfg is not working, which
 :meth:`Manager.require_builtins` turns into one error line and exit code 3.
+
+Other distributions' plugins are imported when the manager is made. hacfg's own are imported
+when a hook they declare (``hacfg.plugins.HOOKS``) is first called, so ``hacfg lint`` does not
+pay for the agent's pre-checks; they take the places loading everything at once gives them.
 """
 
 from __future__ import annotations
@@ -29,7 +33,21 @@ class PluginInfo:
     name: str
     module: str
     distribution: str
-    version: str
+    dist: importlib.metadata.Distribution | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def version(self) -> str:
+        """Only ``hacfg plugins`` shows it: reading it parses the distribution's METADATA."""
+        return self.dist.version if self.dist is not None else ""
+
+
+@dataclass(frozen=True)
+class _Deferred:
+    """One of hacfg's own plugins, not imported until one of ``hooks`` is called."""
+
+    entry_point: importlib.metadata.EntryPoint
+    info: PluginInfo
+    hooks: frozenset[str]
 
 
 PROVIDES: dict[str, tuple[str, Callable[[Any], object] | None]] = {
@@ -80,20 +98,73 @@ class Manager:
     infos: dict[str, PluginInfo] = field(default_factory=dict)
     failures: list[PluginFailure] = field(default_factory=list)
     _memo: dict[str, Any] = field(default_factory=dict)
+    # Every plugin's name, deferred ones too, in the order loading them all at once registers them.
+    _order: list[str] = field(default_factory=list)
+    _deferred: dict[str, _Deferred] = field(default_factory=dict)
 
     def add(self, plugin: Any, info: PluginInfo) -> None:
+        """Register a plugin after every one registered or deferred so far."""
+        if info.name in self._deferred:
+            self.failures.append(PluginFailure(info.name, "load", f"the name {info.name!r} is hacfg's own"))
+        elif self._register(plugin, info):
+            self._order.append(info.name)
+            self._memo.clear()  # what the plugins provide has changed
+
+    def _register(self, plugin: Any, info: PluginInfo) -> bool:
         try:
             self.pm.register(plugin, name=info.name)
         except Exception as err:  # a bad hookimpl signature, say
             builtin = info.distribution == BUILTIN_DISTRIBUTION
             self.failures.append(PluginFailure(info.name, "load", _describe(err), builtin=builtin))
-            return
+            return False
         self.infos[info.name] = info
-        self._memo.clear()  # what the plugins provide has changed
+        return True
+
+    def add_entry_point(self, entry_point: importlib.metadata.EntryPoint, distribution: str) -> None:
+        """Import and register an entry point's plugin, or defer it if it is one of hacfg's own that says
+        which hooks it implements."""
+        name = entry_point.name
+        if self.pm.get_plugin(name) is not None or name in self._deferred:
+            name = f"{distribution}:{name}"
+        info = PluginInfo(name, entry_point.value, distribution, entry_point.dist)
+        builtin = distribution == BUILTIN_DISTRIBUTION
+        hooks = _declared_hooks(entry_point.value) if builtin else None
+        if hooks is not None:
+            self._deferred[name] = _Deferred(entry_point, info, hooks)
+            self._order.append(name)
+            return
+        try:
+            plugin = entry_point.load()
+        except Exception as err:
+            self.failures.append(PluginFailure(name, "load", _describe(err), builtin=builtin))
+            return
+        self.add(plugin, info)
+
+    def _import_builtins(self, hook: str | None) -> None:
+        """Import the deferred plugins that implement ``hook`` (None: all of them) and register them where
+        loading every plugin at once puts them: pluggy calls implementations in registration order, so
+        the plugins registered after that place are registered again after them."""
+        due = [name for name, deferred in self._deferred.items() if hook is None or hook in deferred.hooks]
+        loaded: dict[str, tuple[Any, PluginInfo]] = {}
+        for name in due:
+            deferred = self._deferred.pop(name)
+            try:
+                loaded[name] = (deferred.entry_point.load(), deferred.info)
+            except Exception as err:
+                self.failures.append(PluginFailure(name, "load", _describe(err), builtin=True))
+                self._order.remove(name)
+        if not loaded:
+            return
+        after = self._order[min(self._order.index(name) for name in loaded) :]
+        moved = {name: (self.pm.unregister(name=name), self.infos[name]) for name in after if name in self.infos}
+        for name in after:
+            again = loaded.get(name) or moved.get(name)
+            if again is not None and not self._register(*again):
+                self._order.remove(name)
 
     def add_module(self, module_name: str) -> None:
         """Register an importable module directly (``--plugin NAME``), for quick trials."""
-        info = PluginInfo(module_name, module_name, "(--plugin)", "")
+        info = PluginInfo(module_name, module_name, "(--plugin)")
         try:
             module = importlib.import_module(module_name)
         except Exception as err:
@@ -103,6 +174,7 @@ class Manager:
 
     def results(self, hook: str, **kwargs: Any) -> Iterator[tuple[str, Any]]:
         """``(plugin name, result)`` for each implementation that returned something, in call order."""
+        self._import_builtins(hook)
         for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls()):
             try:
                 result = impl.function(*(kwargs[arg] for arg in impl.argnames))
@@ -176,10 +248,11 @@ class Manager:
     def _builtin(self, plugin: str) -> bool:
         return self.distribution(plugin) == BUILTIN_DISTRIBUTION
 
-    def require_builtins(self) -> None:
-        """Raise :class:`BuiltinPluginError` when any of hacfg's own plugins did not load."""
+    def require_builtins(self, hook: str) -> None:
+        """Import hacfg's own plugins for ``hook``; raise :class:`BuiltinPluginError` when any of them did not load."""
+        self._import_builtins(hook)
         broken = [failure for failure in self.failures if failure.builtin]
-        if not broken and any(self._builtin(name) for name in self.infos):
+        if not broken and (self._deferred or any(self._builtin(name) for name in self.infos)):
             return
         self.failures = [failure for failure in self.failures if not failure.builtin]
         if not broken:
@@ -192,6 +265,7 @@ class Manager:
 
     def listing(self) -> str:
         """``hacfg plugins``: each plugin's name, distribution, version and module, then what it provides."""
+        self._import_builtins(None)
         lines = []
         for name, info in sorted(self.infos.items()):
             version = f" {info.version}" if info.version else ""
@@ -222,12 +296,31 @@ def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}".splitlines()[0]
 
 
-def _entry_points() -> Iterator[importlib.metadata.EntryPoint]:
+def _declared_hooks(module: str) -> frozenset[str] | None:
+    """The hooks hacfg's own plugin ``module`` declares; None imports it at once, like any other plugin."""
+    try:
+        builtins = importlib.import_module("hacfg.plugins")
+    except ImportError:  # not installed: importing each plugin reports it
+        return None
+    hooks: frozenset[str] | None = builtins.hooks_of(module)
+    return hooks
+
+
+def _entry_points() -> Iterator[tuple[importlib.metadata.EntryPoint, str]]:
+    """The group's entry points, each with its distribution's name (its METADATA parsed once per distribution)."""
     builtin_only = os.environ.get(AUTOLOAD_SWITCH, "") not in ("", "0")
+    names: dict[importlib.metadata.Distribution, str] = {}
     for entry_point in importlib.metadata.entry_points(group=GROUP):
-        if builtin_only and (entry_point.dist is None or entry_point.dist.name != BUILTIN_DISTRIBUTION):
+        dist = entry_point.dist
+        if dist is None:
+            distribution = "?"
+        elif dist in names:
+            distribution = names[dist]
+        else:
+            distribution = names[dist] = dist.name
+        if builtin_only and distribution != BUILTIN_DISTRIBUTION:
             continue
-        yield entry_point
+        yield entry_point, distribution
 
 
 _requested: list[str] = []
@@ -268,19 +361,8 @@ def _load() -> Manager:
     pm = pluggy.PluginManager(GROUP)
     pm.add_hookspecs(hookspecs)
     manager = Manager(pm)
-    for entry_point in _entry_points():
-        dist = entry_point.dist
-        dist_name, version = (dist.name, dist.version) if dist else ("?", "")
-        name = entry_point.name if pm.get_plugin(entry_point.name) is None else f"{dist_name}:{entry_point.name}"
-        info = PluginInfo(name, entry_point.value, dist_name, version)
-        try:
-            plugin = entry_point.load()
-        except Exception as err:
-            manager.failures.append(
-                PluginFailure(name, "load", _describe(err), builtin=dist_name == BUILTIN_DISTRIBUTION)
-            )
-            continue
-        manager.add(plugin, info)
+    for entry_point, distribution in _entry_points():
+        manager.add_entry_point(entry_point, distribution)
     for module_name in _requested:
         manager.add_module(module_name)
     return manager

@@ -16,7 +16,7 @@ from hacfg.target import Target
 def presets() -> dict[str, Path]:
     """Every preset by name; two plugins offering one name is a failure of the later one."""
     manager = plugin_manager.get()
-    manager.require_builtins()
+    manager.require_builtins("hacfg_presets")
 
     def collect() -> dict[str, Path]:
         found = manager.unique("hacfg_presets", _preset_entries(manager), what="preset")
@@ -39,7 +39,7 @@ def _preset_entries(manager: plugin_manager.Manager) -> Iterator[tuple[str, str,
 def targets() -> dict[str, Target]:
     """Every compile target by name."""
     manager = plugin_manager.get()
-    manager.require_builtins()
+    manager.require_builtins("hacfg_targets")
 
     def collect() -> dict[str, Target]:
         entries = ((plugin, target.name, target) for plugin, target in manager.items("hacfg_targets", Target))

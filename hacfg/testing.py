@@ -148,7 +148,7 @@ def hacfg_plugin() -> Iterator[Callable[..., None]]:
 
     def register(plugin: object, name: str | None = None) -> None:
         plugin_name = name or str(getattr(plugin, "__name__", type(plugin).__name__))
-        plugin_manager.get().add(plugin, plugin_manager.PluginInfo(plugin_name, plugin_name, "(test)", ""))
+        plugin_manager.get().add(plugin, plugin_manager.PluginInfo(plugin_name, plugin_name, "(test)"))
 
     yield register
     plugin_manager.reset()

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import subprocess
 import sys
 
+import pluggy
 import pytest
 
 from conftest import REPO, run_hacfg
-from hacfg import lint, plugin_manager
-from hacfg.plugin import JobContext, Problem, ScenarioContext, hookimpl, rule
+from hacfg import hookspecs, lint, plugin_manager
+from hacfg.plugin import Failure, JobContext, Problem, ScenarioContext, hookimpl, rule
+from hacfg.plugins import HOOKS, hooks_of
 from hacfg.settings import Settings
 
 PLUGINS = REPO / "tests" / "plugins"
@@ -211,8 +215,132 @@ def test_a_builtin_plugin_that_fails_to_load_exits_3_with_one_line(tmp_path):
         )
 
 
+def test_a_broken_builtin_plugin_fails_the_commands_that_call_its_hook(tmp_path):
+    """Its hook declared, the plugin is imported only when that hook is called: build calls no rules."""
+    entry_points = {"presets": "hacfg.plugins.presets", "modelarts": "hacfg.plugins.modelarts", "rules-gone": "hacfg.plugins.rules.gone"}
+    distribution(tmp_path, "hacfg", "0.0.1", entry_points)
+    for command in (("rules",), ("lint", ".")):
+        result = run_hacfg(*command, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+        assert (result.code, result.err) == (
+            3,
+            "hacfg: error: built-in plugin 'rules-gone' failed to load: "
+            "ModuleNotFoundError: No module named 'hacfg.plugins.rules.gone'; reinstall hacfg (pip install -e .)\n",
+        )
+    result = run_hacfg("build", "--only", "annotations", "single-node", cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    assert (result.code, result.err) == (0, "")
+
+
 def test_no_builtin_plugins_at_all_exits_3(tmp_path):
     distribution(tmp_path, "hacfg", "0.0.1", {})
     result = run_hacfg("rules", cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
     assert result.code == 3
     assert result.err.startswith("hacfg: error: hacfg's own plugins are not registered") and result.err.count("\n") == 1
+
+
+def builtin_entry_points():
+    return [ep for ep in importlib.metadata.entry_points(group="hacfg") if ep.dist and ep.dist.name == "hacfg"]
+
+
+def test_each_builtin_plugin_declares_exactly_the_hooks_it_implements():
+    """A command imports only the built-in plugins whose hooks it calls, so each declaration must be right."""
+    for entry_point in builtin_entry_points():
+        pm = pluggy.PluginManager("hacfg")
+        pm.add_hookspecs(hookspecs)
+        module = entry_point.load()
+        pm.register(module)
+        implemented = {caller.name for caller in pm.get_hookcallers(module) or []}
+        assert hooks_of(entry_point.value) == implemented, entry_point.name
+    declared = {module for module in HOOKS if any(hooks_of(ep.value) is HOOKS[module] for ep in builtin_entry_points())}
+    assert declared == set(HOOKS)  # nothing declared for a plugin that is gone
+
+
+def imported_plugins(*args: str) -> set[str]:
+    """The built-in plugin modules a real ``hacfg ARGS`` process imports."""
+    recorder = (
+        "import runpy, sys\n"
+        "class Recorder:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.startswith('hacfg.plugins.'):\n"
+        "            sys.stderr.write(f'imported {name}\\n')\n"
+        "sys.meta_path.insert(0, Recorder())\n"
+        "runpy.run_module('hacfg', run_name='__main__', alter_sys=True)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", recorder, *args], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode in (0, 1), proc.stderr
+    return {line.removeprefix("imported hacfg.plugins.") for line in proc.stderr.splitlines() if line.startswith("imported ")}
+
+
+def test_a_command_imports_only_the_builtin_plugins_whose_hooks_it_calls():
+    rules = {"rules", "rules.annotations", "rules.checkpoint", "rules.hang", "rules.job", "rules.restart"}
+    assert imported_plugins("lint", "examples/llama-pretrain/ha.yaml") == rules | {"presets"}
+    assert imported_plugins("build", "examples/llama-pretrain/ha.yaml") == {"presets", "modelarts", "volcano"}
+
+
+EVERYWHERE = """\
+from hacfg.plugin import hookimpl
+
+
+@hookimpl
+def hacfg_rules():
+    return []
+
+
+@hookimpl
+def hacfg_presets():
+    return {}
+
+
+@hookimpl
+def hacfg_targets():
+    return []
+
+
+@hookimpl
+def hacfg_prechecks():
+    return []
+
+
+@hookimpl(trylast=True)
+def hacfg_classify_failure(failure):
+    return None
+
+
+@hookimpl
+def hacfg_checkpoint_layouts():
+    return []
+"""
+
+
+def test_builtin_plugins_imported_late_are_called_in_the_order_loading_all_at_once_gives(tmp_path, monkeypatch):
+    """Other distributions' plugins before and after hacfg's, a --plugin module and one registered in-process,
+    each on every hook, the hooks called in an order of their own."""
+    for where, name in ((tmp_path / "before", "site_before"), (tmp_path / "after", "site_after")):
+        distribution(where, name.replace("_", "-"), "1.0", {name: name})
+    for name in ("site_before", "site_after", "trial", "in_process"):
+        (tmp_path / f"{name}.py").write_text(EVERYWHERE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path / "before"))
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path / "after")])
+    plugin_manager.reset()
+    try:
+        plugin_manager.request("trial")
+        manager = plugin_manager.get()
+        manager.add(importlib.import_module("in_process"), plugin_manager.PluginInfo("in_process", "in_process", "(test)"))
+        hooks = ["hacfg_rules", "hacfg_checkpoint_layouts", "hacfg_presets", "hacfg_classify_failure", "hacfg_targets", "hacfg_prechecks"]
+        for hook in hooks:
+            list(manager.results(hook, failure=Failure(1, None, ())))
+        assert manager.failures == []
+
+        pm = pluggy.PluginManager("hacfg")  # every plugin imported and registered at once
+        pm.add_hookspecs(hookspecs)
+        for entry_point in importlib.metadata.entry_points(group="hacfg"):
+            pm.register(entry_point.load(), name=entry_point.name)
+        for name in ("trial", "in_process"):
+            pm.register(importlib.import_module(name), name=name)
+        for hook in hooks:
+            expected = [impl.plugin_name for impl in getattr(pm.hook, hook).get_hookimpls()]
+            assert [impl.plugin_name for impl in getattr(manager.pm.hook, hook).get_hookimpls()] == expected, hook
+        rules = [impl.plugin_name for impl in pm.hook.hacfg_rules.get_hookimpls()]
+        assert rules.index("site_before") < rules.index("rules-job") < rules.index("site_after") < rules.index("trial")
+    finally:
+        plugin_manager.reset()
