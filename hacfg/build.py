@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.config import ConfigInvalid, Loaded, Presets, load_config
+from hacfg.schemacheck import satisfies
 from hacfg.source import Document, InputError, LogicalPath, did_you_mean, dotted, load, lookup
 from hacfg.target import Build, Target
 
@@ -89,10 +90,12 @@ def stated(loaded: Loaded, path: LogicalPath) -> bool:
 def _validate(document: dict[str, Any], target: Target, built: Build, loaded: Loaded, into: Document | None) -> None:
     if target.schema is None:
         return
-    from jsonschema import Draft202012Validator  # only here: it costs more to import than the rest of build
+    schema = json.loads(target.schema.read_text())
+    if satisfies(document, schema):
+        return
+    from jsonschema import Draft202012Validator  # only to explain: it costs more to import than the rest of build
 
-    validator = Draft202012Validator(json.loads(target.schema.read_text()))
-    errors = [_locate(err, target, built, loaded, into) for err in validator.iter_errors(document)]
+    errors = [_locate(err, target, built, loaded, into) for err in Draft202012Validator(schema).iter_errors(document)]
     if errors:
         raise ConfigInvalid(sorted(errors, key=str))
 
