@@ -3,6 +3,9 @@
 ``HOOKS`` says which hooks each one implements (a package's entry: every module in it), so a
 command imports only the plugins whose hooks it calls. tests/test_plugins.py checks it against
 the hook implementations each module has.
+
+The rules, presets and targets import what they use from the modules that define it, not from
+``hacfg.plugin`` (which also imports the agent's types), so lint and build import no agent code.
 """
 
 HOOKS: dict[str, frozenset[str]] = {

@@ -12,8 +12,9 @@ from typing import Any
 
 from hacfg import platform as ma
 from hacfg.config import deep_merge
-from hacfg.model import format_duration
-from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
+from hacfg.hookspecs import hookimpl
+from hacfg.model import HAConfig, format_duration
+from hacfg.target import Build, Target, schema_file
 
 ACCELERATED = ("gpu", "npu")
 # The API's ways to name what a job runs, besides a custom image and its command.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from hacfg.plugin import hookimpl
+from hacfg.hookspecs import hookimpl
 
 
 @hookimpl

@@ -12,9 +12,9 @@ import re
 from typing import Any
 
 from hacfg.agent.policy import RETRY_ELSEWHERE
-from hacfg.model import scenario_document
-from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
-from hacfg.target import dump_yaml
+from hacfg.hookspecs import hookimpl
+from hacfg.model import HAConfig, scenario_document
+from hacfg.target import Build, Target, dump_yaml, schema_file
 
 CONFIG_DIR = "/etc/hacfg"
 CONFIG_FILE = "ha.yaml"

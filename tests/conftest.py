@@ -48,6 +48,21 @@ def run_hacfg(*args: str | Path, cwd: Path | None = None, env: dict | None = Non
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def imported_modules(*args: str | Path, cwd: Path = REPO) -> set[str]:
+    """Every module a real ``hacfg ARGS`` process imports, however it exits (recorded as each is looked for)."""
+    recorder = (
+        "import runpy, sys\n"
+        "class Recorder:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        sys.stderr.write(f'imported {name}\\n')\n"
+        "sys.meta_path.insert(0, Recorder())\n"
+        "runpy.run_module('hacfg', run_name='__main__', alter_sys=True)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", recorder, *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    return {line.removeprefix("imported ") for line in proc.stderr.splitlines() if line.startswith("imported ")}
+
+
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     """An empty project folder as the working directory (so no outer pyproject applies)."""

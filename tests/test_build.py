@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import REPO, run_hacfg
+from conftest import REPO, imported_modules, run_hacfg
 
 # What every full build needs besides fault tolerance: something to run, somewhere to run it.
 RUNNABLE = "{image: org/train:1.0, command: bash run.sh, flavor: modelarts.pool.visual.xlarge}"
@@ -242,3 +242,11 @@ def test_into_keeps_the_bodys_node_count_unless_the_file_states_one(cli, write, 
     stated = write("b.yaml", "version: 1\nscenario: multi-node\njob: {nodes: 8}\n")
     assert cli("build", stated, "--into", body, "-o", tmp_path / "out.json").code == 0
     assert json.loads((tmp_path / "out.json").read_text())["spec"]["resource"]["node_count"] == 8
+
+
+def test_jsonschema_is_imported_only_to_explain_an_invalid_output(write):
+    """It takes longer to import than the rest of a build; a valid output is decided without it."""
+    for target in ("modelarts", "volcano"):
+        assert not any(name.startswith("jsonschema") for name in imported_modules("build", "-t", target, "examples/llama-pretrain/ha.yaml"))
+    path = write("ha.yaml", "version: 1\nscenario: single-node\njob: {environment: {BAD: $x}}\n")
+    assert "jsonschema" in imported_modules("build", path)

@@ -7,18 +7,9 @@ import math
 from collections.abc import Iterator
 
 from hacfg import platform as ma
-from hacfg.plugin import (
-    Fix,
-    HAConfig,
-    JobBody,
-    JobContext,
-    Problem,
-    Rule,
-    ScenarioContext,
-    annotation_path,
-    hookimpl,
-    rule,
-)
+from hacfg.hookspecs import hookimpl
+from hacfg.model import HAConfig
+from hacfg.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
 from hacfg.source import did_you_mean, lookup
 
 

@@ -6,7 +6,9 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from hacfg import platform as ma
-from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, Severity, annotation_path, hookimpl, rule
+from hacfg.hookspecs import hookimpl
+from hacfg.names import Severity
+from hacfg.rules import JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
 
 VOLATILE_PREFIXES = ("/tmp", "/var/tmp", "/cache", "/dev/shm", "/run")
 LONG_RUN_NODES = 8

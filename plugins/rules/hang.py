@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from hacfg import platform as ma
-from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.hookspecs import hookimpl
+from hacfg.rules import JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
 
 MIN_HANG_TIMEOUT = timedelta(minutes=10)
 _ONLY_WATCHED = "(only GPU/NPU jobs are watched): remove it"

@@ -7,7 +7,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hacfg import platform as ma
-from hacfg.plugin import JobContext, LogicalPath, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.hookspecs import hookimpl
+from hacfg.rules import JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
+from hacfg.source import LogicalPath
 
 _JOB_NAME = re.compile(ma.JOB_NAME_PATTERN)
 _ENV_NAME = re.compile(ma.ENV_NAME_PATTERN)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hacfg import platform as ma
-from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.hookspecs import hookimpl
+from hacfg.rules import JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
 
 CAP = ma.CONSECUTIVE_RESTART_CAP
 _SPENDS_ALL = f"unconditional restarts may come {CAP} in a row and spend all"
