@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hacfg.agent.policy import RETRY_ELSEWHERE
 from hacfg.hookspecs import hookimpl
 from hacfg.model import HAConfig, scenario_document
 from hacfg.target import Build, Target, dump_yaml, schema_file
@@ -25,6 +24,8 @@ _CARDS = re.compile(r"(?:^|\.)(\d*)xlarge$")  # modelarts.pool.visual.{,2,4,8,16
 
 def lifecycle_policies(config: HAConfig) -> list[dict[str, Any]]:
     """Exit-code policies first, so 138 is never mistaken for an ordinary failure."""
+    from hacfg.agent.policy import RETRY_ELSEWHERE  # here: every build imports this plugin, few use it
+
     retry = "RestartPod" if config.restart.pod_reschedules else "RestartJob"
     return [
         {"exitCode": RETRY_ELSEWHERE, "action": retry},

@@ -260,6 +260,7 @@ def test_a_command_imports_only_the_builtin_plugins_whose_hooks_it_calls():
     assert not {name for name in lint_imports if name.startswith("hacfg.agent")}  # nor the agent's types
     build_imports = imported_modules("build", "examples/llama-pretrain/ha.yaml")
     assert {name for name in build_imports if name.startswith("hacfg.plugins.")} == {"hacfg.plugins.presets", "hacfg.plugins.modelarts", "hacfg.plugins.volcano"}
+    assert not {name for name in build_imports if name.startswith("hacfg.agent")}
 
 
 EVERYWHERE = """\
