@@ -268,7 +268,7 @@ class Manager:
         self._import_builtins(None)
         lines = []
         for name, info in sorted(self.infos.items()):
-            version = f" {info.version}" if info.version else ""
+            version = f" {info.version}".rstrip()  # each read parses METADATA
             lines.append(f"{name:<20} {info.distribution}{version:<10} {info.module}\n")
             lines += [f"{'':<20}   {line}\n" for line in self.provides(name)]
         return "".join(lines)
