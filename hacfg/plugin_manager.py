@@ -141,11 +141,12 @@ class Manager:
         self.add(plugin, info)
 
     def _import_builtins(self, hook: str | None) -> None:
-        """Import the deferred plugins that implement ``hook`` (None: all of them) and register them where
-        loading every plugin at once puts them: pluggy calls implementations in registration order, so
-        the plugins registered after that place are registered again after them."""
+        """Import the deferred plugins that implement ``hook`` (None: all of them) and put them where loading
+        every plugin at once would: pluggy calls implementations in registration order, so the plugins
+        registered after that place, from the first that shares a hook with them on, register again after."""
         due = [name for name, deferred in self._deferred.items() if hook is None or hook in deferred.hooks]
         loaded: dict[str, tuple[Any, PluginInfo]] = {}
+        hooks: set[str] = set()
         for name in due:
             deferred = self._deferred.pop(name)
             try:
@@ -153,14 +154,21 @@ class Manager:
             except Exception as err:
                 self.failures.append(PluginFailure(name, "load", _describe(err), builtin=True))
                 self._order.remove(name)
+            else:
+                hooks |= deferred.hooks
         if not loaded:
             return
         after = self._order[min(self._order.index(name) for name in loaded) :]
-        moved = {name: (self.pm.unregister(name=name), self.infos[name]) for name in after if name in self.infos}
+        later = [name for name in after if name in self.infos]
+        sharing = next((i for i, name in enumerate(later) if hooks & self._hooks(name)), len(later))
+        moved = {name: (self.pm.unregister(name=name), self.infos[name]) for name in later[sharing:]}
         for name in after:
             again = loaded.get(name) or moved.get(name)
             if again is not None and not self._register(*again):
                 self._order.remove(name)
+
+    def _hooks(self, name: str) -> set[str]:
+        return {caller.name for caller in self.pm.get_hookcallers(self.pm.get_plugin(name)) or ()}
 
     def add_module(self, module_name: str) -> None:
         """Register an importable module directly (``--plugin NAME``), for quick trials."""

@@ -295,16 +295,22 @@ def hacfg_classify_failure(failure):
 @hookimpl
 def hacfg_checkpoint_layouts():
     return []
+
+
+@hookimpl
+def hacfg_agent_event(event):
+    pass
 """
 
 
 def test_builtin_plugins_imported_late_are_called_in_the_order_loading_all_at_once_gives(tmp_path, monkeypatch):
-    """Other distributions' plugins before and after hacfg's, a --plugin module and one registered in-process,
-    each on every hook, the hooks called in an order of their own."""
+    """Other distributions' plugins before and after hacfg's, a --plugin module only on a hook no built-in
+    implements, and one registered in-process, the hooks called in an order of their own."""
     for where, name in ((tmp_path / "before", "site_before"), (tmp_path / "after", "site_after")):
         distribution(where, name.replace("_", "-"), "1.0", {name: name})
-    for name in ("site_before", "site_after", "trial", "in_process"):
+    for name in ("site_before", "site_after", "in_process"):
         (tmp_path / f"{name}.py").write_text(EVERYWHERE)
+    (tmp_path / "trial.py").write_text("from hacfg.plugin import hookimpl\n" + EVERYWHERE[EVERYWHERE.index("@hookimpl\ndef hacfg_agent_event") :])
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(tmp_path / "before"))
     monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path / "after")])
@@ -313,9 +319,9 @@ def test_builtin_plugins_imported_late_are_called_in_the_order_loading_all_at_on
         plugin_manager.request("trial")
         manager = plugin_manager.get()
         manager.add(importlib.import_module("in_process"), plugin_manager.PluginInfo("in_process", "in_process", "(test)"))
-        hooks = ["hacfg_rules", "hacfg_checkpoint_layouts", "hacfg_presets", "hacfg_classify_failure", "hacfg_targets", "hacfg_prechecks"]
+        hooks = ["hacfg_rules", "hacfg_checkpoint_layouts", "hacfg_presets", "hacfg_classify_failure", "hacfg_targets", "hacfg_prechecks", "hacfg_agent_event"]
         for hook in hooks:
-            list(manager.results(hook, failure=Failure(1, None, ())))
+            list(manager.results(hook, failure=Failure(1, None, ()), event={}))
         assert manager.failures == []
 
         pm = pluggy.PluginManager("hacfg")  # every plugin imported and registered at once
@@ -328,6 +334,7 @@ def test_builtin_plugins_imported_late_are_called_in_the_order_loading_all_at_on
             expected = [impl.plugin_name for impl in getattr(pm.hook, hook).get_hookimpls()]
             assert [impl.plugin_name for impl in getattr(manager.pm.hook, hook).get_hookimpls()] == expected, hook
         rules = [impl.plugin_name for impl in pm.hook.hacfg_rules.get_hookimpls()]
-        assert rules.index("site_before") < rules.index("rules-job") < rules.index("site_after") < rules.index("trial")
+        assert rules.index("site_before") < rules.index("rules-job") < rules.index("site_after") < rules.index("in_process")
+        assert [impl.plugin_name for impl in pm.hook.hacfg_agent_event.get_hookimpls()] == ["site_before", "site_after", "trial", "in_process"]
     finally:
         plugin_manager.reset()
