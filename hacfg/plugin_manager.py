@@ -13,7 +13,6 @@ pay for the agent's pre-checks; they take the places loading everything at once 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any, Generic, TypeVar
 import pluggy
 
 from hacfg import hookspecs
+from hacfg.entrypoints import EntryPoint, entry_points
 
 GROUP = "hacfg"
 BUILTIN_DISTRIBUTION = "hacfg"
@@ -33,19 +33,14 @@ class PluginInfo:
     name: str
     module: str
     distribution: str
-    dist: importlib.metadata.Distribution | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def version(self) -> str:
-        """Only ``hacfg plugins`` shows it: reading it parses the distribution's METADATA."""
-        return self.dist.version if self.dist is not None else ""
+    version: str = ""
 
 
 @dataclass(frozen=True)
 class _Deferred:
     """One of hacfg's own plugins, not imported until one of ``hooks`` is called."""
 
-    entry_point: importlib.metadata.EntryPoint
+    entry_point: EntryPoint
     info: PluginInfo
     hooks: frozenset[str]
 
@@ -120,13 +115,13 @@ class Manager:
         self.infos[info.name] = info
         return True
 
-    def add_entry_point(self, entry_point: importlib.metadata.EntryPoint, distribution: str) -> None:
+    def add_entry_point(self, entry_point: EntryPoint, distribution: str) -> None:
         """Import and register an entry point's plugin, or defer it if it is one of hacfg's own that says
         which hooks it implements."""
         name = entry_point.name
         if self.pm.get_plugin(name) is not None or name in self._deferred:
             name = f"{distribution}:{name}"
-        info = PluginInfo(name, entry_point.value, distribution, entry_point.dist)
+        info = PluginInfo(name, entry_point.value, distribution, entry_point.version)
         builtin = distribution == BUILTIN_DISTRIBUTION
         hooks = _declared_hooks(entry_point.value) if builtin else None
         if hooks is not None:
@@ -276,7 +271,7 @@ class Manager:
         self._import_builtins(None)
         lines = []
         for name, info in sorted(self.infos.items()):
-            version = f" {info.version}".rstrip()  # each read parses METADATA
+            version = f" {info.version}".rstrip()
             lines.append(f"{name:<20} {info.distribution}{version:<10} {info.module}\n")
             lines += [f"{'':<20}   {line}\n" for line in self.provides(name)]
         return "".join(lines)
@@ -314,18 +309,11 @@ def _declared_hooks(module: str) -> frozenset[str] | None:
     return hooks
 
 
-def _entry_points() -> Iterator[tuple[importlib.metadata.EntryPoint, str]]:
-    """The group's entry points, each with its distribution's name (its METADATA parsed once per distribution)."""
+def _entry_points() -> Iterator[tuple[EntryPoint, str]]:
+    """The group's entry points, each with its distribution's name."""
     builtin_only = os.environ.get(AUTOLOAD_SWITCH, "") not in ("", "0")
-    names: dict[importlib.metadata.Distribution, str] = {}
-    for entry_point in importlib.metadata.entry_points(group=GROUP):
-        dist = entry_point.dist
-        if dist is None:
-            distribution = "?"
-        elif dist in names:
-            distribution = names[dist]
-        else:
-            distribution = names[dist] = dist.name
+    for entry_point in entry_points(GROUP):
+        distribution = entry_point.distribution or "?"
         if builtin_only and distribution != BUILTIN_DISTRIBUTION:
             continue
         yield entry_point, distribution

@@ -1,0 +1,79 @@
+"""Entry points remembered between runs: the same answer as importlib.metadata, and never a stale one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib.metadata import entry_points as installed
+
+from hacfg.entrypoints import entry_points
+
+PROBE = """
+import json, sys
+from hacfg.entrypoints import entry_points
+found = [[e.name, e.value, e.distribution, e.version] for e in entry_points("hacfg")]
+print(json.dumps({"found": found, "metadata_imported": "importlib.metadata" in sys.modules}))
+"""
+
+
+def distribution(site, name, entry_points):
+    dist = site / f"{name}-1.0.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[hacfg]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
+    return dist
+
+
+def probe(tmp_path, site):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(site)}
+    result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def names(found):
+    return sorted(name for name, *_ in found)
+
+
+def test_the_same_entry_points_as_importlib_metadata_in_the_same_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    expected = [(e.name, e.value, e.dist.name if e.dist else None) for e in installed(group="hacfg")]
+    for _ in range(2):  # the scan, then the cache
+        assert [(e.name, e.value, e.distribution) for e in entry_points("hacfg")] == expected
+    assert list((tmp_path / "cache" / "hacfg").iterdir())
+
+
+def test_a_second_run_reads_the_cache_without_importing_importlib_metadata(tmp_path):
+    site = tmp_path / "site"
+    distribution(site, "extra-rules", {"extra": "extra_rules"})
+    first, second = probe(tmp_path, site), probe(tmp_path, site)
+    assert first["metadata_imported"] and not second["metadata_imported"]
+    assert first["found"] == second["found"]
+    assert ["extra", "extra_rules", "extra-rules", "1.0"] in second["found"]
+
+
+def test_installing_editing_and_removing_a_distribution_is_seen_at_once(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    before = names(probe(tmp_path, site)["found"])
+    dist = distribution(site, "extra-rules", {"extra": "extra_rules"})
+    assert names(probe(tmp_path, site)["found"]) == sorted([*before, "extra"])
+    (dist / "entry_points.txt").write_text("[hacfg]\nextra = extra_rules\nmore = more_rules\n")  # edited in place
+    assert names(probe(tmp_path, site)["found"]) == sorted([*before, "extra", "more"])
+    shutil.rmtree(dist)
+    assert names(probe(tmp_path, site)["found"]) == before
+
+
+def test_an_unwritable_or_corrupt_cache_costs_a_scan_not_an_error(tmp_path):
+    site = tmp_path / "site"
+    distribution(site, "extra-rules", {"extra": "extra_rules"})
+    (tmp_path / "cache").write_text("a file where the cache directory would be")
+    assert "extra" in names(probe(tmp_path, site)["found"])
+    (tmp_path / "cache").unlink()
+    probe(tmp_path, site)
+    for cache in (tmp_path / "cache" / "hacfg").iterdir():
+        cache.write_text("{not json")
+    again = probe(tmp_path, site)
+    assert again["metadata_imported"] and "extra" in names(again["found"])
