@@ -1,5 +1,3 @@
-import sys
+from hacfg.entry import run
 
-from hacfg.cli import main
-
-sys.exit(main())
+run()

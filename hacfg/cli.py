@@ -1,13 +1,13 @@
-"""The ``hacfg`` command line: a thin shell over the library.
+"""The ``hacfg`` command line in typer: options, help and completion over the library.
 
-Each command imports what it needs when it runs, so ``hacfg --help`` and a one-file build
-start fast. Exit codes: 0 ok, 1 findings, 2 bad input or usage, 3 internal error.
+Each command imports what it needs when it runs, so ``hacfg --help`` starts fast. A plain
+``hacfg lint PATH...`` or ``hacfg build FILE`` does not come here (see :mod:`hacfg.entry`), which
+is why those two commands only declare their options and call :mod:`hacfg.commands`.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
@@ -15,17 +15,12 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
 import typer
 from typer.core import TyperArgument, TyperCommand
 
+from hacfg.commands import Format, note, report_discovery, run_build, run_lint, write
+from hacfg.entry import EXIT_FINDINGS, say
 from hacfg.names import Platform, Scenario, Severity
 
 if TYPE_CHECKING:
     from hacfg.agent.policy import Policy
-    from hacfg.lint import Report
-
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_INPUT = 2
-EXIT_INTERNAL = 3
-
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -95,25 +90,6 @@ def _root(
             plugin_manager.request(module_name)
 
 
-def _note(message: str) -> None:
-    typer.echo(f"hacfg: note: {message}", err=True)
-
-
-def _write(text: str, output: Optional[Path]) -> None:
-    if output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    from hacfg.fsutil import atomic_write
-
-    try:
-        atomic_write(output, text)
-    except OSError as err:
-        from hacfg.source import InputError
-
-        raise InputError(f"cannot write: {err.strerror or err}", file=str(output)) from None
-
-
 @app.command()
 def build(
     file: str = typer.Argument(..., help="A scenario file, or the name of a preset."),
@@ -132,16 +108,7 @@ def build(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout (atomically)."),
 ) -> None:
     """Compile a scenario file into a validated job request."""
-    from hacfg import registry
-    from hacfg.build import build_file
-
-    scenario = registry.preset_or_path(file)
-    text, notes = build_file(
-        scenario, target, registry.presets(), registry.targets(), platform=platform, only=only, into=into
-    )
-    for note in notes:
-        _note(note)
-    _write(text, output or into)
+    raise typer.Exit(run_build(file, target=target, platform=platform, only=only, into=into, output=output))
 
 
 @app.command()
@@ -153,7 +120,7 @@ def schema(
 
     from hacfg.validation import json_schema
 
-    _write(json.dumps(json_schema(), indent=2) + "\n", output)
+    write(json.dumps(json_schema(), indent=2) + "\n", output)
 
 
 @app.command()
@@ -168,8 +135,8 @@ def init(
 
     if output.exists() and not force:
         raise InputError("already exists; pass --force to overwrite it", file=str(output))
-    _write(starter(scenario), output)
-    typer.echo(f"wrote {output}", err=True)
+    write(starter(scenario), output)
+    say(f"wrote {output}")
 
 
 @app.command("import")
@@ -187,12 +154,9 @@ def import_command(
     from hacfg.source import load
 
     text, notes = import_body(load(body), platform=platform)
-    for note in notes:
-        _note(note)
-    _write(text, output)
-
-
-Format = Literal["text", "json", "sarif", "github"]
+    for message in notes:
+        note(message)
+    write(text, output)
 
 
 @app.command("plugins")
@@ -200,19 +164,7 @@ def plugins_command() -> None:
     """List the loaded plugins: name, distribution and version, and what each provides."""
     from hacfg import plugin_manager
 
-    _write(plugin_manager.get().listing(), None)
-
-
-def _report_discovery(result: Report) -> Report:
-    """Say which named files were skipped, and, as ruff does, warn (exit 0) when nothing was found."""
-    for note in result.notes:
-        _note(note)
-    if result.files == 0:
-        typer.echo(
-            "hacfg: warning: no files found: no scenario files or ModelArts request bodies under the given paths",
-            err=True,
-        )
-    return result
+    write(plugin_manager.get().listing(), None)
 
 
 @app.command("lint")
@@ -237,17 +189,17 @@ def lint_command(
     ),
 ) -> None:
     """Check scenario files and ModelArts request bodies for risky fault-tolerance settings."""
-    from hacfg import lint, report
-
-    settings, rules = lint.configured()
-    found = lint.lint_paths(
-        paths or [], settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+    code = run_lint(
+        paths or [],
+        fmt=fmt,
+        fail_on=fail_on,
+        exit_zero=exit_zero,
+        platform=platform,
+        output=output,
+        respect_gitignore=respect_gitignore,
+        force_exclude=force_exclude,
     )
-    result = _report_discovery(found)
-    chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
-    _write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output)
-    if not exit_zero and result.fails(fail_on or settings.fail_on):
-        raise typer.Exit(EXIT_FINDINGS)
+    raise typer.Exit(code)
 
 
 @app.command("fix")
@@ -273,13 +225,13 @@ def fix_command(
     found = lint.lint_paths(
         paths or [], settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
     )
-    changed = fix.fixes(_report_discovery(found))
+    changed = fix.fixes(report_discovery(found))
     for file in changed:
         if show_diff:
-            _write(file.diff(), None)
+            write(file.diff(), None)
         else:
             file.write()
-            typer.echo(f"fixed {file.count} in {file.path}", err=True)
+            say(f"fixed {file.count} in {file.path}")
     if show_diff and changed:
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -293,7 +245,7 @@ def rules_command(
     """List every lint rule, built-in and from plugins, with where it comes from."""
     from hacfg import lint, report
 
-    _write(report.rules_listing(fmt, lint.registry()), None)
+    write(report.rules_listing(fmt, lint.registry()), None)
 
 
 @app.command("explain")
@@ -301,7 +253,7 @@ def explain_command(rule_id: str = typer.Argument(..., metavar="ID", help="A rul
     """Print a rule's documentation: what it does, why it matters, an example, the fix."""
     from hacfg import lint, report
 
-    _write(report.explanation(rule_id, lint.registry()), None)
+    write(report.explanation(rule_id, lint.registry()), None)
 
 
 @app.command("server")
@@ -483,14 +435,14 @@ def events_command(
     records = merge(logs)
     result = breakdown(records)
     if fmt == "json":
-        _write(json.dumps({"goodput": result.to_json(), "events": records}, indent=2) + "\n", None)
+        write(json.dumps({"goodput": result.to_json(), "events": records}, indent=2) + "\n", None)
     else:
-        _write(f"{table(records)}\n{report(result)}", None)
+        write(f"{table(records)}\n{report(result)}", None)
     if plot is not None:
         from hacfg.agent.timeline import plot as draw
 
         draw(records, str(plot))
-        typer.echo(f"wrote {plot}", err=True)
+        say(f"wrote {plot}")
 
 
 @app.command("diagnose")
@@ -512,63 +464,8 @@ def diagnose_command(
     label = diagnose.policy_label(policy, config)
     results = [diagnose.diagnose(diagnose.read_log(path), policy) for path in logs]
     if fmt == "json":
-        _write(json.dumps(diagnose.to_json(results, label), indent=2) + "\n", None)
+        write(json.dumps(diagnose.to_json(results, label), indent=2) + "\n", None)
     else:
-        _write(diagnose.render_text(results, label), None)
+        write(diagnose.render_text(results, label), None)
     if any(result.failed for result in results):
         raise typer.Exit(EXIT_FINDINGS)
-
-
-def _claim_standard_streams() -> None:
-    """Open /dev/null on a closed fd 0, 1 or 2, so no file or pipe hacfg opens later takes its number
-    (and reaches a supervised command as its stdin)."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            os.set_inheritable(os.open(os.devnull, os.O_RDWR), True)  # the lowest free number: this one
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    """Run the CLI and map every outcome onto the documented exit codes."""
-    from hacfg.config import ConfigInvalid
-    from hacfg.source import InputError
-
-    _claim_standard_streams()
-    args = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in args or os.environ.get("HACFG_DEBUG", "") not in ("", "0")
-    try:
-        app(args=args, prog_name="hacfg")  # usage errors exit 2 here, through SystemExit
-    except SystemExit as done:
-        return done.code if isinstance(done.code, int) else (EXIT_OK if done.code is None else EXIT_INPUT)
-    except ConfigInvalid as err:
-        for error in err.errors:
-            typer.echo(str(error), err=True)
-        return EXIT_INPUT
-    except InputError as err:
-        typer.echo(str(err) if err.file else f"hacfg: error: {err}", err=True)
-        return EXIT_INPUT
-    except BrokenPipeError:
-        sys.stderr.close()  # the reader went away (| head): nothing left to say
-        return EXIT_OK
-    except KeyboardInterrupt:
-        return 130
-    except Exception as err:
-        if debug:
-            import traceback
-
-            traceback.print_exc()
-        plugins = sys.modules.get("hacfg.plugin_manager")
-        if plugins is not None and isinstance(err, plugins.BuiltinPluginError):
-            typer.echo(f"hacfg: error: {err}", err=True)
-        else:
-            typer.echo(
-                f"hacfg: internal error: {type(err).__name__}: {err} (this is a bug; --debug shows the traceback)",
-                err=True,
-            )
-        return EXIT_INTERNAL
-    finally:
-        plugins = sys.modules.get("hacfg.plugin_manager")
-        for failure in plugins.drain() if plugins is not None else ():
-            typer.echo(f"hacfg: {failure}", err=True)
-    return EXIT_OK

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hacfg.cli import main
+from hacfg.entry import main
 
 REPO = Path(__file__).resolve().parent.parent
 

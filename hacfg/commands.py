@@ -1,0 +1,96 @@
+"""The bodies of ``hacfg lint`` and ``hacfg build``, and the output helpers every command shares.
+
+Nothing here imports typer: :mod:`hacfg.entry` calls these functions directly for a plain
+``hacfg lint PATH...`` or ``hacfg build FILE``, and :mod:`hacfg.cli` calls the same functions with
+the options a user gave. Each returns its exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from hacfg.entry import EXIT_FINDINGS, EXIT_OK, say
+from hacfg.names import Platform, Severity
+
+if TYPE_CHECKING:
+    from hacfg.lint import Report
+
+Format = Literal["text", "json", "sarif", "github"]
+
+
+def note(message: str) -> None:
+    say(f"hacfg: note: {message}")
+
+
+def write(text: str, output: Path | None) -> None:
+    """``text`` to stdout, or atomically to ``output``."""
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from hacfg.fsutil import atomic_write
+
+    try:
+        atomic_write(output, text)
+    except OSError as err:
+        from hacfg.source import InputError
+
+        raise InputError(f"cannot write: {err.strerror or err}", file=str(output)) from None
+
+
+def report_discovery(result: Report) -> Report:
+    """Say which named files were skipped, and, as ruff does, warn (exit 0) when nothing was found."""
+    for message in result.notes:
+        note(message)
+    if result.files == 0:
+        say("hacfg: warning: no files found: no scenario files or ModelArts request bodies under the given paths")
+    return result
+
+
+def run_build(
+    file: str,
+    target: str = "modelarts",
+    platform: Platform | None = None,
+    only: str | None = None,
+    into: Path | None = None,
+    output: Path | None = None,
+) -> int:
+    """``hacfg build``: compile a scenario file (or a preset) and print or write the result."""
+    from hacfg import registry
+    from hacfg.build import build_file
+
+    scenario = registry.preset_or_path(file)
+    text, notes = build_file(
+        scenario, target, registry.presets(), registry.targets(), platform=platform, only=only, into=into
+    )
+    for message in notes:
+        note(message)
+    write(text, output or into)
+    return EXIT_OK
+
+
+def run_lint(
+    paths: Sequence[Path],
+    fmt: Format | None = None,
+    fail_on: Severity | None = None,
+    exit_zero: bool = False,
+    platform: Platform | None = None,
+    output: Path | None = None,
+    respect_gitignore: bool = True,
+    force_exclude: bool = False,
+) -> int:
+    """``hacfg lint``: lint files and directories (none: the current directory) and report."""
+    from hacfg import lint, report
+
+    settings, rules = lint.configured()
+    found = lint.lint_paths(
+        paths, settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+    )
+    result = report_discovery(found)
+    chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
+    write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output)
+    return EXIT_FINDINGS if not exit_zero and result.fails(fail_on or settings.fail_on) else EXIT_OK

@@ -1,0 +1,138 @@
+"""The process around every command, as a shell sees it: a plain `hacfg lint PATH...` or
+`hacfg build FILE` runs without typer yet answers exactly as through typer, and the process ends
+without interpreter teardown with every byte of its output delivered."""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from conftest import REPO, Result
+from hacfg.cli import app
+from hacfg.commands import run_build, run_lint
+
+HACFG = Path(sys.executable).parent / "hacfg"  # the console script pip wrote
+ENV = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as a user's shell has it
+EXAMPLE = REPO / "examples/llama-pretrain/ha.yaml"
+FINDINGS = "version: 1\nscenario: single-node\nrestart: {maks: 1}\nhang: {timeout: 1m}\n"
+# An option given at its default value: the same command, but parsed by typer.
+THROUGH_TYPER = {"lint": ["--respect-gitignore"], "build": ["--target", "modelarts"]}
+
+
+def test_the_plain_call_gets_the_defaults_typer_gives():
+    commands = typer.main.get_command(app).commands
+    for name, function in (("lint", run_lint), ("build", run_build)):
+        operand, *options = inspect.signature(function).parameters.values()
+        assert {p.name: p.default for p in options} == {
+            p.name: p.default for p in commands[name].params if p.name != operand.name
+        }, f"hacfg {name}: the typer options and {function.__name__}'s defaults drifted apart"
+
+
+def hacfg(*args: str | Path, cwd: Path) -> tuple[Result, set[str]]:
+    """Run the console script; its output, and apart from it the modules the process imported."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", HACFG, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=ENV,
+        timeout=60,
+    )
+    timings = [line for line in proc.stderr.splitlines(keepends=True) if line.startswith("import time:")]
+    err = "".join(line for line in proc.stderr.splitlines(keepends=True) if not line.startswith("import time:"))
+    return Result(proc.returncode, proc.stdout, err), {line.rsplit("|", 1)[1].strip() for line in timings}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["lint", "clean/ha.yaml"],
+        ["lint", "findings/ha.yaml"],
+        ["lint", "clean/ha.yaml", "findings/ha.yaml", "bad.yaml"],
+        ["lint", "missing.yaml"],
+        ["lint", "findings"],
+        ["lint"],
+        ["build", "clean/ha.yaml"],
+        ["build", "findings/ha.yaml"],
+        ["build", "bad.yaml"],
+        ["build", "missing.yaml"],
+        ["build", "single-node"],
+    ],
+    ids=" ".join,
+)
+def test_plain_lint_and_build_skip_typer_and_answer_byte_for_byte_as_typer_does(project, args):
+    (project / "clean").mkdir()
+    shutil.copy(EXAMPLE, project / "clean/ha.yaml")
+    (project / "findings").mkdir()
+    (project / "findings/ha.yaml").write_text(FINDINGS)
+    (project / "bad.yaml").write_text("version: 1\nscenario: [\n")
+    plain, plain_imports = hacfg(*args, cwd=project)
+    typed, typed_imports = hacfg(args[0], *THROUGH_TYPER[args[0]], *args[1:], cwd=project)
+    assert plain == typed
+    assert "Traceback" not in plain.err
+    assert "typer" in typed_imports
+    assert not {"typer", "click", "hacfg.cli"} & plain_imports, "a plain lint or build imports the argument parser"
+
+
+def test_shell_completion_goes_to_typer_whatever_the_arguments(tmp_path):
+    proc = subprocess.run(
+        [HACFG, "lint", "ha.yaml"], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        env={**ENV, "_HACFG_COMPLETE": "source_bash"},
+    )
+    assert proc.returncode == 0 and "_hacfg_completion" in proc.stdout, proc.stderr
+
+
+def test_a_large_report_reaches_a_pipe_and_a_file_whole(tmp_path):
+    for index in range(300):
+        (tmp_path / f"job{index}").mkdir()
+        (tmp_path / f"job{index}/ha.yaml").write_text(FINDINGS)
+    count = "import json, sys; text = sys.stdin.read(); print(len(json.loads(text)['findings']), len(text) > 1 << 16)"
+    piped = subprocess.run(
+        f"'{HACFG}' lint --format json . | '{sys.executable}' -c \"{count}\"", shell=True, capture_output=True,
+        text=True, cwd=tmp_path, env=ENV, timeout=120,
+    )
+    assert piped.stdout == "300 True\n", piped.stderr  # more than a pipe holds
+    redirected = subprocess.run(
+        f"'{HACFG}' lint . > report.txt; '{HACFG}' build '{EXAMPLE}' > built.json", shell=True, cwd=tmp_path, env=ENV,
+        timeout=120,
+    )
+    assert redirected.returncode == 0
+    lines = (tmp_path / "report.txt").read_text().splitlines()
+    assert len(lines) == 301 and lines[-1].startswith("Found 300 findings in 300 files")
+    assert json.loads((tmp_path / "built.json").read_text())["kind"] == "job"  # less than a buffer holds
+
+
+@pytest.mark.parametrize("options", [[], THROUGH_TYPER["build"]], ids=["plain", "typer"])
+def test_a_reader_that_went_away_ends_it_quietly(options):
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.run([HACFG, "build", *options, EXAMPLE], stdout=write, stderr=subprocess.PIPE, env=ENV, timeout=60)
+    os.close(write)
+    assert (proc.returncode, proc.stderr) == (1, b"")
+
+
+@pytest.mark.parametrize("options", [[], THROUGH_TYPER["build"]], ids=["plain", "typer"])
+def test_ctrl_c_exits_130_without_a_traceback(tmp_path, options):
+    fifo = tmp_path / "ha.yaml"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([HACFG, "build", *options, fifo], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    deadline = time.monotonic() + 60
+    while True:  # opening the writing end succeeds once hacfg is reading the file
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as err:
+            assert err.errno == errno.ENXIO and proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    os.close(writer)
+    assert (proc.returncode, out, err) == (130, b"", b"")
+
