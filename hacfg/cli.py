@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from hacfg.commands import Format, note, report_discovery, run_build, run_lint, write
-from hacfg.entry import EXIT_FINDINGS, say
+from hacfg.commands import EXIT_FINDINGS, Format, note, report_discovery, run_build, run_lint, say, write
 from hacfg.names import Platform, Scenario, Severity
 
 if TYPE_CHECKING:

@@ -1,8 +1,9 @@
-"""The bodies of ``hacfg lint`` and ``hacfg build``, and the output helpers every command shares.
+"""The exit codes and output helpers every command shares, and the bodies of ``hacfg lint`` and
+``hacfg build``.
 
 Nothing here imports typer: :mod:`hacfg.entry` calls these functions directly for a plain
 ``hacfg lint PATH...`` or ``hacfg build FILE``, and :mod:`hacfg.cli` calls the same functions with
-the options a user gave. Each returns its exit code.
+the options a user gave. Exit codes: 0 ok, 1 findings, 2 bad input or usage, 3 internal error.
 """
 
 from __future__ import annotations
@@ -13,13 +14,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from hacfg.entry import EXIT_FINDINGS, EXIT_OK, say
 from hacfg.names import Platform, Severity
 
 if TYPE_CHECKING:
     from hacfg.lint import Report
 
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_INPUT = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+EXIT_PIPE_CLOSED = 1  # what typer answers a reader that went away (| head), quietly
+
 Format = Literal["text", "json", "sarif", "github"]
+
+
+def say(line: str) -> None:
+    """One line on stderr, for the user rather than for a pipe."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def note(message: str) -> None:
