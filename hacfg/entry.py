@@ -34,7 +34,9 @@ def run() -> NoReturn:
     which only frees memory the system takes back anyway (about 20 ms of a cold lint)."""
     code = main()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError):  # left for a reader that went away (| head): main answered that
+        # Closed by the command (the language server's exit), or left for a reader that went away
+        # (| head), which main answered already.
+        with contextlib.suppress(ValueError, OSError):
             stream.flush()
     os._exit(code)
 
