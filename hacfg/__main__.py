@@ -1,3 +1,3 @@
-from hacfg.entry import run
+from hacfg.main import run
 
 run()

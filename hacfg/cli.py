@@ -1,7 +1,7 @@
 """The ``hacfg`` command line in typer: options, help and completion over the library.
 
 Each command imports what it needs when it runs, so ``hacfg --help`` starts fast. A plain
-``hacfg lint PATH...`` or ``hacfg build FILE`` does not come here (see :mod:`hacfg.entry`), which
+``hacfg lint PATH...`` or ``hacfg build FILE`` does not come here (see :mod:`hacfg.main`), which
 is why those two commands only declare their options and call :mod:`hacfg.commands`.
 """
 

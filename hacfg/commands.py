@@ -1,7 +1,7 @@
 """The exit codes and output helpers every command shares, and the bodies of ``hacfg lint`` and
 ``hacfg build``.
 
-Nothing here imports typer: :mod:`hacfg.entry` calls these functions directly for a plain
+Nothing here imports typer: :mod:`hacfg.main` calls these functions directly for a plain
 ``hacfg lint PATH...`` or ``hacfg build FILE``, and :mod:`hacfg.cli` calls the same functions with
 the options a user gave. Exit codes: 0 ok, 1 findings, 2 bad input or usage, 3 internal error.
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hacfg.entry import main
+from hacfg.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 

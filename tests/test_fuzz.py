@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO
-from hacfg.entry import main
+from hacfg.main import main
 from hacfg.source import InputError, parse
 
 FRAGMENTS = [
