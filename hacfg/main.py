@@ -1,8 +1,9 @@
 """The ``hacfg`` process: which way a command runs, its exit code, and a quick exit.
 
-A plain ``hacfg lint PATH...`` or ``hacfg build FILE``, what editors and scripts run most, calls
-:mod:`hacfg.commands` directly; anything else goes through typer (:mod:`hacfg.cli`), which takes
-about 80 ms to import with the pydantic it reads options through.
+A plain ``hacfg lint PATH...`` (with on/off switches only, as pre-commit runs it) or
+``hacfg build FILE``, what editors, hooks and scripts run most, calls :mod:`hacfg.commands`
+directly; anything else goes through typer (:mod:`hacfg.cli`), which takes about 80 ms to
+import with the pydantic it reads options through.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from hacfg.commands import (
     EXIT_INPUT,
@@ -27,6 +28,15 @@ from hacfg.commands import (
 )
 
 COMPLETE_VAR = "_HACFG_COMPLETE"  # how a shell asks typer for completions
+
+# The switches a plain lint takes, each setting one keyword of run_lint to one value; test_main
+# checks every one against typer's declaration of the same flag.
+LINT_SWITCHES = {
+    "--force-exclude": ("force_exclude", True),
+    "--exit-zero": ("exit_zero", True),
+    "--respect-gitignore": ("respect_gitignore", True),
+    "--no-respect-gitignore": ("respect_gitignore", False),
+}
 
 
 def run() -> NoReturn:
@@ -65,14 +75,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(args: list[str]) -> Callable[[], int]:
-    """The plain call when the arguments are ``lint PATH...`` or ``build FILE`` and nothing else;
-    it passes only the operands, so every option keeps the default that typer would give it."""
-    if args and COMPLETE_VAR not in os.environ and not any(arg.startswith("-") for arg in args):
-        name, *operands = args
-        if name == "lint":
-            return functools.partial(run_lint, [Path(operand) for operand in operands])
-        if name == "build" and len(operands) == 1:
-            return functools.partial(run_build, operands[0])
+    """The plain call when the arguments are ``lint [SWITCH...] PATH...`` or ``build FILE``; what
+    it does not pass keeps the default that typer would give it."""
+    if args and COMPLETE_VAR not in os.environ:
+        name, *rest = args
+        switches = LINT_SWITCHES if name == "lint" else {}
+        operands = [arg for arg in rest if arg not in switches]
+        if not any(arg.startswith("-") for arg in operands):
+            if name == "lint":
+                chosen: dict[str, Any] = dict(switches[arg] for arg in rest if arg in switches)
+                return functools.partial(run_lint, [Path(operand) for operand in operands], **chosen)
+            if name == "build" and len(operands) == 1:
+                return functools.partial(run_build, operands[0])
     from hacfg.cli import app
 
     return functools.partial(app, args=args, prog_name="hacfg")
@@ -80,7 +94,7 @@ def _command(args: list[str]) -> Callable[[], int]:
 
 def _failed(err: Exception, debug: bool) -> int:
     """One line for an exception, and its exit code. Error classes are looked up among the loaded
-    modules only: a module never imported raised nothing, and importing one here costs pydantic."""
+    modules only: a module never imported raised nothing, and importing one here costs time."""
     config, source, plugins = map(sys.modules.get, ("hacfg.config", "hacfg.source", "hacfg.plugin_manager"))
     if config is not None and isinstance(err, config.ConfigInvalid):
         for error in err.errors:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hacfg import __version__
 from hacfg.lint import Finding, Report, RuleSource
 from hacfg.source import InputError
 
@@ -102,6 +101,8 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
     Paths are percent-encoded URIs relative to ``%SRCROOT%`` (the repository's root, else the
     current directory), whichever directory hacfg ran from; columns count UTF-16 code units.
     """
+    from hacfg import __version__  # only SARIF names it: reading it imports importlib.metadata
+
     root = _source_root([f.path for f in report.findings if not f.path.startswith("<")])
     columns = _Utf16Columns()
     rule_ids = list(rules)

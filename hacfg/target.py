@@ -6,9 +6,9 @@ Job); :mod:`hacfg.build` runs it, validates the output against ``schema`` and wr
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,8 +60,9 @@ class Target:
 
 
 def schema_file(name: str) -> Path:
-    """A schema shipped in hacfg's ``schemas/`` folder."""
-    return Path(str(resources.files("hacfg.schemas").joinpath(name)))
+    """A schema shipped in hacfg's ``schemas/`` folder (beside its package file, as pip installs it)."""
+    package = importlib.import_module("hacfg.schemas")  # data only, mapped from schemas/ at install
+    return Path(str(package.__file__)).with_name(name)
 
 
 def dump(document: Any, fmt: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from importlib import resources
+import importlib
 from pathlib import Path
 
 from hacfg.hookspecs import hookimpl
@@ -10,9 +10,6 @@ from hacfg.hookspecs import hookimpl
 
 @hookimpl
 def hacfg_presets() -> dict[str, Path]:
-    folder = resources.files("hacfg.presets")
-    return {
-        entry.name.removesuffix(".yaml"): Path(str(entry))
-        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
-        if entry.name.endswith(".yaml")
-    }
+    # The package's folder, not importlib.resources: that import alone costs a tenth of a lint.
+    folder = Path(str(importlib.import_module("hacfg.presets").__file__)).parent
+    return {path.stem: path for path in sorted(folder.glob("*.yaml"))}

@@ -21,13 +21,14 @@ import typer.main
 from conftest import REPO, Result
 from hacfg.cli import app
 from hacfg.commands import run_build, run_lint
+from hacfg.main import LINT_SWITCHES
 
 HACFG = Path(sys.executable).parent / "hacfg"  # the console script pip wrote
 ENV = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as a user's shell has it
 EXAMPLE = REPO / "examples/llama-pretrain/ha.yaml"
 FINDINGS = "version: 1\nscenario: single-node\nrestart: {maks: 1}\n"
 # An option given at its default value: the same command, but parsed by typer.
-THROUGH_TYPER = {"lint": ["--respect-gitignore"], "build": ["--target", "modelarts"]}
+THROUGH_TYPER = {"lint": ["--fail-on", "error"], "build": ["--target", "modelarts"]}
 
 
 def test_the_plain_call_gets_the_defaults_typer_gives():
@@ -37,6 +38,13 @@ def test_the_plain_call_gets_the_defaults_typer_gives():
         assert {p.name: p.default for p in options} == {
             p.name: p.default for p in commands[name].params if p.name != operand.name
         }, f"hacfg {name}: the typer options and {function.__name__}'s defaults drifted apart"
+
+
+def test_each_switch_a_plain_lint_takes_is_the_typer_flag_of_that_name():
+    params = typer.main.get_command(app).commands["lint"].params
+    for flag, (keyword, value) in LINT_SWITCHES.items():
+        (param,) = [p for p in params if flag in (*p.opts, *p.secondary_opts)]
+        assert (param.name, flag in param.opts) == (keyword, value), flag
 
 
 def hacfg(*args: str | Path, cwd: Path) -> tuple[Result, set[str]]:
@@ -59,6 +67,9 @@ def hacfg(*args: str | Path, cwd: Path) -> tuple[Result, set[str]]:
         ["lint", "missing.yaml"],
         ["lint", "findings"],
         ["lint"],
+        ["lint", "--force-exclude", "clean/ha.yaml", "findings/ha.yaml"],
+        ["lint", "--exit-zero", "findings"],
+        ["lint", "--no-respect-gitignore", "--respect-gitignore", "findings"],
         ["build", "clean/ha.yaml"],
         ["build", "findings/ha.yaml"],
         ["build", "bad.yaml"],
