@@ -117,10 +117,16 @@ def with_presets(document: Document, presets: Presets, chain: tuple[Path, ...] =
         if preset is None or preset in chain or _same_file(preset, document.path):
             return document  # no preset, or this file is the preset itself
         base_path = preset
-    base = with_presets(_load_base(base_path), presets, (*chain, base_path))
-    if _is_preset(base_path, presets):
-        base = _without(base, USER_ONLY)
-    return _overlay(base, document)
+    return _overlay(_resolved_base(base_path, tuple(presets.items()), (*chain, base_path)), document)
+
+
+@functools.lru_cache(maxsize=32)
+def _resolved_base(path: Path, presets: tuple[tuple[str, Path], ...], chain: tuple[Path, ...]) -> Document:
+    """A base as every file extending it sees it (merged over its own base; a preset without what
+    only the user knows), made once per process however many files extend it."""
+    known = dict(presets)
+    base = with_presets(_load_base(path), known, chain)
+    return _without(base, USER_ONLY) if _is_preset(path, known) else base
 
 
 def preset_advice(scenario: str, presets: Presets) -> dict[LogicalPath, Any]:
