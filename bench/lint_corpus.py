@@ -18,6 +18,8 @@ from common import Verdict, ms, require, time_command, verdicts_table
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("single-node", "multi-node", "llm-long-term")
 CORPUS_TARGET = 0.25  # of check-jsonschema, which checks the same files against the committed schema
+# What any one-file lint on hacfg's stack pays before its own code: the interpreter, PyYAML, pluggy.
+FLOOR = "import yaml, pluggy"
 
 
 def scenario_file(rng: random.Random, index: int) -> str:
@@ -72,11 +74,13 @@ def verdicts(files: int = 500, repeat: int = 5) -> list[Verdict]:
         ours = time_command(f"hacfg lint ({files} files)", [hacfg, "lint", str(corpus)], repeat=repeat)
         one_peer = time_command("yamllint FILE", [yamllint, paths[0]])
         one = time_command("hacfg lint FILE", [hacfg, "lint", paths[0]])
+        floor = time_command("python: import yaml, pluggy", [sys.executable, "-c", FLOOR])
     corpus_ratio = ours.median / checker_timing.median
     cold_ratio = one.median / one_peer.median
     return [
         Verdict(f"lint corpus, {files} files", ms(ours), f"check-jsonschema {ms(checker_timing)}", corpus_ratio, f"<= {CORPUS_TARGET}x", corpus_ratio <= CORPUS_TARGET),
         Verdict("cold lint, one file", ms(one), f"yamllint {ms(one_peer)}", cold_ratio, "<= 1.0x yamllint", cold_ratio <= 1.0),
+        Verdict("  floor: python, yaml, pluggy", ms(floor), f"yamllint {ms(one_peer)}", floor.median / one_peer.median, "(reference)", None),
     ]
 
 

@@ -170,6 +170,12 @@ def _load_base(path: Path) -> Document:
     return load(path)
 
 
+def forget_bases() -> None:
+    """Read presets and base files afresh from now on: a long-lived process saw one change."""
+    _load_base.cache_clear()
+    _resolved_base.cache_clear()
+
+
 def find_preset(reference: object, presets: Presets, *, relative_to: Path, span: Span | None = None) -> Path:
     """A preset by name, or a scenario file by path relative to the file that names it."""
     if not isinstance(reference, str) or not reference:
