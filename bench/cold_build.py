@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, ms, require, table, time_command
+from common import Verdict, compile_bytecode, ms, require, table, time_command
 
 TARGET = 1.5
 EXAMPLE = str(Path(__file__).parent.parent / "examples/llama-pretrain/ha.yaml")
 
 
 def verdicts(file: str = EXAMPLE) -> list[Verdict]:
+    compile_bytecode()
     yamllint = time_command("yamllint FILE", [require("yamllint"), file])
     build = time_command("hacfg build FILE", [require("hacfg"), "build", file])
     ratio = build.median / yamllint.median
@@ -23,6 +24,7 @@ def verdicts(file: str = EXAMPLE) -> list[Verdict]:
 
 
 def main() -> None:
+    compile_bytecode()
     file = sys.argv[1] if len(sys.argv) > 1 else EXAMPLE
     rows = [
         time_command("python -c pass", [sys.executable, "-c", "pass"]),

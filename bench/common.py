@@ -20,6 +20,19 @@ class Timing:
         return statistics.median(self.runs)
 
 
+def compile_bytecode() -> None:
+    """Write hacfg's .pyc files, as pip does when it installs a package. An editable install run
+    with PYTHONDONTWRITEBYTECODE set would otherwise compile every module on every cold start
+    (about 20 ms), while the peers run from bytecode pip wrote."""
+    import compileall
+    import importlib.util
+
+    for package in ("hacfg", "hacfg.plugins"):
+        spec = importlib.util.find_spec(package)
+        for folder in spec.submodule_search_locations if spec else ():
+            compileall.compile_dir(folder, quiet=1)
+
+
 def time_command(label: str, argv: list[str], *, repeat: int = 15, warmup: int = 2, ok_codes=(0, 1)) -> Timing:
     """Wall time of a whole process, as a user waits for it."""
     runs = []

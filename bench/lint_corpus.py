@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, ms, require, time_command, verdicts_table
+from common import Verdict, compile_bytecode, ms, require, time_command, verdicts_table
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("single-node", "multi-node", "llm-long-term")
@@ -61,6 +61,7 @@ def scenario_file(rng: random.Random, index: int) -> str:
 
 
 def verdicts(files: int = 500, repeat: int = 5) -> list[Verdict]:
+    compile_bytecode()
     rng = random.Random(42)
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus"

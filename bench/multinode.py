@@ -14,8 +14,10 @@ with zero divergent runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -82,13 +84,15 @@ def launch(launcher: str, workdir: Path, fault: str | None) -> list[str]:
                     "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", "bench", "--rdzv-conf", "join_timeout=60", "--max-restarts", "3", "--monitor-interval", "0.1", *train]
         log = workdir / f"node{rank}.log"
         logs.append(log)
-        procs.append(subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**env, "NODE_RANK": str(rank)}))
+        # Its own session: a launcher that never finishes is killed with its workers.
+        procs.append(subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**env, "NODE_RANK": str(rank)}, start_new_session=True))
     for proc in procs:
         try:
             proc.wait(timeout=180)
         except subprocess.TimeoutExpired:  # the job never finished: no recovery to time
             for stuck in procs:
-                stuck.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(stuck.pid, signal.SIGKILL)
                 stuck.wait()
     return [log.read_text(errors="replace") for log in logs]
 
