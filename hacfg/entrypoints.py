@@ -35,7 +35,7 @@ class EntryPoint:
 
     def load(self) -> Any:
         loaded: Any = importlib.import_module(self.module)
-        for part in (self.attr or "").split(".") if self.attr else ():
+        for part in self.attr.split(".") if self.attr else ():
             loaded = getattr(loaded, part)
         return loaded
 

@@ -120,6 +120,32 @@ def test_a_large_report_reaches_a_pipe_and_a_file_whole(tmp_path):
     assert json.loads((tmp_path / "built.json").read_text())["kind"] == "job"  # less than a buffer holds
 
 
+EXIT_PROBE = """
+import atexit, pathlib
+atexit.register(pathlib.Path("atexit-ran").touch)
+
+class Finalized:
+    def __del__(self):
+        pathlib.Path("teardown-ran").touch()
+
+kept = Finalized()  # finalized when the interpreter tears its modules down
+"""
+
+
+def test_atexit_handlers_run_but_the_teardown_is_skipped(tmp_path):
+    (tmp_path / "exit_probe.py").write_text(EXIT_PROBE)
+    env = {**ENV, "PYTHONPATH": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", "import exit_probe"], cwd=tmp_path, env=env, timeout=60, check=True)
+    assert {p.name for p in tmp_path.glob("*-ran")} == {"atexit-ran", "teardown-ran"}  # what a normal exit does
+    for marker in tmp_path.glob("*-ran"):
+        marker.unlink()
+    proc = subprocess.run(
+        [HACFG, "--plugin", "exit_probe", "build", EXAMPLE], cwd=tmp_path, env=env, capture_output=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in tmp_path.glob("*-ran")} == {"atexit-ran"}
+
+
 @pytest.mark.parametrize("options", [[], THROUGH_TYPER["build"]], ids=["plain", "typer"])
 def test_a_reader_that_went_away_ends_it_quietly(options):
     read, write = os.pipe()
