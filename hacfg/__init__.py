@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
         except PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
             return "0+unknown"
     if name == "hookimpl":
-        from hacfg.hookspecs import hookimpl
+        from hacfg.plugin.hookspecs import hookimpl
 
         return hookimpl
     raise AttributeError(f"module 'hacfg' has no attribute {name!r}")

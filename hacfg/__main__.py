@@ -1,3 +1,3 @@
-from hacfg.main import run
+from hacfg.cli.main import run
 
 run()

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from hacfg.rules import RULE_ID
+from hacfg.plugin.rules import RULE_ID
 
 if TYPE_CHECKING:
-    from hacfg.lint import Finding
-    from hacfg.rules import Rule
+    from hacfg.lint.engine import Finding
+    from hacfg.plugin.rules import Rule
 
 FIXTURE_SUFFIXES = (".yaml", ".yml", ".json")
 _EXPECT = re.compile(r"#\s*expect(-next)?:\s*([A-Za-z0-9_, ]+)")
@@ -66,8 +66,8 @@ def lint_fixture(
     path: str | Path, *, select: Iterable[str] | None = None, platform: str | None = None
 ) -> list[Finding]:
     """The findings for one fixture file, with only the selected rules running."""
-    from hacfg import lint
-    from hacfg.settings import Settings
+    from hacfg.lint import engine as lint
+    from hacfg.lint.settings import Settings
 
     path = Path(path)
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -142,7 +142,7 @@ def hacfg_plugin() -> Iterator[Callable[..., None]]:
     The plugin manager starts afresh (every installed plugin, then the ones registered here),
     and is reset again after the test, so no plugin leaks into the next one.
     """
-    from hacfg import plugin_manager
+    from hacfg.plugin import manager as plugin_manager
 
     plugin_manager.reset()
 

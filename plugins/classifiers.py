@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from hacfg.plugin import Classification, Failure, hookimpl
+from hacfg.plugin import Cause, Classification, Failure, hookimpl
 
 OOM_EXIT = 137  # SIGKILL, as the kernel's OOM killer leaves it
 ENVIRONMENT_PATTERNS = re.compile(
@@ -38,21 +38,21 @@ EXCEPTION_LINE = re.compile(
 @hookimpl(trylast=True)
 def hacfg_classify_failure(failure: Failure) -> Classification | None:
     if failure.hung:
-        return Classification("hang", "no output and no heartbeat for the hang timeout")
+        return Classification(Cause.HANG, "no output and no heartbeat for the hang timeout")
     if failure.signal is not None:
-        return Classification("environment", f"{failure.describe()}")
+        return Classification(Cause.ENVIRONMENT, f"{failure.describe()}")
     if failure.exit_code == OOM_EXIT:
-        return Classification("environment", "exit 137: killed, most often by the out-of-memory killer")
+        return Classification(Cause.ENVIRONMENT, "exit 137: killed, most often by the out-of-memory killer")
     for line in reversed(failure.tail):  # the last telling line: what happened closest to the end
         if match := CHILD_SIGNAL.search(line):
             number = int(match.group(1) or match.group(3))
-            return Classification("environment", f"{failure.describe()}: a worker under torchrun was killed by signal {number}")
+            return Classification(Cause.ENVIRONMENT, f"{failure.describe()}: a worker under torchrun was killed by signal {number}")
         if match := PEER_PATTERNS.search(line):
-            return Classification("environment", f"{failure.describe()} after {match.group(0)!r}: another rank failed first", peer=True)
+            return Classification(Cause.ENVIRONMENT, f"{failure.describe()} after {match.group(0)!r}: another rank failed first", peer=True)
         if match := ENVIRONMENT_PATTERNS.search(line):
-            return Classification("environment", f"{failure.describe()} after {match.group(0)!r} in the output")
+            return Classification(Cause.ENVIRONMENT, f"{failure.describe()} after {match.group(0)!r} in the output")
     if any(TRACEBACK.match(line) for line in failure.tail):
         raised = (line for line in reversed(failure.tail) if EXCEPTION_LINE.match(line) and "ChildFailedError" not in line)
         last = re.sub(RANK_PREFIX, "", next(raised, "an exception"))  # torchrun's wrapper names no cause
-        return Classification("user", f"{failure.describe()}: Python exception in the command: {last.strip()[:200]}")
+        return Classification(Cause.USER, f"{failure.describe()}: Python exception in the command: {last.strip()[:200]}")
     return None

@@ -10,11 +10,8 @@ import copy
 import math
 from typing import Any
 
-from hacfg import platform as ma
-from hacfg.config import deep_merge
-from hacfg.hookspecs import hookimpl
-from hacfg.model import HAConfig, format_duration
-from hacfg.target import Build, Target, schema_file
+from hacfg.plugin import Build, HAConfig, Target, deep_merge, format_duration, hookimpl, schema_file
+from hacfg.plugin import modelarts as ma
 
 ACCELERATED = ("gpu", "npu")
 # The API's ways to name what a job runs, besides a custom image and its command.

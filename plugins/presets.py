@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from hacfg.hookspecs import hookimpl
+from hacfg.plugin import hookimpl
 
 
 @hookimpl

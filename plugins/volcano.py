@@ -11,9 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hacfg.hookspecs import hookimpl
-from hacfg.model import HAConfig, scenario_document
-from hacfg.target import Build, Target, dump_yaml, schema_file
+from hacfg.plugin import Build, HAConfig, Target, dump_yaml, hookimpl, scenario_document, schema_file
 
 CONFIG_DIR = "/etc/hacfg"
 CONFIG_FILE = "ha.yaml"
@@ -24,7 +22,7 @@ _CARDS = re.compile(r"(?:^|\.)(\d*)xlarge$")  # modelarts.pool.visual.{,2,4,8,16
 
 def lifecycle_policies(config: HAConfig) -> list[dict[str, Any]]:
     """Exit-code policies first, so 138 is never mistaken for an ordinary failure."""
-    from hacfg.agent.policy import RETRY_ELSEWHERE  # here: every build imports this plugin, few use it
+    from hacfg.plugin import RETRY_ELSEWHERE  # here: every build imports this plugin, few use it
 
     retry = "RestartPod" if config.restart.pod_reschedules else "RestartJob"
     return [

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hacfg.main import main
+from hacfg.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import REPO
-from hacfg.source import load
+from hacfg.scenario.source import load
 
 BODIES = sorted(p for p in (REPO / "tests/data/bodies").iterdir() if p.suffix in (".json", ".yaml"))
 

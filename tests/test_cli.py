@@ -120,12 +120,12 @@ def test_version(cli):
 
 
 def test_internal_errors_exit_3_with_a_short_message(cli, monkeypatch):
-    import hacfg.build
+    import hacfg.build.compiler
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(hacfg.build, "compile_config", broken)
+    monkeypatch.setattr(hacfg.build.compiler, "compile_config", broken)
     result = cli("build", "single-node")
     assert result.code == 3
     assert result.err == "hacfg: internal error: RuntimeError: boom (this is a bug; --debug shows the traceback)\n"
@@ -142,7 +142,7 @@ def test_committed_schema_matches_the_model(cli):
 def test_examples_point_editors_at_the_schema_and_satisfy_it():
     from jsonschema import Draft202012Validator
 
-    from hacfg.source import load
+    from hacfg.scenario.source import load
 
     for example in sorted(REPO.glob("examples/**/ha.yaml")):
         first = example.read_text().splitlines()[0]

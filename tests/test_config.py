@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from hacfg.config import ConfigInvalid, load_config
-from hacfg.model import Checkpoint, format_duration, parse_duration
-from hacfg.registry import presets
+from hacfg.plugin.provided import presets
+from hacfg.scenario.config import ConfigInvalid, load_config
+from hacfg.scenario.model import Checkpoint, format_duration, parse_duration
 
 
 def errors_of(path, **kwargs) -> list[str]:

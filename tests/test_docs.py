@@ -10,7 +10,8 @@ import sys
 import tomllib
 
 from conftest import REPO
-from hacfg import hookspecs, plugin_manager
+from hacfg.plugin import hookspecs
+from hacfg.plugin import manager as plugin_manager
 
 GUIDE = (REPO / "docs" / "plugins.md").read_text()
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.DOTALL | re.MULTILINE)

@@ -9,11 +9,11 @@ import subprocess
 import sys
 from importlib.metadata import entry_points as installed
 
-from hacfg.entrypoints import entry_points
+from hacfg.plugin.entrypoints import entry_points
 
 PROBE = """
 import json, sys
-from hacfg.entrypoints import entry_points
+from hacfg.plugin.entrypoints import entry_points
 found = [[e.name, e.value, e.distribution, e.version] for e in entry_points("hacfg")]
 print(json.dumps({"found": found, "metadata_imported": "importlib.metadata" in sys.modules}))
 """

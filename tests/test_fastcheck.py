@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hacfg import fastcheck, validation
-from hacfg._compiled_model import SCHEMA
-from hacfg.config import with_presets
-from hacfg.model import HAConfig
-from hacfg.registry import presets
-from hacfg.source import load
+from hacfg.plugin.provided import presets
+from hacfg.scenario import fastcheck, validation
+from hacfg.scenario._compiled_model import SCHEMA
+from hacfg.scenario.config import with_presets
+from hacfg.scenario.model import HAConfig
+from hacfg.scenario.source import load
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def verdicts(data: Any, platform: Any = "huaweicloud") -> tuple[Any, Any]:
 
 
 def test_the_compiled_schema_is_generated_from_the_model_as_it_is():
-    assert validation.COMPILED.read_text() == validation.compiled_source(), "run: python -m hacfg.validation"
+    assert validation.COMPILED.read_text() == validation.compiled_source(), "run: python -m hacfg.scenario.validation"
 
 
 class Colour(enum.StrEnum):
@@ -173,15 +173,15 @@ def imported_after(code: str) -> set[str]:
 
 def test_a_valid_file_is_checked_without_importing_pydantic(tmp_path):
     valid = REPO / "examples/llama-pretrain/ha.yaml"
-    modules = imported_after(f"from hacfg import lint\nlint.lint_paths([{str(valid)!r}], lint.configured()[0])")
-    assert "pydantic" not in modules and "hacfg.validation" not in modules
+    modules = imported_after(f"from hacfg.lint import engine as lint\nlint.lint_paths([{str(valid)!r}], lint.configured()[0])")
+    assert "pydantic" not in modules and "hacfg.scenario.validation" not in modules
 
 
 def test_an_invalid_file_is_judged_by_pydantic(tmp_path):
     invalid = tmp_path / "ha.yaml"
     invalid.write_text("version: 1\nscenario: single-node\nrestart: {max: '3'}\n")
     code = (
-        "from hacfg import lint\n"
+        "from hacfg.lint import engine as lint\n"
         f"found = lint.lint_paths([{str(invalid)!r}], lint.configured()[0])\n"
         "assert [f.message for f in found.findings if f.rule == 'HA102'] == "
         "[\"restart.max: Input should be a valid integer (got '3')\"], found.findings"

@@ -10,7 +10,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hacfg.main import main
+from hacfg.cli.main import main
 
 # A body with two fixable values: HA007 quotes the number, HA015 lower-cases "True".
 JSON_LINES = [

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO
-from hacfg.main import main
-from hacfg.source import InputError, parse
+from hacfg.cli.main import main
+from hacfg.scenario.source import InputError, parse
 
 FRAGMENTS = [
     line

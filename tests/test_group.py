@@ -14,7 +14,7 @@ from hacfg.agent.classify import Failure, classify
 from hacfg.agent.group import DEFAULT_PORT, resolve_spec
 from hacfg.agent.policy import Budgets, Policy
 from hacfg.agent.rounds import Outcome, Plan, judge
-from hacfg.source import InputError
+from hacfg.scenario.source import InputError
 
 
 def spec(env: dict[str, str], **flags):

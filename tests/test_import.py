@@ -8,12 +8,12 @@ import re
 import pytest
 
 from conftest import REPO
-from hacfg.config import validate, with_presets
-from hacfg.importer import import_body
-from hacfg.lint import kind_of
+from hacfg.lint.engine import kind_of
+from hacfg.plugin.provided import presets
 from hacfg.plugins.modelarts import ModelArts
-from hacfg.registry import presets
-from hacfg.source import InputError, load, parse
+from hacfg.scenario.config import validate, with_presets
+from hacfg.scenario.importer import import_body
+from hacfg.scenario.source import InputError, load, parse
 
 
 def _is_body(path) -> bool:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import grimp
+import pytest
 
 import hacfg.plugin
 
@@ -18,8 +22,23 @@ def test_no_module_imports_itself_through_others():
     assert cycles == set()
 
 
-def test_the_plugin_api_exports_exactly_its_names():
+def test_the_plugin_api_serves_exactly_its_names_from_where_they_are_defined():
     exported = set(hacfg.plugin.__all__)
-    public = {name for name in vars(hacfg.plugin) if not name.startswith("_") and name != "annotations"}
-    assert exported == public
     assert {"hookimpl", "rule", "ScenarioContext", "JobContext", "Target", "Precheck", "CheckpointLayout"} <= exported
+    for name in exported:
+        assert getattr(hacfg.plugin, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        hacfg.plugin.Nope  # noqa: B018
+
+
+def test_the_plugin_face_names_for_the_type_checker_what_it_serves_at_run_time():
+    tree = ast.parse(Path(hacfg.plugin.__file__).read_text())
+    checked = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for statement in node.body
+        if isinstance(statement, ast.ImportFrom)
+        for alias in statement.names
+    }
+    assert checked == set(hacfg.plugin.__all__)

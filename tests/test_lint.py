@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hacfg import fix, lint
+from hacfg.lint import engine as lint
+from hacfg.lint import fix
+from hacfg.lint.settings import Settings
 from hacfg.plugin import Rule, rule
-from hacfg.settings import Settings
 
 
 def test_selection_by_id_prefix_ignore_and_per_file(tmp_path):

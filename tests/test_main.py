@@ -19,9 +19,9 @@ import pytest
 import typer.main
 
 from conftest import REPO, Result
-from hacfg.cli import app
-from hacfg.commands import run_build, run_lint
-from hacfg.main import LINT_SWITCHES
+from hacfg.cli.app import app
+from hacfg.cli.commands import run_build, run_lint
+from hacfg.cli.main import LINT_SWITCHES
 
 HACFG = Path(sys.executable).parent / "hacfg"  # the console script pip wrote
 ENV = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as a user's shell has it
@@ -89,7 +89,7 @@ def test_plain_lint_and_build_skip_typer_and_answer_byte_for_byte_as_typer_does(
     assert plain == typed
     assert "Traceback" not in plain.err
     assert "typer" in typed_imports
-    assert not {"typer", "click", "hacfg.cli"} & plain_imports, "a plain lint or build imports the argument parser"
+    assert not {"typer", "click", "hacfg.cli.app"} & plain_imports, "a plain lint or build imports the argument parser"
 
 
 def test_shell_completion_goes_to_typer_whatever_the_arguments(tmp_path):

@@ -10,10 +10,11 @@ import pluggy
 import pytest
 
 from conftest import REPO, imported_modules, run_hacfg
-from hacfg import hookspecs, lint, plugin_manager
-from hacfg.plugin import Failure, JobContext, Problem, ScenarioContext, hookimpl, rule
+from hacfg.lint import engine as lint
+from hacfg.lint.settings import Settings
+from hacfg.plugin import Failure, JobContext, Problem, ScenarioContext, hookimpl, hookspecs, rule
+from hacfg.plugin import manager as plugin_manager
 from hacfg.plugins import HOOKS, hooks_of
-from hacfg.settings import Settings
 
 PLUGINS = REPO / "tests" / "plugins"
 BODY = '{"kind": "job", "metadata": {"name": "x", "annotations": {"fault-tolerance/job-retry-num": 3}}, "spec": {"volumes": [{}]}}\n'
@@ -50,7 +51,7 @@ def test_broken_plugins_are_named_once_and_everything_else_works(site, cli):
     assert plugin_errors == sorted([
         "plugin 'broken' failed to load: ImportError: libascendcl.so: cannot open shared object file",
         "rule RAI001 of plugin 'raising' raised KeyError: 'spec'",
-        "plugin 'garbage' raised in hacfg_rules: returned int, expected a hacfg.rules.Rule",
+        "plugin 'garbage' raised in hacfg_rules: returned int, expected a hacfg.plugin.rules.Rule",
         "plugin 'rival' raised in hacfg_rules: rule HA050: the HA prefix is hacfg's own; pick a prefix for your plugin",
         "plugin 'rival' raised in hacfg_rules: rule RAI001 is already provided by broken-plugins",
     ])
@@ -62,7 +63,7 @@ def test_wrong_types_from_presets_and_targets_get_a_clear_message(site, cli):
     assert result.code == 0
     assert json.loads(result.out) == {"metadata": {"annotations": {"fault-tolerance/job-retry-num": "2"}}}
     assert "hacfg: plugin 'garbage' raised in hacfg_presets: returned str, expected a dict of name -> path" in result.err
-    assert "hacfg: plugin 'garbage' raised in hacfg_targets: returned str, expected a hacfg.target.Target" in result.err
+    assert "hacfg: plugin 'garbage' raised in hacfg_targets: returned str, expected a hacfg.plugin.targets.Target" in result.err
     assert result.err.count("plugin 'broken' failed to load") == 1
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from hacfg.agent.checkpoints import newest_complete
 from hacfg.agent.classify import classify
-from hacfg.agent.extensions import Failure
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
+from hacfg.plugin.agent import Failure
 
 
 def run(causes, policy, progress=None):

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from conftest import REPO
-from hacfg import platform as ma
-from hacfg.config import load_config
-from hacfg.model import Checkpoint
-from hacfg.registry import presets
+from hacfg.plugin.provided import presets
+from hacfg.scenario import modelarts as ma
+from hacfg.scenario.config import load_config
+from hacfg.scenario.model import Checkpoint
 
 OUTPUT_CHANNEL = "/home/ma-user/modelarts/outputs/train_url_0"
 STATED = "checkpoint: {path: obs://b/ckpt, interval: 30m, resume: true}\n"

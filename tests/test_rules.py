@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO
-from hacfg import lint
-from hacfg.settings import Settings
+from hacfg.lint import engine as lint
+from hacfg.lint.settings import Settings
 from hacfg.testing import assert_fixture, check_rule_catalogue, fixtures_for
 
 FIXTURES = REPO / "tests" / "rules"

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from conftest import REPO
-from hacfg import registry
-from hacfg.config import load_config
-from hacfg.schemacheck import IGNORED, KEYWORDS, satisfies
+from hacfg.build.schemacheck import IGNORED, KEYWORDS, satisfies
+from hacfg.plugin import provided as registry
+from hacfg.scenario.config import load_config
 
 SCENARIOS = [*sorted((REPO / "presets").glob("*.yaml")), *sorted((REPO / "examples").glob("*/ha.yaml"))]
 VALUES = [

@@ -26,12 +26,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_hacfg
-from hacfg import platform as ma
-from hacfg.agent.extensions import GiB, PrecheckContext, PrecheckSettings
 from hacfg.agent.policy import Budgets, Policy, decide
 from hacfg.agent.prechecks import prechecks
-from hacfg.config import load_config
-from hacfg.registry import presets as available_presets
+from hacfg.plugin.agent import GiB, PrecheckContext, PrecheckSettings
+from hacfg.plugin.provided import presets as available_presets
+from hacfg.scenario import modelarts as ma
+from hacfg.scenario.config import load_config
 
 DOCUMENTS = {
     "ha-configuration.txt": Path("/work/shared/seeds/ha-configuration.txt"),
@@ -937,7 +937,7 @@ def test_llm_log_failure_analysis(cli):
 LONG_KEYS = pytest.mark.xfail(
     strict=True,
     reason="JSON is parsed for positions by libyaml, whose implicit keys stop at 1024 characters: "
-    "a name over 1024 is a parse error (HA100), not read (hacfg/source.py)",
+    "a name over 1024 is a parse error (HA100), not read (hacfg/scenario/source.py)",
 )
 
 

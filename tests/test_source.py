@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hacfg.source import MAX_NODES, InputError, Span, decode, dotted, parse
+from hacfg.scenario.source import MAX_NODES, InputError, Span, decode, dotted, parse
 
 
 def test_values_and_keys_keep_their_positions():

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from conftest import REPO
-from hacfg.config import load_config
-from hacfg.registry import presets
+from hacfg.plugin.provided import presets
+from hacfg.scenario.config import load_config
 
 CRD = yaml.safe_load((REPO / "tests/data/volcano-batch.volcano.sh_jobs.yaml").read_text())
 JOB_SCHEMA = next(v for v in CRD["spec"]["versions"] if v["name"] == "v1alpha1")["schema"]["openAPIV3Schema"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hacfg import plugin_manager
-from hacfg.agent.extensions import CheckpointLayout, SavedCheckpoint
+from hacfg.plugin import manager as plugin_manager
+from hacfg.plugin.agent import CheckpointLayout, SavedCheckpoint
 
 
 def layouts() -> list[CheckpointLayout]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from hacfg import plugin_manager
-from hacfg.agent.extensions import Classification, Failure
+from hacfg.agent.vocabulary import Cause
+from hacfg.plugin import manager as plugin_manager
+from hacfg.plugin.agent import Classification, Failure
 
 
 def classify(failure: Failure) -> Classification:
@@ -13,4 +14,4 @@ def classify(failure: Failure) -> Classification:
         if isinstance(answer, Classification):
             return Classification(answer.cause, answer.reason, answer.classifier or plugin, answer.peer)
         manager.fail(plugin, "hacfg_classify_failure", f"returned {type(answer).__name__}, expected a Classification")
-    return Classification("user", f"{failure.describe()}, not recognised as an environment fault", "default")
+    return Classification(Cause.USER, f"{failure.describe()}, not recognised as an environment fault", "default")

@@ -32,7 +32,7 @@ from typing import Any
 
 from hacfg.agent.policy import RETRY_ELSEWHERE, Policy
 from hacfg.agent.rounds import NodeState, Outcome, Plan, Verdict, judge, plan_round, precheck_verdict
-from hacfg.source import InputError
+from hacfg.scenario.source import InputError
 
 DEFAULT_PORT = 29400  # torchrun's c10d rendezvous port
 POLL = 0.1  # seconds between looks at the round's stop key: how fast a failure elsewhere is seen

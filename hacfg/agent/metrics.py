@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.agent import goodput
-from hacfg.source import InputError
+from hacfg.scenario.source import InputError
 
 PREFIX = "hacfg_"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.agent.policy import Policy, policy_from_config
-from hacfg.config import Presets, load_config
-from hacfg.model import parse_duration
-from hacfg.source import InputError
+from hacfg.scenario.config import Presets, load_config
+from hacfg.scenario.model import parse_duration
+from hacfg.scenario.source import InputError
 
 DURATIONS = ("hang_timeout", "initial_hang_timeout")
 

@@ -13,16 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from hacfg import platform as ma
+from hacfg.agent.vocabulary import Action, Cause
+from hacfg.scenario import modelarts as ma
 
 if TYPE_CHECKING:
-    from hacfg.model import HAConfig
+    from hacfg.scenario.model import HAConfig
 
 RETRY_ELSEWHERE = 138  # Kubeflow's user-defined retryable code; the volcano target restarts the pod or job
-Cause = Literal["environment", "user", "hang"]
-Action = Literal["proc_restart", "pod_reschedule", "job_reschedule", "give_up"]
 
 
 @dataclass(frozen=True)
@@ -98,16 +97,16 @@ def decide(cause: Cause, budgets: Budgets, policy: Policy, *, progressed: bool, 
 
 def _restart(budgets: Budgets, reason: str) -> Decision:
     budgets.restarts += 1
-    return Decision("proc_restart", reason)
+    return Decision(Action.PROC_RESTART, reason)
 
 
 def _escalate(policy: Policy, reason: str) -> Decision:
-    action: Action = "pod_reschedule" if policy.pod_reschedules else "job_reschedule"
+    action = Action.POD_RESCHEDULE if policy.pod_reschedules else Action.JOB_RESCHEDULE
     return Decision(action, f"{reason}: retry elsewhere", RETRY_ELSEWHERE)
 
 
 def _give_up(reason: str, command_code: int) -> Decision:
-    return Decision("give_up", reason, command_code)
+    return Decision(Action.GIVE_UP, reason, command_code)
 
 
 def policy_from_config(config: HAConfig) -> Policy:

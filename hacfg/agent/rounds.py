@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hacfg.agent import checkpoints
-from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Cause, Policy, decide
+from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
+from hacfg.agent.vocabulary import Cause
 
 SUCCESS = "success"
 STOPPED = "stopped"

@@ -13,7 +13,7 @@ from typing import Any
 
 from hacfg.agent.rounds import NodeState
 from hacfg.fsutil import atomic_write
-from hacfg.source import InputError, Span
+from hacfg.scenario.source import InputError, Span
 
 STATE_FILE = "state.json"
 LOCK_FILE = "agent.lock"

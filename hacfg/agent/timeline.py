@@ -75,7 +75,7 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
     try:
         import matplotlib
     except ImportError:
-        from hacfg.source import InputError
+        from hacfg.scenario.source import InputError
 
         raise InputError("--plot needs matplotlib: pip install 'hacfg[plot]'") from None
     matplotlib.use("Agg")

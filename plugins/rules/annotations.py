@@ -6,11 +6,21 @@ import json
 import math
 from collections.abc import Iterator
 
-from hacfg import platform as ma
-from hacfg.hookspecs import hookimpl
-from hacfg.model import HAConfig
-from hacfg.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
-from hacfg.source import did_you_mean, lookup
+from hacfg.plugin import (
+    Fix,
+    HAConfig,
+    JobBody,
+    JobContext,
+    Problem,
+    Rule,
+    ScenarioContext,
+    annotation_path,
+    did_you_mean,
+    hookimpl,
+    lookup,
+    rule,
+)
+from hacfg.plugin import modelarts as ma
 
 
 @rule("HA007", "annotation-not-string", "error", kind="job")

@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 
-from hacfg import platform as ma
-from hacfg.hookspecs import hookimpl
-from hacfg.names import Severity
-from hacfg.rules import JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
+from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, Severity, annotation_path, hookimpl, rule
+from hacfg.plugin import modelarts as ma
 
 VOLATILE_PREFIXES = ("/tmp", "/var/tmp", "/cache", "/dev/shm", "/run")
 LONG_RUN_NODES = 8

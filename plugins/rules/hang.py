@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 
-from hacfg import platform as ma
-from hacfg.hookspecs import hookimpl
-from hacfg.rules import JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
+from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.plugin import modelarts as ma
 
 MIN_HANG_TIMEOUT = timedelta(minutes=10)
 _ONLY_WATCHED = "(only GPU/NPU jobs are watched): remove it"

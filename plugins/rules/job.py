@@ -6,10 +6,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from hacfg import platform as ma
-from hacfg.hookspecs import hookimpl
-from hacfg.rules import JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
-from hacfg.source import LogicalPath
+from hacfg.plugin import JobContext, LogicalPath, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.plugin import modelarts as ma
 
 _JOB_NAME = re.compile(ma.JOB_NAME_PATTERN)
 _ENV_NAME = re.compile(ma.ENV_NAME_PATTERN)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hacfg import platform as ma
-from hacfg.hookspecs import hookimpl
-from hacfg.rules import JobContext, Problem, Rule, ScenarioContext, annotation_path, rule
+from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.plugin import modelarts as ma
 
 CAP = ma.CONSECUTIVE_RESTART_CAP
 _SPENDS_ALL = f"unconditional restarts may come {CAP} in a row and spend all"

@@ -24,17 +24,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from hacfg import plugin_manager
 from hacfg.agent import checkpoints
 from hacfg.agent.accelerator import nvml_probe
+from hacfg.agent.attempt import Supervisor, become_subreaper
 from hacfg.agent.classify import classify
-from hacfg.agent.extensions import Failure, PrecheckContext, PrecheckSettings, Restart
 from hacfg.agent.group import GroupLost
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Rounds, Verdict, resume_visible
 from hacfg.agent.state import EventLog, StateStore, stamp
-from hacfg.agent.supervise import Supervisor, become_subreaper
+from hacfg.plugin import manager as plugin_manager
+from hacfg.plugin.agent import Failure, PrecheckContext, PrecheckSettings, Restart
 
 if TYPE_CHECKING:
     from hacfg.agent.metrics import Metrics
@@ -322,7 +322,7 @@ def _metrics(log: Path, textfile: Path | None, listen: tuple[str, int] | None, e
     """The Prometheus exposition, started before the group so a busy port stops nothing half-made."""
     from hacfg.agent.metrics import Metrics
     from hacfg.agent.state import read_events
-    from hacfg.source import InputError
+    from hacfg.scenario.source import InputError
 
     history: list[dict[str, Any]] = []
     try:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hacfg.names import PLATFORMS, SEVERITIES, Platform, Severity
-from hacfg.source import InputError, did_you_mean
+from hacfg.scenario.names import PLATFORMS, SEVERITIES, Platform, Severity
+from hacfg.scenario.source import InputError, did_you_mean
 
 KEYS = ("select", "ignore", "per-file-ignores", "severity", "fail-on", "platform", "include")
 _Choice = TypeVar("_Choice", bound=str)

@@ -1,8 +1,8 @@
 """The exit codes and output helpers every command shares, and the bodies of ``hacfg lint`` and
 ``hacfg build``.
 
-Nothing here imports typer: :mod:`hacfg.main` calls these functions directly for a plain
-``hacfg lint PATH...`` or ``hacfg build FILE``, and :mod:`hacfg.cli` calls the same functions with
+Nothing here imports typer: :mod:`hacfg.cli.main` calls these functions directly for a plain
+``hacfg lint PATH...`` or ``hacfg build FILE``, and :mod:`hacfg.cli.app` calls the same functions with
 the options a user gave. Exit codes: 0 ok, 1 findings, 2 bad input or usage, 3 internal error.
 """
 
@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from hacfg.names import Platform, Severity
+from hacfg.scenario.names import Platform, Severity
 
 if TYPE_CHECKING:
-    from hacfg.lint import Report
+    from hacfg.lint.engine import Report
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -49,7 +49,7 @@ def write(text: str, output: Path | None) -> None:
     try:
         atomic_write(output, text)
     except OSError as err:
-        from hacfg.source import InputError
+        from hacfg.scenario.source import InputError
 
         raise InputError(f"cannot write: {err.strerror or err}", file=str(output)) from None
 
@@ -72,8 +72,8 @@ def run_build(
     output: Path | None = None,
 ) -> int:
     """``hacfg build``: compile a scenario file (or a preset) and print or write the result."""
-    from hacfg import registry
-    from hacfg.build import build_file
+    from hacfg.build.compiler import build_file
+    from hacfg.plugin import provided as registry
 
     scenario = registry.preset_or_path(file)
     text, notes = build_file(
@@ -96,7 +96,8 @@ def run_lint(
     force_exclude: bool = False,
 ) -> int:
     """``hacfg lint``: lint files and directories (none: the current directory) and report."""
-    from hacfg import lint, report
+    from hacfg.lint import engine as lint
+    from hacfg.lint import formatters as report
 
     settings, rules = lint.configured()
     found = lint.lint_paths(

@@ -23,12 +23,12 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal
 
-from hacfg import plugin_manager
+from hacfg.agent.attempt import TAIL_LINES
 from hacfg.agent.classify import classify
-from hacfg.agent.extensions import Classification, Failure
 from hacfg.agent.policy import Budgets, Decision, Policy, decide
-from hacfg.agent.supervise import TAIL_LINES
-from hacfg.source import InputError
+from hacfg.plugin import manager as plugin_manager
+from hacfg.plugin.agent import Classification, Failure
+from hacfg.scenario.source import InputError
 
 WINDOW = 2 * TAIL_LINES  # the agent keeps the last lines of stdout and of stderr; a log holds both
 STDIN = "-"

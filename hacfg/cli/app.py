@@ -1,8 +1,8 @@
 """The ``hacfg`` command line in typer: options, help and completion over the library.
 
 Each command imports what it needs when it runs, so ``hacfg --help`` starts fast. A plain
-``hacfg lint PATH...`` or ``hacfg build FILE`` does not come here (see :mod:`hacfg.main`), which
-is why those two commands only declare their options and call :mod:`hacfg.commands`.
+``hacfg lint PATH...`` or ``hacfg build FILE`` does not come here (see :mod:`hacfg.cli.main`), which
+is why those two commands only declare their options and call :mod:`hacfg.cli.commands`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from hacfg.commands import EXIT_FINDINGS, Format, note, report_discovery, run_build, run_lint, say, write
-from hacfg.names import Platform, Scenario, Severity
+from hacfg.cli.commands import EXIT_FINDINGS, Format, note, report_discovery, run_build, run_lint, say, write
+from hacfg.scenario.names import Platform, Scenario, Severity
 
 if TYPE_CHECKING:
     from hacfg.agent.policy import Policy
@@ -83,7 +83,7 @@ def _root(
 ) -> None:
     """Fault tolerance for ML training jobs: build, lint and supervise from one ha.yaml."""
     if plugin:
-        from hacfg import plugin_manager
+        from hacfg.plugin import manager as plugin_manager
 
         for module_name in plugin:
             plugin_manager.request(module_name)
@@ -117,7 +117,7 @@ def schema(
     """Print the JSON Schema of the scenario file format (for editors and CI)."""
     import json
 
-    from hacfg.validation import json_schema
+    from hacfg.scenario.validation import json_schema
 
     write(json.dumps(json_schema(), indent=2) + "\n", output)
 
@@ -129,8 +129,8 @@ def init(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented starting scenario file."""
-    from hacfg.source import InputError
-    from hacfg.starter import starter
+    from hacfg.scenario.source import InputError
+    from hacfg.scenario.starter import starter
 
     if output.exists() and not force:
         raise InputError("already exists; pass --force to overwrite it", file=str(output))
@@ -149,8 +149,8 @@ def import_command(
     platform: Platform = typer.Option("huaweicloud", "--platform", help="Platform whose limits apply."),
 ) -> None:
     """Turn an existing request body into a scenario file, keeping what it cannot express."""
-    from hacfg.importer import import_body
-    from hacfg.source import load
+    from hacfg.scenario.importer import import_body
+    from hacfg.scenario.source import load
 
     text, notes = import_body(load(body), platform=platform)
     for message in notes:
@@ -161,7 +161,7 @@ def import_command(
 @app.command("plugins")
 def plugins_command() -> None:
     """List the loaded plugins: name, distribution and version, and what each provides."""
-    from hacfg import plugin_manager
+    from hacfg.plugin import manager as plugin_manager
 
     write(plugin_manager.get().listing(), None)
 
@@ -218,7 +218,8 @@ def fix_command(
     ),
 ) -> None:
     """Apply the safe automatic fixes in place, keeping everything else byte for byte."""
-    from hacfg import fix, lint
+    from hacfg.lint import engine as lint
+    from hacfg.lint import fix
 
     settings, _ = lint.configured()
     found = lint.lint_paths(
@@ -242,7 +243,8 @@ def rules_command(
     ),
 ) -> None:
     """List every lint rule, built-in and from plugins, with where it comes from."""
-    from hacfg import lint, report
+    from hacfg.lint import engine as lint
+    from hacfg.lint import formatters as report
 
     write(report.rules_listing(fmt, lint.registry()), None)
 
@@ -250,7 +252,8 @@ def rules_command(
 @app.command("explain")
 def explain_command(rule_id: str = typer.Argument(..., metavar="ID", help="A rule ID, such as HA007.")) -> None:
     """Print a rule's documentation: what it does, why it matters, an example, the fix."""
-    from hacfg import lint, report
+    from hacfg.lint import engine as lint
+    from hacfg.lint import formatters as report
 
     write(report.explanation(rule_id, lint.registry()), None)
 
@@ -259,19 +262,19 @@ def explain_command(rule_id: str = typer.Argument(..., metavar="ID", help="A rul
 def server_command() -> None:
     """Run the language server on stdin and stdout, for editors (needs: pip install 'hacfg[server]')."""
     try:
-        from hacfg.server import serve
+        from hacfg.lint.server import serve
     except ModuleNotFoundError as err:
         if (err.name or "").partition(".")[0] not in ("pygls", "lsprotocol"):
             raise
-        from hacfg.source import InputError
+        from hacfg.scenario.source import InputError
 
         raise InputError(f"hacfg server needs {err.name}: pip install 'hacfg[server]'") from None
     serve()
 
 
 def _agent_policy(config: Optional[Path], **overrides: Any) -> Policy:
-    from hacfg import registry
     from hacfg.agent.options import policy_for
+    from hacfg.plugin import provided as registry
 
     return policy_for(config, registry.presets() if config else {}, **overrides)
 
@@ -339,7 +342,7 @@ def agent_command(
 
     With several nodes, the agents form one group through torch's c10d store (hosted by node 0's
     agent): a failure anywhere restarts every node from the same checkpoint, with one budget."""
-    from hacfg.agent.runner import run_agent
+    from hacfg.agent.loop import run_agent
 
     listen = None
     if metrics_port is not None:
@@ -388,9 +391,9 @@ def precheck_command(
     ),
 ) -> None:
     """Run the environment pre-checks alone; exit 138 when one fails, as the agent would."""
-    from hacfg.agent.extensions import PrecheckContext, PrecheckSettings
     from hacfg.agent.policy import RETRY_ELSEWHERE
     from hacfg.agent.prechecks import run_prechecks
+    from hacfg.plugin.agent import PrecheckContext, PrecheckSettings
 
     policy = _agent_policy(config)
     results = run_prechecks(PrecheckContext(policy, PrecheckSettings.from_environment(), dict(os.environ)))
@@ -422,7 +425,7 @@ def events_command(
     from hacfg.agent.goodput import breakdown, report
     from hacfg.agent.state import read_events
     from hacfg.agent.timeline import merge, table
-    from hacfg.source import InputError
+    from hacfg.scenario.source import InputError
 
     paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
     logs = []
@@ -457,7 +460,8 @@ def diagnose_command(
     """Say why a job failed from its log: the cause, the evidence lines, and what the restart rules would do."""
     import json
 
-    from hacfg import diagnose, registry
+    from hacfg.agent import diagnose
+    from hacfg.plugin import provided as registry
 
     policy = _agent_policy(registry.preset_or_path(config) if config else None)
     label = diagnose.policy_label(policy, config)

@@ -1,8 +1,8 @@
 """The ``hacfg`` process: which way a command runs, its exit code, and a quick exit.
 
 A plain ``hacfg lint PATH...`` (with on/off switches only, as pre-commit runs it) or
-``hacfg build FILE``, what editors, hooks and scripts run most, calls :mod:`hacfg.commands`
-directly; anything else goes through typer (:mod:`hacfg.cli`), which takes about 80 ms to
+``hacfg build FILE``, what editors, hooks and scripts run most, calls :mod:`hacfg.cli.commands`
+directly; anything else goes through typer (:mod:`hacfg.cli.app`), which takes about 80 ms to
 import with the pydantic it reads options through.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hacfg.commands import (
+from hacfg.cli.commands import (
     EXIT_INPUT,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         return _failed(err, debug)
     finally:
-        plugins = sys.modules.get("hacfg.plugin_manager")
+        plugins = sys.modules.get("hacfg.plugin.manager")
         for failure in plugins.drain() if plugins is not None else ():
             say(f"hacfg: {failure}")
 
@@ -90,7 +90,7 @@ def _command(args: list[str]) -> Callable[[], int]:
                 return functools.partial(run_lint, [Path(operand) for operand in operands], **chosen)
             if name == "build" and len(operands) == 1:
                 return functools.partial(run_build, operands[0])
-    from hacfg.cli import app
+    from hacfg.cli.app import app
 
     return functools.partial(app, args=args, prog_name="hacfg")
 
@@ -98,7 +98,7 @@ def _command(args: list[str]) -> Callable[[], int]:
 def _failed(err: Exception, debug: bool) -> int:
     """One line for an exception, and its exit code. Error classes are looked up among the loaded
     modules only: a module never imported raised nothing, and importing one here costs time."""
-    config, source, plugins = map(sys.modules.get, ("hacfg.config", "hacfg.source", "hacfg.plugin_manager"))
+    config, source, plugins = map(sys.modules.get, ("hacfg.scenario.config", "hacfg.scenario.source", "hacfg.plugin.manager"))
     if config is not None and isinstance(err, config.ConfigInvalid):
         for error in err.errors:
             say(str(error))

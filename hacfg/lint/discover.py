@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hacfg.settings import Settings
-from hacfg.source import MAX_BYTES, Document, InputError, load
+from hacfg.lint.settings import Settings
+from hacfg.scenario.source import MAX_BYTES, Document, InputError, load
 
 SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
 CONTENT_SUFFIXES = (".json", ".yaml", ".yml")

@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
-from hacfg import platform as ma
-from hacfg.names import Kind, Severity
-from hacfg.source import Document, LogicalPath, dotted, lookup
+from hacfg.scenario import modelarts as ma
+from hacfg.scenario.names import Kind, Severity
+from hacfg.scenario.source import Document, LogicalPath, dotted, lookup
 
 if TYPE_CHECKING:
-    from hacfg.model import HAConfig
+    from hacfg.scenario.model import HAConfig
 
 RULE_ID = re.compile(r"[A-Z]{2,}[0-9]{3,}")
 

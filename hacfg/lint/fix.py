@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hacfg.fsutil import atomic_write
-from hacfg.lint import Finding, Report
-from hacfg.source import decode, line_starts
+from hacfg.lint.engine import Finding, Report
+from hacfg.scenario.source import decode, line_starts
 
 
 def apply(text: str, findings: Iterable[Finding]) -> str:

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hacfg import plugin_manager
-from hacfg import registry as provided
-from hacfg.config import ConfigError, ConfigInvalid, as_base, deep_merge, preset_advice, validate, with_presets
-from hacfg.discover import discover, is_request_body
-from hacfg.names import SEVERITIES, Kind, Severity, at_least
-from hacfg.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
-from hacfg.settings import Settings, find_settings
-from hacfg.source import Document, InputError, LogicalPath, Span, dotted, load, parse
+from hacfg.lint.discover import discover, is_request_body
+from hacfg.lint.settings import Settings, find_settings
+from hacfg.plugin import manager as plugin_manager
+from hacfg.plugin import provided
+from hacfg.plugin.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
+from hacfg.scenario.config import ConfigError, ConfigInvalid, as_base, deep_merge, preset_advice, validate, with_presets
+from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
+from hacfg.scenario.source import Document, InputError, LogicalPath, Span, dotted, load, parse
 
 BUILTIN_PREFIX = "HA"
 
@@ -182,7 +182,7 @@ def lint_paths(
     respect_gitignore: bool = True,
     force_exclude: bool = False,
 ) -> Report:
-    """Lint files and directories (chosen by :func:`hacfg.discover.discover`); a missing path is an InputError."""
+    """Lint files and directories (chosen by :func:`hacfg.lint.discover.discover`); a missing path is an InputError."""
     rules = registry()
     found = discover(paths, settings, respect_gitignore=respect_gitignore, force_exclude=force_exclude)
     report = Report(notes=found.notes)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from hacfg.agent.policy import Cause, Policy
+    from hacfg.agent.policy import Policy
+    from hacfg.agent.vocabulary import Cause
 
 GiB = 1 << 30
 Status = Literal["passed", "failed", "skipped"]

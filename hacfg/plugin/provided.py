@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from hacfg import plugin_manager
-from hacfg.target import Target
+from hacfg.plugin import manager as plugin_manager
+from hacfg.plugin.targets import Target
 
 
 def presets() -> dict[str, Path]:

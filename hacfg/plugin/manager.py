@@ -20,8 +20,8 @@ from typing import Any, Generic, TypeVar
 
 import pluggy
 
-from hacfg import hookspecs
-from hacfg.entrypoints import EntryPoint, entry_points
+from hacfg.plugin import hookspecs
+from hacfg.plugin.entrypoints import EntryPoint, entry_points
 
 GROUP = "hacfg"
 BUILTIN_DISTRIBUTION = "hacfg"

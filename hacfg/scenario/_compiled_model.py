@@ -1,12 +1,12 @@
-"""The scenario model's core schema, pruned for hacfg.fastcheck.
+"""The scenario model's core schema, pruned for hacfg.scenario.fastcheck.
 
-Generated from hacfg.model by `python -m hacfg.validation`; do not edit.
+Generated from hacfg.scenario.model by `python -m hacfg.scenario.validation`; do not edit.
 """
 
 import re
 from datetime import timedelta
 
-from hacfg import model
+from hacfg.scenario import model
 
 SCHEMA = {
     'type': 'dataclass',

@@ -1,9 +1,9 @@
 """pydantic's judgement of a scenario file: errors at ``file:line:col``, the JSON Schema, and the
-pruned core schema that lets :mod:`hacfg.fastcheck` accept plainly valid files without pydantic.
+pruned core schema that lets :mod:`hacfg.scenario.fastcheck` accept plainly valid files without pydantic.
 
-Regenerate that core schema after changing the model in :mod:`hacfg.model`::
+Regenerate that core schema after changing the model in :mod:`hacfg.scenario.model`::
 
-    python -m hacfg.validation
+    python -m hacfg.scenario.validation
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from hacfg import fastcheck
-from hacfg.model import HAConfig
+from hacfg.scenario import fastcheck
+from hacfg.scenario.model import HAConfig
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -118,14 +118,14 @@ def _compile_field(field: Any) -> dict[str, Any]:
 
 
 def compiled_source() -> str:
-    """The text of :mod:`hacfg._compiled_model`, from the model as it is now."""
+    """The text of :mod:`hacfg.scenario._compiled_model`, from the model as it is now."""
     return (
-        '"""The scenario model\'s core schema, pruned for hacfg.fastcheck.\n\n'
-        "Generated from hacfg.model by `python -m hacfg.validation`; do not edit.\n"
+        '"""The scenario model\'s core schema, pruned for hacfg.scenario.fastcheck.\n\n'
+        "Generated from hacfg.scenario.model by `python -m hacfg.scenario.validation`; do not edit.\n"
         '"""\n\n'
         "import re\n"
         "from datetime import timedelta\n\n"
-        "from hacfg import model\n\n"
+        "from hacfg.scenario import model\n\n"
         f"SCHEMA = {_source(compile_schema(ADAPTER.core_schema), 0)}\n"
     )
 
@@ -146,8 +146,8 @@ def _source(value: Any, depth: int) -> str:
     if isinstance(value, type | FunctionType):
         if value.__module__ == "builtins":
             return value.__qualname__
-        if value.__module__ != "hacfg.model":
-            raise ValueError(f"{value.__module__}.{value.__qualname__}: the model's functions live in hacfg.model")
+        if value.__module__ != "hacfg.scenario.model":
+            raise ValueError(f"{value.__module__}.{value.__qualname__}: the model's functions live in hacfg.scenario.model")
         return f"model.{value.__qualname__}"
     if value is None or isinstance(value, bool | int | float | str):
         return repr(value)

@@ -4,8 +4,8 @@
 extends, validate, and map every validation error back to ``file:line:col``. The presets are
 an argument: this module knows nothing of the plugins that provide them.
 
-A plainly valid file is checked without importing pydantic (:mod:`hacfg.fastcheck`); any
-other goes to pydantic (:mod:`hacfg.validation`), whose errors are mapped here.
+A plainly valid file is checked without importing pydantic (:mod:`hacfg.scenario.fastcheck`); any
+other goes to pydantic (:mod:`hacfg.scenario.validation`), whose errors are mapped here.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hacfg import fastcheck
-from hacfg.model import HAConfig
-from hacfg.source import Document, InputError, LogicalPath, Span, did_you_mean, dotted, load, lookup
+from hacfg.scenario import fastcheck
+from hacfg.scenario.model import HAConfig
+from hacfg.scenario.source import Document, InputError, LogicalPath, Span, did_you_mean, dotted, load, lookup
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -79,11 +79,11 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
         data = {**data, "platform": platform}
     chosen = data.get("platform", "huaweicloud")  # a bad value is reported on its own line; limits need a name
     context = {"platform": chosen if isinstance(chosen, str) else None}
-    from hacfg._compiled_model import SCHEMA  # generated from hacfg.model; imports it
+    from hacfg.scenario._compiled_model import SCHEMA  # generated from hacfg.scenario.model; imports it
 
     config: HAConfig | None = fastcheck.validate(SCHEMA, data, context)
     if config is None:
-        from hacfg import validation  # pydantic: only for files that are not plainly valid
+        from hacfg.scenario import validation  # pydantic: only for files that are not plainly valid
 
         judged = validation.judge(data, context)
         if not isinstance(judged, HAConfig):

@@ -1,6 +1,6 @@
 """Compile a validated config into a target's document and check it against the target's schema.
 
-Targets are plugins (:class:`hacfg.target.Target` subclasses from the ``hacfg_targets`` hook),
+Targets are plugins (:class:`hacfg.plugin.targets.Target` subclasses from the ``hacfg_targets`` hook),
 handed in by name; this module owns what every target shares: choosing one, schema validation
 with errors pointed back at the scenario file, merging into an existing document.
 """
@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hacfg.config import ConfigInvalid, Loaded, Presets, load_config
-from hacfg.schemacheck import satisfies
-from hacfg.source import Document, InputError, LogicalPath, did_you_mean, dotted, load, lookup
-from hacfg.target import Build, Target
+from hacfg.scenario.config import ConfigInvalid, Loaded, Presets, load_config
+from hacfg.build.schemacheck import satisfies
+from hacfg.scenario.source import Document, InputError, LogicalPath, did_you_mean, dotted, load, lookup
+from hacfg.plugin.targets import Build, Target
 
 
 def build_file(

@@ -1,8 +1,8 @@
 """The scenario file's model, format version 1: what the linter, the targets and the agent read.
 
 Frozen dataclasses whose annotations carry pydantic's constraints as strings, so importing the
-model costs no pydantic. pydantic (:mod:`hacfg.validation`) is the authority on every verdict;
-:mod:`hacfg.fastcheck` replays the schema pydantic compiles from these classes, and answers
+model costs no pydantic. pydantic (:mod:`hacfg.scenario.validation`) is the authority on every verdict;
+:mod:`hacfg.scenario.fastcheck` replays the schema pydantic compiles from these classes, and answers
 alone only for documents it can prove valid.
 """
 
@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from hacfg import platform as ma
-from hacfg.names import Platform, Scenario
+from hacfg.scenario import modelarts as ma
+from hacfg.scenario.names import Platform, Scenario
 
 if TYPE_CHECKING:
-    # The annotations below are strings: pydantic reads them when hacfg.validation builds the
+    # The annotations below are strings: pydantic reads them when hacfg.scenario.validation builds the
     # validator, with these names in scope there.
     from pydantic import (
         AfterValidator,

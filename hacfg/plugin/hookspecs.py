@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:  # the extension types; none of their modules imports the plugin machinery
-    from hacfg.agent.extensions import CheckpointLayout, Classification, Failure, Precheck, Restart
-    from hacfg.rules import Rule
-    from hacfg.target import Target
+    from hacfg.plugin.agent import CheckpointLayout, Classification, Failure, Precheck, Restart
+    from hacfg.plugin.rules import Rule
+    from hacfg.plugin.targets import Target
 
 hookspec = pluggy.HookspecMarker("hacfg")
 hookimpl = pluggy.HookimplMarker("hacfg")

@@ -14,8 +14,8 @@ import io
 import re
 from typing import Any
 
-from hacfg import platform as ma
-from hacfg.source import Document, InputError, dotted, lookup
+from hacfg.scenario import modelarts as ma
+from hacfg.scenario.source import Document, InputError, dotted, lookup
 
 _COUNT = re.compile(r"[0-9]+")
 _NAME = re.compile(ma.JOB_NAME_PATTERN)

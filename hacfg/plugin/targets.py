@@ -1,7 +1,7 @@
 """What a compile target is: the types target authors use (through :mod:`hacfg.plugin`).
 
 A target turns the validated config into one document (a ModelArts request body, a Volcano
-Job); :mod:`hacfg.build` runs it, validates the output against ``schema`` and writes it.
+Job); :mod:`hacfg.build.compiler` runs it, validates the output against ``schema`` and writes it.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hacfg.config import deep_merge
-from hacfg.model import HAConfig
-from hacfg.source import LogicalPath
+from hacfg.scenario.config import deep_merge
+from hacfg.scenario.model import HAConfig
+from hacfg.scenario.source import LogicalPath
 
 
 @dataclass

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hacfg.lint import Finding, Report, RuleSource
-from hacfg.source import InputError
+from hacfg.lint.engine import Finding, Report, RuleSource
+from hacfg.scenario.source import InputError
 
 FORMATS = ("text", "json", "sarif", "github")
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -208,7 +208,7 @@ class _Utf16Columns:
 
     @staticmethod
     def _read(path: str) -> list[str]:
-        from hacfg.source import decode, line_starts
+        from hacfg.scenario.source import decode, line_starts
 
         try:
             text = decode(Path(path).read_bytes(), path)
@@ -266,7 +266,7 @@ def rules_listing(fmt: str, rules: dict[str, RuleSource]) -> str:
 
 def explanation(rule_id: str, rules: dict[str, RuleSource]) -> str:
     """``hacfg explain``: one rule's heading and help; an unknown ID is an InputError naming the nearest."""
-    from hacfg.source import InputError, did_you_mean
+    from hacfg.scenario.source import InputError, did_you_mean
 
     source = rules.get(rule_id.upper())
     if source is None:

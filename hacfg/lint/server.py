@@ -24,9 +24,13 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 
-from hacfg import __version__, config, discover, fix, lint, report
-from hacfg.settings import Settings, find_settings
-from hacfg.source import InputError
+from hacfg import __version__
+from hacfg.lint import discover, fix
+from hacfg.lint import engine as lint
+from hacfg.lint import formatters as report
+from hacfg.lint.settings import Settings, find_settings
+from hacfg.scenario import config
+from hacfg.scenario.source import InputError
 
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.hacfg"
 _SEVERITY = {
