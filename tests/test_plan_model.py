@@ -1,0 +1,103 @@
+"""The planning model against published figures, and against a simulation of the same process
+that applies the agent's own restart rules (hacfg.agent.policy.decide)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from hacfg.agent.policy import Budgets, Policy, decide
+from hacfg.agent.vocabulary import Action
+from hacfg.plan.model import Costs, Rules, daly_interval, job_mtbf, spending, young_interval
+
+MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
+
+
+# Daly (2006), section 5: δ = 5 min gives 117, 57 and 9.1 min at M = 24 h, 6 h and 15 min.
+@pytest.mark.parametrize(("mtbf", "daly", "young"), [(24 * HOUR, 117, 120), (6 * HOUR, 57, 60), (15 * MINUTE, 9.1, 12.2)])
+def test_optimum_intervals_match_the_published_figures(mtbf: float, daly: float, young: float) -> None:
+    assert daly_interval(5 * MINUTE, mtbf) / MINUTE == pytest.approx(daly, abs=0.5 if daly > 10 else 0.05)
+    assert young_interval(5 * MINUTE, mtbf) / MINUTE == pytest.approx(young, abs=0.05)
+
+
+def test_a_save_as_long_as_twice_the_mtbf_checkpoints_every_mtbf() -> None:
+    assert daly_interval(2 * HOUR, 1 * HOUR) == 1 * HOUR
+
+
+def test_nodes_fail_independently_so_their_rates_add() -> None:
+    assert job_mtbf(264 * DAY, 1024) == pytest.approx(6.1875 * HOUR)
+
+
+def test_daly_optimum_is_where_the_expected_wall_time_is_least() -> None:
+    costs = Costs(mtbf=6 * HOUR, save_time=5 * MINUTE, restart_time=10 * MINUTE, hang_share=0.2, hang_timeout=30 * MINUTE)
+    best = daly_interval(costs.save_time, costs.mtbf)
+    for other in (best * 0.8, best * 1.25):
+        assert costs.wall_time(30 * DAY, best) < costs.wall_time(30 * DAY, other)
+    assert 0 < costs.ettr(best) < 1
+
+
+def test_the_budget_on_off_rules() -> None:
+    assert Rules(restart_max=5, on_hang=True, pod_reschedules=3).budget == 8
+    assert Rules(restart_max=0, on_hang=True, pod_reschedules=3).budget == 0  # auto restart off: a fault ends it
+
+
+def simulate(rng: random.Random, work: float, interval: float, costs: Costs, policy: Policy) -> tuple[float, int, bool]:
+    """One run in time: (wall time, failures, whether the budget ran out before the end).
+
+    A handover (exit 138) takes a pod reschedule, else one of the counted restarts left (the
+    platform re-issues the job), else the run stops."""
+    wall, done, failures, budgets, handovers, first = 0.0, 0.0, 0, Budgets(), 0, True
+    while done < work:
+        gap = rng.expovariate(1 / costs.mtbf)
+        lead = 0.0 if first else costs.restart_time
+        first = False
+        progressed = False
+        if gap >= lead:
+            left = gap - lead
+            wall += lead
+            while done < work:
+                segment = min(interval, work - done) + costs.save_time
+                if left < segment:
+                    break
+                left, wall, done, progressed = left - segment, wall + segment, done + min(interval, work - done), True
+            if done >= work:
+                return wall, failures, False
+            wall += left
+        else:
+            wall += gap
+        failures += 1
+        hang = rng.random() < costs.hang_share
+        wall += costs.hang_timeout if hang else 0.0
+        decision = decide("hang" if hang else "environment", budgets, policy, progressed=progressed, command_code=1)
+        if decision.action == Action.PROC_RESTART:
+            continue
+        if decision.action == Action.GIVE_UP:
+            return wall, failures, True
+        if handovers < policy.pod_reschedules:
+            handovers += 1
+        elif budgets.counted < policy.max_restarts:
+            budgets.counted += 1
+        else:
+            return wall, failures, True
+    return wall, failures, False
+
+
+@pytest.mark.parametrize("on_hang", [True, False])
+def test_expected_wall_time_failures_and_budget_match_a_simulation_of_the_agent(on_hang: bool) -> None:
+    costs = Costs(mtbf=2 * HOUR, save_time=4 * MINUTE, restart_time=6 * MINUTE, hang_share=0.35, hang_timeout=20 * MINUTE)
+    work, interval = 1.5 * DAY, 40 * MINUTE
+    policy = Policy(max_restarts=14, on_hang=on_hang, pod_reschedules=2)
+    rng = random.Random(20260)
+    runs = [simulate(rng, work, interval, costs, Policy(max_restarts=10**6, on_hang=on_hang)) for _ in range(3000)]
+    walls, counts = [w for w, _, _ in runs], [n for _, n, _ in runs]
+    assert statistics.fmean(walls) == pytest.approx(costs.wall_time(work, interval), rel=0.01)
+    assert statistics.fmean(counts) == pytest.approx(costs.failures(work, interval), rel=0.03)
+
+    stops = [simulate(rng, work, interval, costs, policy)[2] for _ in range(3000)]
+    rules = Rules(policy.max_restarts, on_hang, policy.pod_reschedules)
+    plan = spending(costs.failures(work, interval), work / interval, costs.hang_share, on_hang,
+                    costs.progress_chance(interval), cap=200)
+    assert plan.exact is not on_hang
+    assert statistics.fmean(stops) == pytest.approx(plan.p_exhausted(rules.budget), abs=0.035)
