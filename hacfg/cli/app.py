@@ -1,25 +1,22 @@
 """The ``hacfg`` command line in typer: options, help and completion over the library.
 
-Each command imports what it needs when it runs, so ``hacfg --help`` starts fast. A plain
-``hacfg lint PATH...`` or ``hacfg build FILE`` does not come here (see :mod:`hacfg.cli.main`), which
-is why those two commands only declare their options and call :mod:`hacfg.cli.commands`.
+Each command only declares its options and calls its body in :mod:`hacfg.cli.commands`, which
+imports what it needs when it runs, so ``hacfg --help`` starts fast. A plain ``hacfg lint PATH...``
+or ``hacfg build FILE`` does not come here at all (see :mod:`hacfg.cli.main`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional, TypeVar
+from typing import Any, Literal, Optional, TypeVar
 
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from hacfg.cli.commands import EXIT_FINDINGS, Format, note, report_discovery, run_build, run_lint, say, write
+from hacfg.cli import commands
+from hacfg.cli.commands import Format
 from hacfg.scenario.names import Platform, Scenario, Severity
-
-if TYPE_CHECKING:
-    from hacfg.agent.policy import Policy
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -107,7 +104,7 @@ def build(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout (atomically)."),
 ) -> None:
     """Compile a scenario file into a validated job request."""
-    raise typer.Exit(run_build(file, target=target, platform=platform, only=only, into=into, output=output))
+    raise typer.Exit(commands.run_build(file, target=target, platform=platform, only=only, into=into, output=output))
 
 
 @app.command()
@@ -115,11 +112,7 @@ def schema(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
 ) -> None:
     """Print the JSON Schema of the scenario file format (for editors and CI)."""
-    import json
-
-    from hacfg.scenario.validation import json_schema
-
-    write(json.dumps(json_schema(), indent=2) + "\n", output)
+    raise typer.Exit(commands.run_schema(output))
 
 
 @app.command()
@@ -129,13 +122,7 @@ def init(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented starting scenario file."""
-    from hacfg.scenario.source import InputError
-    from hacfg.scenario.starter import starter
-
-    if output.exists() and not force:
-        raise InputError("already exists; pass --force to overwrite it", file=str(output))
-    write(starter(scenario), output)
-    say(f"wrote {output}")
+    raise typer.Exit(commands.run_init(scenario, output, force=force))
 
 
 @app.command("import")
@@ -149,21 +136,13 @@ def import_command(
     platform: Platform = typer.Option("huaweicloud", "--platform", help="Platform whose limits apply."),
 ) -> None:
     """Turn an existing request body into a scenario file, keeping what it cannot express."""
-    from hacfg.scenario.importer import import_body
-    from hacfg.scenario.source import load
-
-    text, notes = import_body(load(body), platform=platform)
-    for message in notes:
-        note(message)
-    write(text, output)
+    raise typer.Exit(commands.run_import(body, output, platform=platform))
 
 
 @app.command("plugins")
 def plugins_command() -> None:
     """List the loaded plugins: name, distribution and version, and what each provides."""
-    from hacfg.plugin import manager as plugin_manager
-
-    write(plugin_manager.get().listing(), None)
+    raise typer.Exit(commands.run_plugins())
 
 
 @app.command("lint")
@@ -188,7 +167,7 @@ def lint_command(
     ),
 ) -> None:
     """Check scenario files and ModelArts request bodies for risky fault-tolerance settings."""
-    code = run_lint(
+    code = commands.run_lint(
         paths or [],
         fmt=fmt,
         fail_on=fail_on,
@@ -218,22 +197,14 @@ def fix_command(
     ),
 ) -> None:
     """Apply the safe automatic fixes in place, keeping everything else byte for byte."""
-    from hacfg.lint import engine as lint
-    from hacfg.lint import fix
-
-    settings, _ = lint.configured()
-    found = lint.lint_paths(
-        paths or [], settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+    code = commands.run_fix(
+        paths or [],
+        show_diff=show_diff,
+        platform=platform,
+        respect_gitignore=respect_gitignore,
+        force_exclude=force_exclude,
     )
-    changed = fix.fixes(report_discovery(found))
-    for file in changed:
-        if show_diff:
-            write(file.diff(), None)
-        else:
-            file.write()
-            say(f"fixed {file.count} in {file.path}")
-    if show_diff and changed:
-        raise typer.Exit(EXIT_FINDINGS)
+    raise typer.Exit(code)
 
 
 @app.command("rules")
@@ -243,40 +214,19 @@ def rules_command(
     ),
 ) -> None:
     """List every lint rule, built-in and from plugins, with where it comes from."""
-    from hacfg.lint import engine as lint
-    from hacfg.lint import formatters as report
-
-    write(report.rules_listing(fmt, lint.registry()), None)
+    raise typer.Exit(commands.run_rules(fmt))
 
 
 @app.command("explain")
 def explain_command(rule_id: str = typer.Argument(..., metavar="ID", help="A rule ID, such as HA007.")) -> None:
     """Print a rule's documentation: what it does, why it matters, an example, the fix."""
-    from hacfg.lint import engine as lint
-    from hacfg.lint import formatters as report
-
-    write(report.explanation(rule_id, lint.registry()), None)
+    raise typer.Exit(commands.run_explain(rule_id))
 
 
 @app.command("server")
 def server_command() -> None:
     """Run the language server on stdin and stdout, for editors (needs: pip install 'hacfg[server]')."""
-    try:
-        from hacfg.lint.server import serve
-    except ModuleNotFoundError as err:
-        if (err.name or "").partition(".")[0] not in ("pygls", "lsprotocol"):
-            raise
-        from hacfg.scenario.source import InputError
-
-        raise InputError(f"hacfg server needs {err.name}: pip install 'hacfg[server]'") from None
-    serve()
-
-
-def _agent_policy(config: Optional[Path], **overrides: Any) -> Policy:
-    from hacfg.agent.options import policy_for
-    from hacfg.plugin import provided as registry
-
-    return policy_for(config, registry.presets() if config else {}, **overrides)
+    raise typer.Exit(commands.run_server())
 
 
 @app.command("agent", context_settings={"allow_interspersed_args": False})
@@ -342,8 +292,6 @@ def agent_command(
 
     With several nodes, the agents form one group through torch's c10d store (hosted by node 0's
     agent): a failure anywhere restarts every node from the same checkpoint, with one budget."""
-    from hacfg.agent.loop import run_agent
-
     listen = None
     if metrics_port is not None:
         from hacfg.agent.metrics import parse_listen
@@ -352,28 +300,24 @@ def agent_command(
             listen = parse_listen(metrics_port)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--metrics-port") from None
-    policy = _agent_policy(
+    code = commands.run_agent(
+        command,
         config,
+        state_dir=state_dir,
+        events=events,
         max_restarts=max_restarts,
         unconditional=unconditional,
-        on_hang=hang_retry,
+        hang_retry=hang_retry,
         hang_timeout=hang_timeout,
         initial_hang_timeout=initial_hang_timeout,
         checkpoint_path=checkpoint_path,
-        precheck=False if no_precheck else None,
+        no_precheck=no_precheck,
         grace=grace,
-    )
-    code = run_agent(
-        command,
-        policy,
-        state_dir=state_dir,
-        events=events,
         nnodes=nnodes,
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
         rdzv_timeout=rdzv_timeout,
         standalone=standalone,
-        config_nodes=policy.nodes if config else None,
         metrics_file=metrics_file,
         metrics_listen=listen,
     )
@@ -391,16 +335,7 @@ def precheck_command(
     ),
 ) -> None:
     """Run the environment pre-checks alone; exit 138 when one fails, as the agent would."""
-    from hacfg.agent.policy import RETRY_ELSEWHERE
-    from hacfg.agent.prechecks import run_prechecks
-    from hacfg.plugin.agent import PrecheckContext, PrecheckSettings
-
-    policy = _agent_policy(config)
-    results = run_prechecks(PrecheckContext(policy, PrecheckSettings.from_environment(), dict(os.environ)))
-    for result in results:
-        typer.echo(result.line())
-    if any(r.status == "failed" for r in results):
-        raise typer.Exit(RETRY_ELSEWHERE)
+    raise typer.Exit(commands.run_precheck(config))
 
 
 @app.command("events")
@@ -420,31 +355,7 @@ def events_command(
 ) -> None:
     """Show the agent's recovery events and where the time went: start-up, productive, lost work,
     hang detection, grace, restarts, and the ETTR; several nodes' logs make one job."""
-    import json
-
-    from hacfg.agent.goodput import breakdown, report
-    from hacfg.agent.state import read_events
-    from hacfg.agent.timeline import merge, table
-    from hacfg.scenario.source import InputError
-
-    paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
-    logs = []
-    for path in paths:
-        try:
-            logs.append(read_events(path))
-        except OSError as err:
-            raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
-    records = merge(logs)
-    result = breakdown(records)
-    if fmt == "json":
-        write(json.dumps({"goodput": result.to_json(), "events": records}, indent=2) + "\n", None)
-    else:
-        write(f"{table(records)}\n{report(result)}", None)
-    if plot is not None:
-        from hacfg.agent.timeline import plot as draw
-
-        draw(records, str(plot))
-        say(f"wrote {plot}")
+    raise typer.Exit(commands.run_events(files or [], fmt=fmt, plot=plot))
 
 
 @app.command("diagnose")
@@ -458,17 +369,4 @@ def diagnose_command(
     fmt: Literal["text", "json"] = typer.Option("text", "--format", "-f"),
 ) -> None:
     """Say why a job failed from its log: the cause, the evidence lines, and what the restart rules would do."""
-    import json
-
-    from hacfg.agent import diagnose
-    from hacfg.plugin import provided as registry
-
-    policy = _agent_policy(registry.preset_or_path(config) if config else None)
-    label = diagnose.policy_label(policy, config)
-    results = [diagnose.diagnose(diagnose.read_log(path), policy) for path in logs]
-    if fmt == "json":
-        write(json.dumps(diagnose.to_json(results, label), indent=2) + "\n", None)
-    else:
-        write(diagnose.render_text(results, label), None)
-    if any(result.failed for result in results):
-        raise typer.Exit(EXIT_FINDINGS)
+    raise typer.Exit(commands.run_diagnose(logs, config, fmt=fmt))

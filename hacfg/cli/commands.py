@@ -1,9 +1,10 @@
-"""The exit codes and output helpers every command shares, and the bodies of ``hacfg lint`` and
-``hacfg build``.
+"""The body of every ``hacfg`` command, and the exit codes and output helpers they share.
 
-Nothing here imports typer: :mod:`hacfg.cli.main` calls these functions directly for a plain
-``hacfg lint PATH...`` or ``hacfg build FILE``, and :mod:`hacfg.cli.app` calls the same functions with
-the options a user gave. Exit codes: 0 ok, 1 findings, 2 bad input or usage, 3 internal error.
+Each body takes plain arguments and returns an exit code. Nothing here imports typer, and each
+body imports what it needs when it runs: :mod:`hacfg.cli.main` calls :func:`run_lint` and
+:func:`run_build` directly for a plain ``hacfg lint PATH...`` or ``hacfg build FILE``, and
+:mod:`hacfg.cli.app` calls every body with the options a user gave. Exit codes: 0 ok, 1 findings,
+2 bad input or usage, 3 internal error, 138 a failed pre-check.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from hacfg.scenario.names import Platform, Severity
+from hacfg.scenario.names import Platform, Scenario, Severity
 
 if TYPE_CHECKING:
+    from hacfg.agent.policy import Policy
     from hacfg.lint.engine import Report
 
 EXIT_OK = 0
@@ -107,3 +109,221 @@ def run_lint(
     chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output)
     return EXIT_FINDINGS if not exit_zero and result.fails(fail_on or settings.fail_on) else EXIT_OK
+
+
+def run_fix(
+    paths: Sequence[Path],
+    show_diff: bool = False,
+    platform: Platform | None = None,
+    respect_gitignore: bool = True,
+    force_exclude: bool = False,
+) -> int:
+    """``hacfg fix``: apply the safe fixes in place, or print them as a diff (exit 1 if there are any)."""
+    from hacfg.lint import engine as lint
+    from hacfg.lint import fix
+
+    settings, _ = lint.configured()
+    found = lint.lint_paths(
+        paths, settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+    )
+    changed = fix.fixes(report_discovery(found))
+    for file in changed:
+        if show_diff:
+            write(file.diff(), None)
+        else:
+            file.write()
+            say(f"fixed {file.count} in {file.path}")
+    return EXIT_FINDINGS if show_diff and changed else EXIT_OK
+
+
+def run_schema(output: Path | None = None) -> int:
+    """``hacfg schema``: the JSON Schema of the scenario file format."""
+    import json
+
+    from hacfg.scenario.validation import json_schema
+
+    write(json.dumps(json_schema(), indent=2) + "\n", output)
+    return EXIT_OK
+
+
+def run_init(scenario: Scenario, output: Path, force: bool = False) -> int:
+    """``hacfg init``: write a commented starting scenario file, never over one unless forced."""
+    from hacfg.scenario.source import InputError
+    from hacfg.scenario.starter import starter
+
+    if output.exists() and not force:
+        raise InputError("already exists; pass --force to overwrite it", file=str(output))
+    write(starter(scenario), output)
+    say(f"wrote {output}")
+    return EXIT_OK
+
+
+def run_import(body: Path, output: Path | None = None, platform: Platform = "huaweicloud") -> int:
+    """``hacfg import``: a scenario file from a request body, with a note for what it cannot express."""
+    from hacfg.scenario.importer import import_body
+    from hacfg.scenario.source import load
+
+    text, notes = import_body(load(body), platform=platform)
+    for message in notes:
+        note(message)
+    write(text, output)
+    return EXIT_OK
+
+
+def run_plugins() -> int:
+    """``hacfg plugins``: the loaded plugins and what each provides."""
+    from hacfg.plugin import manager as plugin_manager
+
+    write(plugin_manager.get().listing(), None)
+    return EXIT_OK
+
+
+def run_rules(fmt: Literal["text", "json", "markdown"] = "text") -> int:
+    """``hacfg rules``: every lint rule, built-in and from plugins."""
+    from hacfg.lint import engine as lint
+    from hacfg.lint import formatters as report
+
+    write(report.rules_listing(fmt, lint.registry()), None)
+    return EXIT_OK
+
+
+def run_explain(rule_id: str) -> int:
+    """``hacfg explain``: one rule's documentation."""
+    from hacfg.lint import engine as lint
+    from hacfg.lint import formatters as report
+
+    write(report.explanation(rule_id, lint.registry()), None)
+    return EXIT_OK
+
+
+def run_server() -> int:
+    """``hacfg server``: the language server on stdin and stdout; a missing extra is bad input."""
+    try:
+        from hacfg.lint.server import serve
+    except ModuleNotFoundError as err:
+        if (err.name or "").partition(".")[0] not in ("pygls", "lsprotocol"):
+            raise
+        from hacfg.scenario.source import InputError
+
+        raise InputError(f"hacfg server needs {err.name}: pip install 'hacfg[server]'") from None
+    serve()
+    return EXIT_OK
+
+
+def _agent_policy(config: Path | None, **overrides: Any) -> Policy:
+    from hacfg.agent.options import policy_for
+    from hacfg.plugin import provided as registry
+
+    return policy_for(config, registry.presets() if config else {}, **overrides)
+
+
+def run_agent(
+    command: list[str],
+    config: Path | None = None,
+    *,
+    state_dir: Path | None = None,
+    events: Path | None = None,
+    max_restarts: int | None = None,
+    unconditional: bool | None = None,
+    hang_retry: bool | None = None,
+    hang_timeout: str | None = None,
+    initial_hang_timeout: str | None = None,
+    checkpoint_path: str | None = None,
+    no_precheck: bool = False,
+    grace: float | None = None,
+    nnodes: int | None = None,
+    node_rank: int | None = None,
+    rdzv_endpoint: str | None = None,
+    rdzv_timeout: float = 900,
+    standalone: bool = False,
+    metrics_file: Path | None = None,
+    metrics_listen: tuple[str, int] | None = None,
+) -> int:
+    """``hacfg agent``: supervise ``command`` with the scenario file's policy and the overrides given."""
+    from hacfg.agent.loop import run_agent as supervise
+
+    policy = _agent_policy(
+        config,
+        max_restarts=max_restarts,
+        unconditional=unconditional,
+        on_hang=hang_retry,
+        hang_timeout=hang_timeout,
+        initial_hang_timeout=initial_hang_timeout,
+        checkpoint_path=checkpoint_path,
+        precheck=False if no_precheck else None,
+        grace=grace,
+    )
+    return supervise(
+        command,
+        policy,
+        state_dir=state_dir,
+        events=events,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_timeout=rdzv_timeout,
+        standalone=standalone,
+        config_nodes=policy.nodes if config else None,
+        metrics_file=metrics_file,
+        metrics_listen=metrics_listen,
+    )
+
+
+def run_precheck(config: Path | None = None) -> int:
+    """``hacfg precheck``: the environment pre-checks alone, exiting as the agent would on a failure."""
+    from hacfg.agent.policy import RETRY_ELSEWHERE
+    from hacfg.agent.prechecks import run_prechecks
+    from hacfg.plugin.agent import PrecheckContext, PrecheckSettings
+
+    policy = _agent_policy(config)
+    results = run_prechecks(PrecheckContext(policy, PrecheckSettings.from_environment(), dict(os.environ)))
+    for result in results:
+        write(result.line() + "\n", None)
+    return RETRY_ELSEWHERE if any(r.status == "failed" for r in results) else EXIT_OK
+
+
+def run_events(files: Sequence[Path], fmt: Literal["table", "json"] = "table", plot: Path | None = None) -> int:
+    """``hacfg events``: the nodes' event logs merged into one job, with where the time went."""
+    import json
+
+    from hacfg.agent.goodput import breakdown, report
+    from hacfg.agent.state import read_events
+    from hacfg.agent.timeline import merge, table
+    from hacfg.scenario.source import InputError
+
+    paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
+    logs = []
+    for path in paths:
+        try:
+            logs.append(read_events(path))
+        except OSError as err:
+            raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
+    records = merge(logs)
+    result = breakdown(records)
+    if fmt == "json":
+        write(json.dumps({"goodput": result.to_json(), "events": records}, indent=2) + "\n", None)
+    else:
+        write(f"{table(records)}\n{report(result)}", None)
+    if plot is not None:
+        from hacfg.agent.timeline import plot as draw
+
+        draw(records, str(plot))
+        say(f"wrote {plot}")
+    return EXIT_OK
+
+
+def run_diagnose(logs: Sequence[Path], config: str | None = None, fmt: Literal["text", "json"] = "text") -> int:
+    """``hacfg diagnose``: why each log's job failed, and what the restart rules would do (exit 1 if one did)."""
+    import json
+
+    from hacfg.agent import diagnose
+    from hacfg.plugin import provided as registry
+
+    policy = _agent_policy(registry.preset_or_path(config) if config else None)
+    label = diagnose.policy_label(policy, config)
+    results = [diagnose.diagnose(diagnose.read_log(path), policy) for path in logs]
+    if fmt == "json":
+        write(json.dumps(diagnose.to_json(results, label), indent=2) + "\n", None)
+    else:
+        write(diagnose.render_text(results, label), None)
+    return EXIT_FINDINGS if any(result.failed for result in results) else EXIT_OK
