@@ -51,3 +51,17 @@ passthrough:
       jupyter-lab/enable: 1
 """)
     assert findings(cli, path) == {("HA012", 6, 11), ("HA015", 8, 27), ("HA008", 9, 7), ("HA007", 10, 27)}
+
+
+def test_ignoring_the_override_rule_still_judges_the_overriding_key(cli, project):
+    """Which passthrough keys override the scenario is the engine's own question, not HA020's finding."""
+    (project / "ha.yaml").write_text(HEAD + """\
+restart: {max: 8}
+passthrough:
+  metadata:
+    annotations: {fault-tolerance/job-retry-num: "500"}
+""")
+    both = findings(cli, "ha.yaml")
+    assert {rule for rule, _, _ in both} >= {"HA020", "HA001", "HA006"}
+    (project / "pyproject.toml").write_text('[tool.hacfg]\nignore = ["HA020"]\n')
+    assert findings(cli, "ha.yaml") == {f for f in both if f[0] != "HA020"}

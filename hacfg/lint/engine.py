@@ -22,6 +22,7 @@ from hacfg.plugin import provided
 from hacfg.plugin.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
 from hacfg.scenario.config import ConfigError, ConfigInvalid, as_base, deep_merge, preset_advice, validate, with_presets
 from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
+from hacfg.scenario.passthrough import passthrough_overrides
 from hacfg.scenario.source import Document, InputError, LogicalPath, Span, dotted, load, parse
 
 BUILTIN_PREFIX = "HA"
@@ -235,12 +236,13 @@ def lint_file(
     if ctx is None:
         return linter.finish()
     passes: list[tuple[ScenarioContext | JobContext, LogicalPath]] = [(ctx, ())]
+    overrides: set[LogicalPath] = set()
     if isinstance(ctx, ScenarioContext) and ctx.config.passthrough:
         passes.append((_passthrough_context(ctx), PASSTHROUGH))
+        overrides = {override.at for override in passthrough_overrides(ctx.config)}
     for checked, prefix in passes:
         # In passthrough, what it writes itself: by a body-only rule anywhere; by a rule that also
         # reads scenarios only where passthrough overrides the scenario (elsewhere that check judged it).
-        overrides = {f.logical_path for f in linter.findings if f.rule == OVERRIDE_RULE}
         for rule_id, source in rules.items():
             if rule_id not in linter.enabled:
                 continue
@@ -249,7 +251,7 @@ def lint_file(
                     if prefix and not checked.is_set(problem.at):
                         continue
                     at = _under(prefix, problem)
-                    if prefix and source.rule.scenario_check and dotted(at.at) not in overrides:
+                    if prefix and source.rule.scenario_check and at.at not in overrides:
                         continue
                     linter.add(rule_id, at)
             except Exception as err:  # a plugin's bug must not stop the other rules
@@ -259,7 +261,6 @@ def lint_file(
 
 
 PASSTHROUGH: LogicalPath = ("passthrough",)
-OVERRIDE_RULE = "HA020"  # a passthrough key that overrides what the scenario says
 
 
 def _passthrough_context(ctx: ScenarioContext) -> JobContext:

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from hacfg.scenario.config import deep_merge
     from hacfg.scenario.model import HAConfig, format_duration, scenario_document
     from hacfg.scenario.names import Kind, Platform, Scenario, Severity
+    from hacfg.scenario.passthrough import passthrough_overrides
     from hacfg.scenario.source import Document, LogicalPath, did_you_mean, lookup
 
 __all__ = [
@@ -90,6 +91,7 @@ __all__ = [
     "Platform",
     "Scenario",
     "modelarts",
+    "passthrough_overrides",
     # hacfg_prechecks
     "Policy",
     "Precheck",
@@ -128,6 +130,7 @@ _HOME = {
     "hacfg.scenario.config": ("deep_merge",),
     "hacfg.scenario.model": ("HAConfig", "format_duration", "scenario_document"),
     "hacfg.scenario.names": ("Kind", "Platform", "Scenario", "Severity"),
+    "hacfg.scenario.passthrough": ("passthrough_overrides",),
     "hacfg.scenario.source": ("Document", "LogicalPath", "did_you_mean", "lookup"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}

@@ -118,7 +118,7 @@ class JobContext(FileContext):
 
     body: JobBody
 
-    ENVIRONMENT: ClassVar[LogicalPath] = ("algorithm", "environments")
+    ENVIRONMENT: ClassVar[LogicalPath] = ma.ENVIRONMENTS_AT
 
     @property
     def environment(self) -> dict[Any, Any]:
@@ -197,7 +197,7 @@ _CPU_FLAVOR = re.compile(r"(^|[._-])cpu([._-]|$)", re.IGNORECASE)
 class JobBody:
     """Read access to a ModelArts request body that may be malformed in any way."""
 
-    ANNOTATIONS: ClassVar[LogicalPath] = ("metadata", "annotations")
+    ANNOTATIONS: ClassVar[LogicalPath] = ma.ANNOTATIONS_AT
 
     data: dict[str, Any]
     annotations: dict[Any, Any] = field(init=False)

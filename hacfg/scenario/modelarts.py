@@ -6,6 +6,10 @@ configuration pages (Huawei Cloud) and the Open Telekom Cloud mirror, which allo
 
 from __future__ import annotations
 
+# Where a request body holds the annotations and the training command's variables.
+ANNOTATIONS_AT = ("metadata", "annotations")
+ENVIRONMENTS_AT = ("algorithm", "environments")
+
 JOB_RETRY_NUM = "fault-tolerance/job-retry-num"
 UNCONDITIONAL_RETRY = "fault-tolerance/job-unconditional-retry"
 HANG_RETRY = "fault-tolerance/hang-retry"

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 
 from hacfg.plugin import (
     Fix,
-    HAConfig,
-    JobBody,
     JobContext,
     Problem,
     Rule,
@@ -17,7 +14,7 @@ from hacfg.plugin import (
     annotation_path,
     did_you_mean,
     hookimpl,
-    lookup,
+    passthrough_overrides,
     rule,
 )
 from hacfg.plugin import modelarts as ma
@@ -138,44 +135,12 @@ def passthrough_owns_key(ctx: ScenarioContext) -> Iterator[Problem]:
     ## Fix
     Say it with the scenario's own key (`restart.on_hang: false`) and remove it from `passthrough`.
     """
-    says = _scenario_says(ctx.config)
-    for base, owned in ((JobBody.ANNOTATIONS, _OWNED_ANNOTATIONS), (JobContext.ENVIRONMENT, _OWNED_VARIABLES)):
-        written = lookup(ctx.config.passthrough, base)
-        for key, value in written.items() if isinstance(written, dict) else ():
-            if key in owned and value != says[key]:
-                message = (
-                    f"passthrough sets {key} to {json.dumps(value)} over {owned[key]} "
-                    f"({json.dumps(says[key])}): say it with {owned[key]} and remove it here"
-                )
-                yield Problem(("passthrough", *base, key), message, on_key=True)
-
-
-_OWNED_ANNOTATIONS = {
-    ma.JOB_RETRY_NUM: "restart.max",
-    ma.UNCONDITIONAL_RETRY: "restart.unconditional",
-    ma.HANG_RETRY: "restart.on_hang",
-    ma.POD_RETRY_NUM: "restart.pod_reschedules",
-    ma.HCCL_OP_RETRY: "operator_retry",
-}
-_OWNED_VARIABLES = {ma.HANG_DETECT_TIME: "hang.timeout", ma.PRECHECK_SWITCH: "precheck"}
-
-
-def _scenario_says(config: HAConfig) -> dict[str, str]:
-    """Each owned key as the platform spells what the scenario means (a passthrough that agrees is harmless)."""
-    restart = config.restart
-
-    def switch(on: bool) -> str:
-        return "true" if on else "false"
-
-    return {
-        ma.JOB_RETRY_NUM: str(restart.max),
-        ma.UNCONDITIONAL_RETRY: switch(restart.unconditional),
-        ma.HANG_RETRY: switch(restart.on_hang),
-        ma.POD_RETRY_NUM: str(restart.pod_reschedules),
-        ma.HCCL_OP_RETRY: switch(config.operator_retry),
-        ma.HANG_DETECT_TIME: str(max(1, math.ceil(config.hang.timeout.total_seconds() / 60))),
-        ma.PRECHECK_SWITCH: "1" if config.precheck else "0",
-    }
+    for override in passthrough_overrides(ctx.config):
+        message = (
+            f"passthrough sets {override.key} to {json.dumps(override.value)} over {override.owner} "
+            f"({json.dumps(override.means)}): say it with {override.owner} and remove it here"
+        )
+        yield Problem(override.at, message, on_key=True)
 
 
 @hookimpl
