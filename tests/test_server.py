@@ -221,6 +221,17 @@ def test_saving_a_base_file_relints_the_files_that_extend_it(editor):
     assert [d.code for d in editor.diagnostics("child.ha.yaml")] == ["HA102"]
 
 
+def test_a_saved_base_file_speaks_again_through_its_comments(editor):
+    """What the base's comments vouch for is read from the same cache as its data, forgotten on save."""
+    base = editor.root / "vouching.yaml"
+    base.write_text(SCENARIO)
+    child = "extends: ./vouching.yaml\nversion: 1\nscenario: multi-node\n"
+    assert [d.code for d in editor.open("vouched.ha.yaml", child)] == ["HA009"]
+    base.write_text(SCENARIO.replace("max: 3", "max: 3  # hacfg: disable=HA009 -- the job resumes cheaply"))
+    editor.save(base)
+    assert editor.diagnostics("vouched.ha.yaml") == []
+
+
 def test_without_pygls_the_command_says_what_to_install(tmp_path):
     (tmp_path / "pygls").mkdir()
     (tmp_path / "pygls" / "__init__.py").write_text("raise ModuleNotFoundError('No module named pygls', name='pygls')\n")

@@ -7,7 +7,6 @@ drop what suppression comments silence (HA099 for those that silence nothing).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import re
 from collections.abc import Iterable, Iterator
@@ -20,7 +19,16 @@ from hacfg.lint.settings import Settings, find_settings
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin import provided
 from hacfg.plugin.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
-from hacfg.scenario.config import ConfigError, ConfigInvalid, as_base, deep_merge, preset_advice, validate, with_presets
+from hacfg.scenario.config import (
+    ConfigError,
+    ConfigInvalid,
+    as_base,
+    deep_merge,
+    preset_advice,
+    read_base,
+    validate,
+    with_presets,
+)
 from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
 from hacfg.scenario.passthrough import passthrough_overrides
 from hacfg.scenario.source import Document, InputError, LogicalPath, Span, dotted, load, parse
@@ -369,7 +377,7 @@ class _FileLinter:
         result = []
         for finding in self.findings:
             if finding.path != self.own.path:
-                reason = suppressions_in(_text_of(finding.path)).match(finding)
+                reason = suppressions_in(_base_text(finding.path)).match(finding)
                 if reason is not None:
                     continue  # the preset vouches for its own choice
                 finding = self._relocate(finding)
@@ -396,11 +404,12 @@ class _FileLinter:
         )
 
 
-@functools.lru_cache(maxsize=64)
-def _text_of(path: str) -> str:
+def _base_text(path: str) -> str:
+    """The text of the base a finding comes from, as merging read it; a base that does not parse
+    vouches for nothing."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return read_base(Path(path)).text
+    except InputError:
         return ""
 
 

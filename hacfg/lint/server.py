@@ -168,7 +168,6 @@ def did_change(ls: HacfgServer, params: types.DidChangeTextDocumentParams) -> No
 def did_save(ls: HacfgServer, params: types.DidSaveTextDocumentParams) -> None:
     """The saved file may be a base that open files extend: read base files again, lint them all."""
     config.forget_bases()
-    lint._text_of.cache_clear()
     for uri in list(ls.shown):
         ls.lint(uri)
 

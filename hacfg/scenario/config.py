@@ -125,7 +125,7 @@ def _resolved_base(path: Path, presets: tuple[tuple[str, Path], ...], chain: tup
     """A base as every file extending it sees it (merged over its own base; a preset without what
     only the user knows), made once per process however many files extend it."""
     known = dict(presets)
-    base = with_presets(_load_base(path), known, chain)
+    base = with_presets(read_base(path), known, chain)
     return _without(base, USER_ONLY) if _is_preset(path, known) else base
 
 
@@ -134,7 +134,7 @@ def preset_advice(scenario: str, presets: Presets) -> dict[LogicalPath, Any]:
     preset = presets.get(scenario)
     if preset is None:
         return {}
-    data = _load_base(preset).data
+    data = read_base(preset).data
     found = {path: lookup(data, path) for path in USER_ONLY}
     return {path: value for path, value in found.items() if value is not None}
 
@@ -165,14 +165,15 @@ def _same_file(a: Path, b: str) -> bool:
 
 
 @functools.lru_cache(maxsize=32)
-def _load_base(path: Path) -> Document:
-    """Presets and base files are read once per process, however many files extend them."""
+def read_base(path: Path) -> Document:
+    """A preset or base file, text and data, read once per process however many files extend it
+    (until :func:`forget_bases`); the lint engine reads its suppression comments from here too."""
     return load(path)
 
 
 def forget_bases() -> None:
     """Read presets and base files afresh from now on: a long-lived process saw one change."""
-    _load_base.cache_clear()
+    read_base.cache_clear()
     _resolved_base.cache_clear()
 
 
