@@ -5,14 +5,16 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import sys
+import types
 
 import pluggy
 import pytest
 
 from conftest import REPO, imported_modules, run_hacfg
+from hacfg.agent.classify import classify
 from hacfg.lint import engine as lint
 from hacfg.lint.settings import Settings
-from hacfg.plugin import Failure, JobContext, Problem, ScenarioContext, hookimpl, hookspecs, rule
+from hacfg.plugin import Classification, Failure, JobContext, Problem, ScenarioContext, hookimpl, hookspecs, rule
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugins import HOOKS, hooks_of
 
@@ -337,5 +339,29 @@ def test_builtin_plugins_imported_late_are_called_in_the_order_loading_all_at_on
         rules = [impl.plugin_name for impl in pm.hook.hacfg_rules.get_hookimpls()]
         assert rules.index("site_before") < rules.index("rules-job") < rules.index("site_after") < rules.index("in_process")
         assert [impl.plugin_name for impl in pm.hook.hacfg_agent_event.get_hookimpls()] == ["site_before", "site_after", "trial", "in_process"]
+    finally:
+        plugin_manager.reset()
+
+
+def test_the_first_classification_wins_asking_the_plugin_registered_last_first():
+    """hacfg_classify_failure is called one implementation at a time: None passes, the first answer ends it."""
+    asked = []
+
+    def classifier(name, answer):
+        @hookimpl
+        def hacfg_classify_failure(failure):
+            asked.append(name)
+            return answer
+
+        return types.SimpleNamespace(hacfg_classify_failure=hacfg_classify_failure)
+
+    plugin_manager.reset()
+    try:
+        manager = plugin_manager.get()
+        for name, answer in (("earlier", Classification("environment", "never asked")), ("answering", Classification("hang", "stuck")), ("passing", None)):
+            manager.add(classifier(name, answer), plugin_manager.PluginInfo(name, name, "(test)"))
+        verdict = classify(Failure(1, None, ()))
+        assert (verdict.cause, verdict.reason, verdict.classifier) == ("hang", "stuck", "answering")
+        assert asked == ["passing", "answering"]
     finally:
         plugin_manager.reset()

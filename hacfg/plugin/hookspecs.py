@@ -72,15 +72,18 @@ def hacfg_prechecks() -> Iterable[Precheck]:
     """
 
 
-@hookspec(firstresult=True)
+@hookspec
 def hacfg_classify_failure(failure: Failure) -> Classification | None:
     """Say why an attempt failed: a :class:`hacfg.plugin.Classification` or None.
 
     ``failure`` has the exit code or signal, whether the agent found it hung, and the last
-    lines of output. The first classifier that answers wins (plugins registered later are
-    asked first, so a site plugin can override the built-in patterns). The cause decides the
-    restart rule: ``environment`` and ``user`` count against ``restart.max``; only
-    ``environment`` restarts without ``restart.unconditional``; ``hang`` never counts.
+    lines of output. The agent asks the classifiers one at a time, plugins registered later
+    first (so a site plugin can override the built-in patterns), and the first Classification
+    wins: the rest are not asked. None passes to the next; one that raises, or returns anything
+    else, is reported as a failure of that plugin and the next is asked; when none answers, the
+    cause is ``user``. The cause decides the restart rule: ``environment`` and ``user`` count
+    against ``restart.max``; only ``environment`` restarts without ``restart.unconditional``;
+    ``hang`` never counts.
     """
 
 
