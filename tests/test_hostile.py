@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -101,3 +103,72 @@ def test_symlink_loop(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "back").symlink_to(tmp_path, target_is_directory=True)
     assert lint(tmp_path / "sub").returncode == 0  # directory walks do not follow links
+
+
+HUGE = "1" * 5000
+SCENARIO = "version: 1\nscenario: single-node\nrestart:\n  max: {}\n"
+
+
+@pytest.mark.parametrize(
+    "name, text, where",
+    [
+        ("decimal.yaml", SCENARIO.format(HUGE), ":4:8:"),
+        ("negative.yaml", SCENARIO.format("-" + HUGE), ":4:8:"),
+        ("hex.yaml", SCENARIO.format("0x" + "f" * 4000), ":4:8:"),  # 4000 hex digits print as 4817 decimal ones
+        ("octal.yaml", SCENARIO.format("0o" + "7" * 5000), ":4:8:"),
+        ("tagged.yaml", SCENARIO.format("!!int " + HUGE), ":4:8:"),
+        ("key.yaml", f"version: 1\nscenario: single-node\njob:\n  environment:\n    ? {HUGE}\n    : x\n", ":5:7:"),
+        ("body.json", json.dumps({"kind": "job", "metadata": {"name": "a"}, "spec": {"resource": {"node_count": 0}}})
+         .replace("0}", HUGE + "}"), ":1:80:"),
+    ],
+)
+def test_an_integer_past_pythons_limit_is_one_positioned_line(cli, tmp_path, name, text, where):
+    path = tmp_path / name
+    path.write_text(text)
+    message = "integer longer than 4300 digits"
+    linted = cli("lint", path)
+    assert (linted.code, linted.out.splitlines()[0]) == (1, f"{path}{where} HA100 error {message}")
+    for command in ("build", "import"):
+        result = cli(command, path)
+        assert (result.code, result.err) == (2, f"{path}{where} {message}\n"), command
+    assert cli("fix", path).code == 0  # nothing it can fix in a file it cannot read; lint says why
+    assert path.read_text() == text
+
+
+def test_the_largest_integer_python_prints_is_read(cli, tmp_path):
+    path = tmp_path / "ha.yaml"
+    path.write_text(SCENARIO.format("9" * 4300))
+    assert "restart.max" in cli("lint", path).out  # a finding about the value, not about reading it
+
+
+def test_huge_numbers_in_strings_are_findings_or_passthrough(cli, tmp_path):
+    """Counts and durations written as strings reach int() and timedelta() further in."""
+    duration = tmp_path / "ha.yaml"
+    duration.write_text(f"version: 1\nscenario: single-node\nhang:\n  timeout: {HUGE}m\n")
+    assert cli("lint", duration).out.startswith(f"{duration}:4:12: HA102 error hang.timeout: a duration longer than")
+    body = tmp_path / "job.json"
+    annotations = {"fault-tolerance/job-retry-num": HUGE, "fault-tolerance/pod-retry-num": HUGE}
+    environment = {"MA_HANG_DETECT_TIME": "9" * 17}
+    body.write_text(json.dumps({"kind": "job", "metadata": {"name": "a", "annotations": annotations},
+                                "algorithm": {"environments": environment}}))
+    imported = cli("import", body, "-o", tmp_path / "ha.yaml")
+    assert imported.code == 0, imported.err
+    assert cli("lint", tmp_path / "ha.yaml").code in (0, 1)
+    assert HUGE in (tmp_path / "ha.yaml").read_text()  # kept verbatim in passthrough, as the platform reads it
+
+
+@pytest.mark.parametrize("depth, written", [(199, True), (200, False)])
+def test_import_writes_no_scenario_nested_past_what_hacfg_reads(cli, tmp_path, depth, written):
+    nested: object = 1
+    for _ in range(depth - 1):
+        nested = {"k": nested}
+    body = tmp_path / "job.json"
+    body.write_text(json.dumps({"kind": "job", "metadata": {"name": "a"}, "x": nested}))
+    assert cli("lint", body).code in (0, 1)  # the body itself is readable at either depth
+    result = cli("import", body, "-o", tmp_path / "ha.yaml")
+    assert (tmp_path / "ha.yaml").exists() is written
+    if written:
+        assert result.code == 0 and cli("lint", tmp_path / "ha.yaml").code == 0
+    else:
+        assert result.code == 2
+        assert re.fullmatch(rf"{body}:1:\d+: nested 200 levels deep: under passthrough .*\n", result.err)

@@ -15,9 +15,10 @@ import re
 from typing import Any
 
 from hacfg.scenario import modelarts as ma
-from hacfg.scenario.source import Document, InputError, dotted, lookup
+from hacfg.scenario.source import MAX_DEPTH, Document, InputError, dotted, lookup, parse_bytes
 
-_COUNT = re.compile(r"[0-9]+")
+# A count as the platform writes it back: no sign, no leading zero, and short enough for any limit.
+_COUNT = re.compile(r"0|[1-9][0-9]{0,17}")
 _NAME = re.compile(ma.JOB_NAME_PATTERN)
 COMMENT_COLUMN = 36
 
@@ -77,19 +78,9 @@ class _Importer:
             if not isinstance(written, str):
                 self.notes.append(f"{dotted(source)}: {written!r} is not a string; kept as written in passthrough")
                 continue
-            if (
-                key == ma.JOB_RETRY_NUM
-                and _COUNT.fullmatch(written)
-                and low <= int(written) <= high
-                and written == str(int(written))
-            ):
+            if key == ma.JOB_RETRY_NUM and _COUNT.fullmatch(written) and low <= int(written) <= high:
                 self.take(("restart", "max"), int(written), source)
-            elif (
-                key == ma.POD_RETRY_NUM
-                and _COUNT.fullmatch(written)
-                and int(written) >= 1
-                and written == str(int(written))
-            ):
+            elif key == ma.POD_RETRY_NUM and _COUNT.fullmatch(written) and int(written) >= 1:
                 self.take(("restart", "pod_reschedules"), int(written), source)
             elif written == "true" and key in _SWITCHES:
                 self.take(_SWITCHES[key], True, source)
@@ -104,8 +95,8 @@ class _Importer:
             if (
                 key == ma.HANG_DETECT_TIME
                 and _COUNT.fullmatch(value)
-                and value == str(int(value))
                 and int(value) not in (0, ma.DEFAULT_HANG_MINUTES)
+                and int(value) <= _LONGEST_MINUTES
             ):
                 self.take(("hang", "timeout"), f"{int(value)}m", source)
             elif key == ma.PRECHECK_SWITCH and value == "0":
@@ -133,15 +124,37 @@ _SWITCHES = {
     ma.HCCL_OP_RETRY: ("operator_retry",),
 }
 _ORDER = ["job", "checkpoint", "restart", "hang", "operator_retry", "precheck"]
+_LONGEST_MINUTES = 999_999_999 * 24 * 60  # what a hang.timeout can say; a longer one stays in the environment
 
 
 def import_body(document: Document, *, platform: str = "huaweicloud") -> tuple[str, list[str]]:
     """The scenario file's text, and notes about values read differently from how they were written."""
     if not isinstance(document.data, dict) or not ({"kind", "metadata"} & set(document.data)):
         raise InputError("not a ModelArts request body (no top-level kind or metadata)", document.span(()))
+    deepest = max(document.values, key=len)
+    if len(deepest) >= MAX_DEPTH:  # passthrough holds the body one level deeper than it stands
+        raise InputError(
+            f"nested {len(deepest)} levels deep: under passthrough that is past the {MAX_DEPTH} levels hacfg reads",
+            document.span(deepest),
+        )
     importer = _Importer(document.data, platform)
     importer.run()
-    return _render(importer, document.path), importer.notes
+    text = _render(importer, document.path)
+    _check(text, document.path)
+    return text, importer.notes
+
+
+def _check(text: str, source_name: str) -> None:
+    """Refuse to hand back a scenario file that hacfg would refuse to read or validate."""
+    from hacfg.scenario.config import ConfigInvalid, validate
+
+    try:
+        validate(parse_bytes(text.encode(), "imported.yaml"))
+    except InputError as err:
+        raise InputError(f"cannot import: {err.message} (in the scenario it would write)", file=source_name) from None
+    except ConfigInvalid as err:
+        first = err.errors[0]
+        raise InputError(f"cannot import: {first.message} (in the scenario it would write)", file=source_name) from None
 
 
 def _render(importer: _Importer, source_name: str) -> str:

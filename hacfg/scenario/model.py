@@ -45,8 +45,17 @@ def parse_duration(value: Any) -> Any:
     match = _DURATION.fullmatch(value.strip())
     if not value.strip() or not match:
         raise ValueError(f"{value!r} is not a duration; use a number and a unit: 90s, 30m, 2h, 1d")
+    too_long = f"a duration longer than {timedelta.max.days} days, the longest hacfg reads"
+    if len(value) > _LONGEST_DURATION:  # before int(): a number past Python's int/str limit
+        raise ValueError(too_long)
     days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    try:
+        return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError:
+        raise ValueError(too_long) from None
+
+
+_LONGEST_DURATION = 80  # characters; four parts of 19 digits each are far past timedelta's limit
 
 
 def format_duration(value: timedelta) -> str:

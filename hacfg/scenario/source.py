@@ -27,6 +27,8 @@ LogicalPath = tuple[Key, ...]
 MAX_NODES = 100_000
 MAX_DEPTH = 200
 MAX_BYTES = 16 << 20  # scenario files and request bodies are kilobytes; refuse before parsing a monster
+# Python's own limit for int <-> str (its default), so every integer read can be printed again.
+MAX_INT_DIGITS = 4300
 
 _PLAIN = "!plain"
 _STANDARD_TAG = "tag:yaml.org,2002:"
@@ -124,6 +126,11 @@ def load(path: str | Path) -> Document:
         raise InputError("is a directory, not a file", file=name) from None
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", file=name) from None
+    return parse_bytes(raw, name)
+
+
+def parse_bytes(raw: bytes, name: str) -> Document:
+    """A file's bytes as :func:`load` reads them: size, encoding, then YAML or JSON."""
     if len(raw) > MAX_BYTES:
         raise InputError(
             f"file is larger than {MAX_BYTES >> 20} MiB; hacfg reads scenario files and request bodies",
@@ -218,7 +225,7 @@ def _yaml_message(err: yaml.MarkedYAMLError, at: str) -> str:
 
 def _check_json(text: str, name: str) -> None:
     try:
-        json.loads(text)
+        json.loads(text, parse_int=len)  # syntax only: the builder reads each number, with its position
     except json.JSONDecodeError as err:
         raise InputError(
             f"invalid JSON: {err.msg}", Span(name, err.lineno, err.colno, err.lineno, err.colno + 1)
@@ -247,6 +254,7 @@ def _mark_span(name: str, start: yaml.Mark, end: yaml.Mark) -> Span:
 _NULLS = {"", "~", "null", "Null", "NULL"}
 _BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
 _INT = re.compile(r"[-+]?[0-9]+")
+_RADIX = re.compile(r"0x[0-9a-fA-F]+|0o[0-7]+")
 _FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 _SPECIAL_FLOATS = {".inf": math.inf, "+.inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}
 
@@ -264,15 +272,33 @@ def resolve_plain(value: str) -> Any:
     if value in _BOOLS:
         return _BOOLS[value]
     if _INT.fullmatch(value):
-        return int(value)
-    if value.startswith(("0x", "0o")) and len(value) > 2:
-        try:
-            return int(value, 0)
-        except ValueError:
-            return value
+        return integer(value)
+    if _RADIX.fullmatch(value):
+        return integer(value[2:], 16 if value[1] == "x" else 8)
     if _FLOAT.fullmatch(value):
         return float(value)
     return _SPECIAL_FLOATS.get(value.lower(), value)
+
+
+class TooLong(ValueError):
+    """An integer longer than hacfg reads: Python could not print it back (its int/str limit)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"integer longer than {MAX_INT_DIGITS} digits")
+
+
+_SHORT_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))  # a value of no more bits prints in MAX_INT_DIGITS
+
+
+def integer(literal: str, base: int = 10) -> int:
+    """``int(literal, base)``, refusing more than :data:`MAX_INT_DIGITS` digits, in the literal or,
+    for ``0x`` and ``0o`` (which Python reads at any length), in the value's decimal spelling."""
+    if len(literal.lstrip("+-")) > MAX_INT_DIGITS:
+        raise TooLong
+    value = int(literal, base)
+    if value.bit_length() > _SHORT_INT_BITS and abs(value) >= 10**MAX_INT_DIGITS:
+        raise TooLong
+    return value
 
 
 class _Builder:
@@ -331,9 +357,15 @@ class _Builder:
         return out
 
     def scalar(self, node: yaml.ScalarNode) -> Any:
+        try:
+            return self._scalar(node)
+        except TooLong as err:
+            raise self.fail(str(err), node) from None
+
+    def _scalar(self, node: yaml.ScalarNode) -> Any:
         if node.tag == _PLAIN:
             if self.is_json:
-                return json.loads(node.value)
+                return json.loads(node.value, parse_int=integer)
             return resolve_plain(node.value)
         kind = node.tag.removeprefix(_STANDARD_TAG)
         if kind == "str":
