@@ -103,3 +103,59 @@ def test_a_rule_reads_the_kinds_it_has_checks_for():
     assert body_only.summary == "Reads request bodies only."
     with pytest.raises(ValueError, match="capital letters then at least three digits"):
         rule("tst1", "bad-id", "info")
+
+
+TYPO_AND_RISKS = """\
+version: 1
+scenario: multi-node
+job: {name: llama, nodes: 4, accelerator: gpu}
+restart:
+  maks: 3
+  on_hang: true
+hang:
+  timeout: 2m
+  detekt: true
+"""
+
+
+def lint_text(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return [(f.rule, f.line, f.column, f.end_column) for f in lint.lint_file(path, Settings(root=tmp_path), lint.registry())]
+
+
+def test_a_typo_hides_no_risk_and_every_finding_keeps_its_place(tmp_path):
+    typo = lint_text(tmp_path, "ha.yaml", TYPO_AND_RISKS)
+    fixed = lint_text(tmp_path, "fixed.ha.yaml", TYPO_AND_RISKS.replace("maks", "max").replace("detekt", "detect"))
+    assert [f for f in typo if f[0] == "HA101"] == [("HA101", 5, 3, 7), ("HA101", 9, 3, 9)]
+    risks = [f for f in typo if f[0] != "HA101"]
+    # the risks the file has once the typos are fixed, placed at the same lines; what the misspelled
+    # restart.max would have said is said at the scenario, as for any restart budget the file leaves out
+    assert {r for r, *_ in risks} == {r for r, *_ in fixed} >= {"HA001", "HA016", "HA017"}
+    assert ("HA016", 8, 12, 14) in risks and ("HA016", 8, 12, 14) in fixed
+
+
+def test_a_bad_value_leaves_its_section_unjudged_and_the_rest_judged(tmp_path):
+    text = TYPO_AND_RISKS.replace("maks: 3", "max: 500")
+    found = lint_text(tmp_path, "ha.yaml", text)
+    assert ("HA102", 5, 8, 11) in found
+    # restart is judged by a default it does not have (auto restart off): nothing said about it...
+    assert not [f for f in found if f[0] == "HA005"]
+    # ...while hang, which is valid, still is
+    assert ("HA016", 8, 12, 14) in found
+
+
+def test_a_file_missing_what_every_scenario_needs_is_not_judged(tmp_path):
+    text = "version: 2\nscenario: multi-nod\nrestart: {maks: 3}\n"
+    assert [r for r, *_ in lint_text(tmp_path, "ha.yaml", text)] == ["HA102", "HA102", "HA101"]
+
+
+def test_the_unknown_key_fix_renames_it_to_the_key_it_meant_keeping_quotes(tmp_path):
+    body = '{"version": 1, "scenario": "single-node", "restart": {"maks": 2}, "hang": {"detekt": true, "detect": 1}}\n'
+    path = tmp_path / "j.ha.json"
+    path.write_text(body)
+    findings = lint.lint_file(path, Settings(root=tmp_path), lint.registry())
+    unknown = [f for f in findings if f.rule == "HA101"]
+    assert [(f.logical_path, f.fix is not None) for f in unknown] == [("restart.maks", True), ("hang.detekt", False)]
+    assert unknown[0].fix.description == "Rename 'maks' to 'max'"
+    assert fix.apply(body, unknown) == body.replace('"maks"', '"max"')  # a duplicate "detect" would not parse

@@ -49,7 +49,8 @@ def test_directories_find_scenario_files_only(cli, project):
     (project / ".hidden").mkdir()
     (project / ".hidden/ha.yaml").write_text("not: [valid\n")
     report = json.loads(cli("lint", "--format", "json", "jobs").out)
-    assert [(f["path"], f["rule"]) for f in report["findings"]] == [("jobs/a/ha.yaml", "HA101"), ("jobs/train.ha.yml", "HA016")]
+    assert [(f["path"], f["rule"]) for f in report["findings"]] == [
+        ("jobs/a/ha.yaml", "HA001"), ("jobs/a/ha.yaml", "HA017"), ("jobs/a/ha.yaml", "HA101"), ("jobs/train.ha.yml", "HA016")]
     assert report["summary"]["files"] == 2
 
 

@@ -70,7 +70,9 @@ def test_the_readme_snippet_works_as_written(tmp_path):
     assert "fixed 2 in deploy/job.json" in first.stdout
     assert json.loads((repo / "deploy/job.json").read_text())["metadata"]["annotations"] == {
         "fault-tolerance/job-retry-num": "3", "fault-tolerance/hang-retry": "true"}
-    assert "jobs/ha.yaml:4:3: HA101 error unknown key 'maks' in restart; did you mean 'max'?" in first.stdout
+    assert "fixed 1 in jobs/ha.yaml" in first.stdout  # the misspelled key, renamed to the one it meant
+    assert (repo / "jobs/ha.yaml").read_text() == "version: 1\nscenario: single-node\nrestart:\n  max: 3\n"
+    assert "jobs/ha.yaml:4:8: HA001 error auto restart is on but checkpoint.path is not set" in first.stdout
     for other in OTHER_FILES:
         assert other not in first.stdout
         assert other not in first.stderr

@@ -140,7 +140,9 @@ def test_a_session_from_initialize_to_exit_diagnostics_on_open_and_change(tmp_pa
     (opened,) = editor.open("ha.yaml", SCENARIO)
     assert (opened.code, opened.range, opened.severity, opened.source) == ("HA009", span(12, 7, 8), types.DiagnosticSeverity.Warning, "hacfg")
     # the editor's text, not the file on disk (there is none): a typo is reported where it is
-    (unknown,) = editor.change("ha.yaml", span(12, 2, 5), "mxa")
+    # the preset's budget still stands, and its risk is still shown
+    inherited, unknown = editor.change("ha.yaml", span(12, 2, 5), "mxa")
+    assert (inherited.code, inherited.range) == ("HA009", span(1, 10, 20))
     assert (unknown.code, unknown.range, unknown.severity) == ("HA101", span(12, 2, 5), types.DiagnosticSeverity.Error)
     assert unknown.message == "unknown key 'mxa' in restart; did you mean 'max'?"
     assert [d.code for d in editor.change("ha.yaml", span(12, 2, 5), "max")] == ["HA009"]
@@ -191,7 +193,7 @@ def test_fix_all_does_what_hacfg_fix_does(editor, cli, monkeypatch):
 
 
 def test_hover_over_a_finding_explains_its_rule(editor, cli):
-    (unknown,) = editor.open("hover.ha.yaml", SCENARIO.replace("  max: 3", "  mxa: 3"))
+    _, unknown = editor.open("hover.ha.yaml", SCENARIO.replace("  max: 3", "  mxa: 3"))
     hover = editor.hover("hover.ha.yaml", unknown.range.start.line, unknown.range.start.character + 1)
     assert hover.contents.kind == types.MarkupKind.Markdown
     assert hover.contents.value == cli("explain", "HA101").out.rstrip("\n")
@@ -218,7 +220,7 @@ def test_saving_a_base_file_relints_the_files_that_extend_it(editor):
     assert [d.code for d in editor.open("child.ha.yaml", "extends: ./base.yaml\nversion: 1\nscenario: multi-node\n")] == ["HA009"]
     base.write_text(SCENARIO.replace("nodes: 4", "nodes: four"))
     editor.save(base)
-    assert [d.code for d in editor.diagnostics("child.ha.yaml")] == ["HA102"]
+    assert [d.code for d in editor.diagnostics("child.ha.yaml")] == ["HA009", "HA102"]  # the valid part still judged
 
 
 def test_a_saved_base_file_speaks_again_through_its_comments(editor):

@@ -1,8 +1,9 @@
 """Lint: every rule over scenario files and ModelArts request bodies, findings with exact positions.
 
 Flow per file: load (HA100 if it does not parse) -> recognise the kind -> for a scenario, merge
-the preset and validate (HA101/HA102) -> run every enabled rule (HA000 if one raises) ->
-drop what suppression comments silence (HA099 for those that silence nothing).
+the preset and validate (HA101/HA102; the rules then judge what is valid, without the keys and
+values those name) -> run every enabled rule (HA000 if one raises) -> drop what suppression
+comments silence (HA099 for those that silence nothing).
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from hacfg.scenario.config import (
     deep_merge,
     preset_advice,
     read_base,
+    salvage,
     validate,
     with_presets,
 )
 from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
 from hacfg.scenario.passthrough import passthrough_overrides
-from hacfg.scenario.source import Document, InputError, LogicalPath, Span, dotted, load, parse
+from hacfg.scenario.source import Document, InputError, LogicalPath, Span, dotted, line_starts, load, lookup, parse
 
 BUILTIN_PREFIX = "HA"
 
@@ -324,6 +326,7 @@ class _FileLinter:
         self.document = own
         self.findings: list[Finding] = []
         self.enabled = settings.enabled_rules(rules, own.path)
+        self.unjudged: tuple[LogicalPath, ...] = ()  # where invalid keys and values were left out
 
     def context(self, platform: str | None) -> ScenarioContext | JobContext | None:
         if kind_of(self.own) == "job":
@@ -339,9 +342,14 @@ class _FileLinter:
             loaded = validate(self.document, platform=chosen)
         except ConfigInvalid as invalid:
             for error in invalid.errors:
-                rule_id = "HA101" if isinstance(error, ConfigError) and error.unknown_key else "HA102"
-                self._add(rule_id, error.span or self.own.span(()), getattr(error, "path", ()), error.message)
-            return None
+                if isinstance(error, ConfigError) and error.unknown_key:
+                    self._add("HA101", error.span, error.path, error.message, fix=self._rename(error))
+                else:
+                    self._add("HA102", error.span or self.own.span(()), getattr(error, "path", ()), error.message)
+            salvaged = None if self.base else salvage(self.document, invalid, platform=chosen)
+            if salvaged is None:
+                return None
+            loaded, self.unjudged = salvaged.loaded, salvaged.unjudged
         except InputError as err:  # extends: an unknown preset, a missing or unparsable base file
             self._add("HA102", err.span or self.own.span(()), ("extends",), err.message)
             return None
@@ -349,7 +357,25 @@ class _FileLinter:
         advice = preset_advice(config.scenario, provided.presets())
         return ScenarioContext(self.document, self.own, config.platform, config, advice)
 
+    def _rename(self, error: ConfigError) -> Fix | None:
+        """HA101's fix: the key spelled as the known key it most likely meant, quoted as it was; none when
+        the key stands in a preset or the mapping has that key already (a duplicate does not parse)."""
+        span, key = error.span, error.path[-1]
+        siblings = lookup(self.own.data, error.path[:-1])
+        if error.suggestion is None or span.file != self.own.path or not isinstance(siblings, dict):
+            return None
+        if error.suggestion in siblings or not isinstance(key, str):
+            return None
+        starts = line_starts(self.own.text)
+        start, end = starts[span.line - 1] + span.column - 1, starts[span.end_line - 1] + span.end_column - 1
+        written = self.own.text[start:end]
+        if key not in written:  # an escape in a quoted key: leave it to the user
+            return None
+        return Fix(error.path, written.replace(key, error.suggestion, 1), f"Rename {key!r} to {error.suggestion!r}")
+
     def add(self, rule_id: str, problem: Problem) -> None:
+        if any(problem.at[: len(part)] == part for part in self.unjudged):
+            return  # HA101 or HA102 says what is wrong there
         span = self.document.span(problem.at, key=problem.on_key)
         self._add(rule_id, span, problem.at, problem.message, fix=problem.fix, severity=problem.severity)
 

@@ -21,7 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 from hacfg.scenario import fastcheck
 from hacfg.scenario.model import HAConfig
-from hacfg.scenario.source import Document, InputError, LogicalPath, Span, did_you_mean, dotted, load, lookup
+from hacfg.scenario.source import (
+    Document,
+    InputError,
+    LogicalPath,
+    Span,
+    closest,
+    did_you_mean,
+    dotted,
+    load,
+    lookup,
+)
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -34,14 +44,18 @@ USER_ONLY: tuple[LogicalPath, ...] = (("checkpoint", "path"), ("checkpoint", "in
 
 
 class ConfigError(InputError):
-    """One problem in a scenario file; ``unknown_key`` tells a misspelling from a bad value."""
+    """One problem in a scenario file; ``unknown_key`` tells a misspelling from a bad value, and
+    ``suggestion`` is the known key it most likely meant."""
 
     span: Span
 
-    def __init__(self, message: str, span: Span, path: LogicalPath, unknown_key: bool = False) -> None:
+    def __init__(
+        self, message: str, span: Span, path: LogicalPath, unknown_key: bool = False, suggestion: str | None = None
+    ) -> None:
         super().__init__(message, span)
         self.path = path
         self.unknown_key = unknown_key
+        self.suggestion = suggestion
 
 
 class ConfigInvalid(Exception):
@@ -90,6 +104,42 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
             raise ConfigInvalid(_errors(judged, document, SCHEMA))
         config = judged
     return Loaded(config=config, document=document)
+
+
+@dataclass(frozen=True)
+class Salvaged:
+    """The valid part of an invalid scenario file, and where it is not to be judged: an unknown key,
+    and the whole section of a bad value (without it, that section would be judged by its default)."""
+
+    loaded: Loaded
+    unjudged: tuple[LogicalPath, ...]
+
+
+def salvage(document: Document, invalid: ConfigInvalid, *, platform: str | None = None) -> Salvaged | None:
+    """``document`` without every key and value ``invalid`` names, validated again, so that the
+    rules can judge what is valid (a typo must not hide a risk); None when what is left is still
+    invalid (a required key is missing or wrong) or an error names no key that can go."""
+    data = copy.deepcopy(document.data)
+    unjudged = []
+    for error in invalid.errors:
+        path = getattr(error, "path", None)
+        while path:
+            parent = lookup(data, path[:-1])
+            if isinstance(parent, dict) and path[-1] in parent:
+                break
+            path = path[:-1]  # pydantic's place for a dict key ("[key]") or a value inside a value
+        if not path:
+            return None
+        parent = lookup(data, path[:-1])
+        assert isinstance(parent, dict)
+        del parent[path[-1]]
+        unknown_key = isinstance(error, ConfigError) and error.unknown_key
+        unjudged.append(tuple(path if unknown_key or len(path) == 1 else path[:-1]))
+    try:
+        loaded = validate(replace(document, data=data), platform=platform)
+    except ConfigInvalid:
+        return None
+    return Salvaged(loaded, tuple(unjudged))
 
 
 def as_base(document: Document) -> Document:
@@ -219,9 +269,11 @@ def _errors(items: list[ErrorDetails], document: Document, schema: fastcheck.Nod
         kind = item["type"]
         if kind == "unexpected_keyword_argument":
             where = f" in {dotted(path[:-1])}" if path[:-1] else ""
-            known = fastcheck.keys_at(schema, path[:-1])
-            message = f"unknown key {path[-1]!r}{where}{did_you_mean(str(path[-1]), known)}"
-            errors.append(ConfigError(message, document.span(path, key=True), path, unknown_key=True))
+            suggestion = closest(path[-1], fastcheck.keys_at(schema, path[:-1]))
+            hint = f"; did you mean {suggestion!r}?" if suggestion else ""
+            message = f"unknown key {path[-1]!r}{where}{hint}"
+            span = document.span(path, key=True)
+            errors.append(ConfigError(message, span, path, unknown_key=True, suggestion=suggestion))
             continue
         if kind == "missing":
             message = f"missing required key {dotted(path)!r}"

@@ -85,13 +85,19 @@ def lookup(tree: Any, path: LogicalPath) -> Any:
     return tree
 
 
-def did_you_mean(word: object, choices: list[str]) -> str:
-    """``; did you mean 'max'?`` when one choice is close, ignoring case, else nothing."""
+def closest(word: object, choices: list[str]) -> str | None:
+    """The one choice close to ``word``, ignoring case, if any."""
     import difflib
 
     folded = {choice.lower(): choice for choice in choices}  # GPU is meant as gpu
     close = difflib.get_close_matches(str(word).lower(), list(folded), n=1, cutoff=0.5)
-    return f"; did you mean {folded[close[0]]!r}?" if close else ""
+    return folded[close[0]] if close else None
+
+
+def did_you_mean(word: object, choices: list[str]) -> str:
+    """``; did you mean 'max'?`` when one choice is close, ignoring case, else nothing."""
+    close = closest(word, choices)
+    return f"; did you mean {close!r}?" if close else ""
 
 
 @dataclass
