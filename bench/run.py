@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import agent
 import cold_build
+import cold_plan
 import lint_corpus
 import multinode
 import server
@@ -30,7 +31,7 @@ def machine() -> str:
 
 
 def main() -> None:
-    verdicts = [*lint_corpus.verdicts(), *cold_build.verdicts(), *server.verdicts(), *agent.verdicts(), *multinode.verdicts()]
+    verdicts = [*lint_corpus.verdicts(), *cold_build.verdicts(), *cold_plan.verdicts(), *server.verdicts(), *agent.verdicts(), *multinode.verdicts()]
     print(f"machine: {machine()}\n")
     print(verdicts_table(verdicts))
     missed = [v.name for v in verdicts if v.ok is False]

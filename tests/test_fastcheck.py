@@ -55,7 +55,7 @@ class Count(int):
 
 # Values of every shape pydantic treats differently in strict and lax mode, or refuses.
 ODD = st.sampled_from(
-    [None, True, False, 0, 1, -1, 3, 129, 1.0, 2.5, "", "3", "true", "yes", "1h", "gpu", b"gpu", "a\n", Colour.GPU,
+    [None, True, False, 0, 1, -1, 3, 129, 1.0, 2.5, 0.25, -0.0, float("inf"), "", "3", "true", "yes", "1h", "gpu", b"gpu", "a\n", Colour.GPU,
      Count(2), [], [1], {}, {"x": 1}, timedelta(minutes=5), float("nan")]
 )
 DURATIONS = st.sampled_from(["90s", "30m", "2h", "1d", "1h30m", " 5m ", "30", "m", "1.5h", "", timedelta(hours=1)])
@@ -83,6 +83,14 @@ PLAIN = st.fixed_dictionaries(
         ),
         "restart": st.fixed_dictionaries({}, optional={"max": st.integers(0, 128), "on_hang": st.booleans()}),
         "hang": st.fixed_dictionaries({}, optional={"timeout": st.sampled_from(["5m", "20m"])}),
+        "reliability": st.fixed_dictionaries(
+            {},
+            optional={
+                "node_mtbf": st.sampled_from(["264d", "90d12h"]),
+                "hang_share": st.floats(0, 1),
+                "restart_time": st.sampled_from(["90s", "10m"]),
+            },
+        ),
         "passthrough": st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
     },
 )
@@ -96,6 +104,9 @@ PLACES = [
     *[("checkpoint", key) for key in ("path", "interval", "resume")],
     *[("restart", key) for key in ("max", "unconditional", "on_hang", "pod_reschedules")],
     *[("hang", key) for key in ("detect", "timeout")],
+    *[("reliability", key) for key in ("node_mtbf", "hang_share", "restart_time")],
+    ("job", "duration"),
+    ("checkpoint", "save_time"),
     ("passthrough", "x"),
 ]
 MISSING = object()

@@ -21,7 +21,7 @@ import typer.main
 from conftest import REPO, Result
 from hacfg.cli.app import app
 from hacfg.cli.commands import run_build, run_lint
-from hacfg.cli.main import LINT_SWITCHES
+from hacfg.cli.main import LINT_SWITCHES, PLAN_OPTIONS
 
 HACFG = Path(sys.executable).parent / "hacfg"  # the console script pip wrote
 ENV = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as a user's shell has it
@@ -45,6 +45,13 @@ def test_each_switch_a_plain_lint_takes_is_the_typer_flag_of_that_name():
     for flag, (keyword, value) in LINT_SWITCHES.items():
         (param,) = [p for p in params if flag in (*p.opts, *p.secondary_opts)]
         assert (param.name, flag in param.opts) == (keyword, value), flag
+
+
+def test_each_option_a_plain_plan_takes_is_the_typer_option_of_that_name():
+    params = typer.main.get_command(app).commands["plan"].params
+    for flag, keyword in PLAN_OPTIONS.items():
+        (param,) = [p for p in params if flag in p.opts]
+        assert param.name == keyword, flag
 
 
 def hacfg(*args: str | Path, cwd: Path) -> tuple[Result, set[str]]:

@@ -10,7 +10,7 @@ import pytest
 
 from hacfg.agent.policy import Budgets, Policy, decide
 from hacfg.agent.vocabulary import Action
-from hacfg.plan.model import Costs, Rules, daly_interval, job_mtbf, spending, young_interval
+from hacfg.plan.model import Costs, Rules, Units, daly_interval, job_mtbf, young_interval
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 
@@ -97,7 +97,9 @@ def test_expected_wall_time_failures_and_budget_match_a_simulation_of_the_agent(
 
     stops = [simulate(rng, work, interval, costs, policy)[2] for _ in range(3000)]
     rules = Rules(policy.max_restarts, on_hang, policy.pod_reschedules)
-    plan = spending(costs.failures(work, interval), work / interval, costs.hang_share, on_hang,
-                    costs.progress_chance(interval), cap=200)
+    units = Units(costs.hang_share, on_hang, costs.progress_chance(interval))
+    plan = units.spending(costs.failures(work, interval), work / interval, cap=200)
     assert plan.exact is not on_hang
     assert statistics.fmean(stops) == pytest.approx(plan.p_exhausted(rules.budget), abs=0.035)
+    assert units.p_exhausted(costs.failures(work, interval), work / interval, rules.budget) == pytest.approx(
+        plan.p_exhausted(rules.budget), abs=1e-9)

@@ -358,6 +358,39 @@ def events_command(
     raise typer.Exit(commands.run_events(files or [], fmt=fmt, plot=plot))
 
 
+@app.command("plan")
+def plan_command(
+    file: str = typer.Argument(..., metavar="FILE", help="A scenario file, or a preset name."),
+    from_events: Optional[list[Path]] = typer.Option(
+        None, "--from-events", metavar="EVENTS.jsonl", help="The agent's event logs (repeat for each): measured inputs."
+    ),
+    fmt: Literal["text", "json"] = typer.Option("text", "--format", "-f"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw ETTR against the interval (.svg or .png)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", help="What if the job had this many nodes."),
+    node_mtbf: Optional[str] = typer.Option(
+        None, "--node-mtbf", metavar="DURATION", help="What if one node failed this often."
+    ),
+    interval: Optional[str] = typer.Option(None, "--interval", metavar="DURATION", help="What if it saved this often."),
+    save_time: Optional[str] = typer.Option(
+        None, "--save-time", metavar="DURATION", help="What if a save took this long."
+    ),
+    restart_time: Optional[str] = typer.Option(
+        None, "--restart-time", metavar="DURATION", help="What if a restart took this long."
+    ),
+    duration: Optional[str] = typer.Option(
+        None, "--duration", metavar="DURATION", help="What if the run needed this much compute."
+    ),
+) -> None:
+    """Forecast what the configuration will cost: failures, the optimum checkpoint interval,
+    wall time, ETTR and the chance the restart budget runs out, with the lines to change."""
+    raise typer.Exit(
+        commands.run_plan(
+            file, from_events or [], fmt=fmt, plot=plot, nodes=nodes, node_mtbf=node_mtbf, interval=interval,
+            save_time=save_time, restart_time=restart_time, duration=duration,
+        )
+    )
+
+
 @app.command("diagnose")
 def diagnose_command(
     logs: list[Path] = typer.Argument(

@@ -287,18 +287,10 @@ def run_events(files: Sequence[Path], fmt: Literal["table", "json"] = "table", p
     import json
 
     from hacfg.agent.goodput import breakdown, report
-    from hacfg.agent.state import read_events
-    from hacfg.agent.timeline import merge, table
-    from hacfg.scenario.source import InputError
+    from hacfg.agent.timeline import table
 
     paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
-    logs = []
-    for path in paths:
-        try:
-            logs.append(read_events(path))
-        except OSError as err:
-            raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
-    records = merge(logs)
+    records = _event_records(paths)
     result = breakdown(records)
     if fmt == "json":
         write(json.dumps({"goodput": result.to_json(), "events": records}, indent=2) + "\n", None)
@@ -310,6 +302,79 @@ def run_events(files: Sequence[Path], fmt: Literal["table", "json"] = "table", p
         draw(records, str(plot))
         say(f"wrote {plot}")
     return EXIT_OK
+
+
+def run_plan(
+    file: str,
+    from_events: Sequence[Path] = (),
+    fmt: Literal["text", "json"] = "text",
+    plot: Path | None = None,
+    *,
+    nodes: int | None = None,
+    node_mtbf: str | None = None,
+    interval: str | None = None,
+    save_time: str | None = None,
+    restart_time: str | None = None,
+    duration: str | None = None,
+) -> int:
+    """``hacfg plan``: what the file's configuration will cost, and what to change. The what-if
+    values override the file for this run; durations are spelled as the file spells them."""
+    import json
+
+    from hacfg.plan import inputs as planned
+    from hacfg.plan import report
+    from hacfg.plan.forecast import NotEnough, forecast
+    from hacfg.plugin import provided as registry
+    from hacfg.scenario.config import load_config
+    from hacfg.scenario.model import parse_duration
+    from hacfg.scenario.source import InputError
+
+    flags: dict[str, float | None] = {"nodes": nodes}
+    durations = {"node_mtbf": node_mtbf, "interval": interval, "save_time": save_time,
+                 "restart_time": restart_time, "duration": duration}
+    for name, spelling in durations.items():
+        try:
+            flags[name] = None if spelling is None else parse_duration(spelling).total_seconds()
+        except ValueError as err:
+            raise InputError(f"--{name.replace('_', '-')}: {err}") from None
+        if flags[name] == 0 and name != "save_time":
+            raise InputError(f"--{name.replace('_', '-')}: must be longer than 0s")
+    if nodes is not None and nodes < 1:
+        raise InputError("--nodes: a job has at least 1 node")
+    loaded = load_config(registry.preset_or_path(file), registry.presets())
+    inputs = planned.from_config(loaded.config, loaded.document.values)
+    if from_events:
+        from hacfg.agent.calibration import measure
+
+        inputs = planned.with_measured(inputs, measure(_event_records(from_events)))
+    inputs = planned.with_what_if(inputs, flags)
+    try:
+        result = forecast(inputs)
+    except NotEnough as err:
+        raise InputError(str(err), file=file) from None
+    if fmt == "json":
+        write(json.dumps(report.to_json(result, file), indent=2) + "\n", None)
+    else:
+        write(report.text(result, file), None)
+    if plot is not None:
+        report.plot(result, str(plot))
+        say(f"wrote {plot}")
+    return EXIT_OK
+
+
+def _event_records(files: Sequence[Path]) -> list[dict[str, Any]]:
+    """The nodes' event logs, merged into one job's records."""
+    from hacfg.agent.state import read_events
+    from hacfg.agent.timeline import merge
+    from hacfg.scenario.source import InputError
+
+    logs = []
+    for path in files:
+        try:
+            logs.append(read_events(path))
+        except OSError as err:
+            raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
+    return merge(logs)
 
 
 def run_diagnose(logs: Sequence[Path], config: str | None = None, fmt: Literal["text", "json"] = "text") -> int:

@@ -1,8 +1,8 @@
 """The ``hacfg`` process: which way a command runs, its exit code, and a quick exit.
 
-A plain ``hacfg lint PATH...`` (with on/off switches only, as pre-commit runs it) or
-``hacfg build FILE``, what editors, hooks and scripts run most, calls :mod:`hacfg.cli.commands`
-directly; anything else goes through typer (:mod:`hacfg.cli.app`), which takes about 80 ms to
+A plain ``hacfg lint PATH...`` (with on/off switches only, as pre-commit runs it),
+``hacfg build FILE`` or ``hacfg plan FILE`` (with what-if values), what editors, hooks and scripts
+run most, calls :mod:`hacfg.cli.commands` directly; anything else goes through typer (:mod:`hacfg.cli.app`), which takes about 80 ms to
 import with the pydantic it reads options through.
 """
 
@@ -25,6 +25,7 @@ from hacfg.cli.commands import (
     EXIT_PIPE_CLOSED,
     run_build,
     run_lint,
+    run_plan,
     say,
 )
 
@@ -37,6 +38,19 @@ LINT_SWITCHES = {
     "--exit-zero": ("exit_zero", True),
     "--respect-gitignore": ("respect_gitignore", True),
     "--no-respect-gitignore": ("respect_gitignore", False),
+}
+
+# The options a plain plan takes, each followed by its value, and the keyword of run_plan it sets;
+# test_main checks every one against typer's declaration of the same option.
+PLAN_OPTIONS = {
+    "--format": "fmt",
+    "-f": "fmt",
+    "--nodes": "nodes",
+    "--node-mtbf": "node_mtbf",
+    "--interval": "interval",
+    "--save-time": "save_time",
+    "--restart-time": "restart_time",
+    "--duration": "duration",
 }
 
 
@@ -90,9 +104,32 @@ def _command(args: list[str]) -> Callable[[], int]:
                 return functools.partial(run_lint, [Path(operand) for operand in operands], **chosen)
             if name == "build" and len(operands) == 1:
                 return functools.partial(run_build, operands[0])
+        if name == "plan" and (plain := _plain_plan(rest)) is not None:
+            return plain
     from hacfg.cli.app import app
 
     return functools.partial(app, args=args, prog_name="hacfg")
+
+
+def _plain_plan(args: list[str]) -> Callable[[], int] | None:
+    """``plan FILE [OPTION VALUE]...`` with values typer would take as they are, else None."""
+    operands, chosen = [], dict[str, Any]()
+    pairs = iter(args)
+    for arg in pairs:
+        if not arg.startswith("-"):
+            operands.append(arg)
+            continue
+        value = next(pairs, None)
+        if arg not in PLAN_OPTIONS or value is None or value.startswith("-"):
+            return None
+        chosen[PLAN_OPTIONS[arg]] = value
+    if len(operands) != 1 or chosen.get("fmt", "text") not in ("text", "json"):
+        return None
+    if "nodes" in chosen:
+        if not chosen["nodes"].isdigit():
+            return None
+        chosen["nodes"] = int(chosen["nodes"])
+    return functools.partial(run_plan, operands[0], **chosen)
 
 
 def _failed(err: Exception, debug: bool) -> int:

@@ -14,6 +14,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+HOPELESS = 50.0  # a segment and its restart this many MTBFs long succeed once in e^50 tries
+
 
 def job_mtbf(node_mtbf: float, nodes: int) -> float:
     """Any one of ``nodes`` failing stops the whole job: the rates add."""
@@ -45,12 +47,13 @@ class Costs:
 
     def failures_per_segment(self, interval: float) -> float:
         """Expected failures while one segment completes, counting failures during restarts."""
-        return math.expm1((interval + self.save_time) / self.mtbf) * math.exp(self.restart_time / self.mtbf)
+        return _expm1((interval + self.save_time) / self.mtbf) * _expm1(self.restart_time / self.mtbf, plus=1)
 
     def segment_time(self, interval: float) -> float:
         """Expected wall time of one segment: Daly's M·e^{R/M}·(e^{(τ+δ)/M} − 1), plus h·H per failure."""
-        first_tries = math.expm1((interval + self.save_time) / self.mtbf)
-        return first_tries * (self.mtbf * math.exp(self.restart_time / self.mtbf) + self.hang_share * self.hang_timeout)
+        first_tries = _expm1((interval + self.save_time) / self.mtbf)
+        restart = self.mtbf * _expm1(self.restart_time / self.mtbf, plus=1)
+        return first_tries * (restart + self.hang_share * self.hang_timeout)
 
     def wall_time(self, work: float, interval: float) -> float:
         """Expected wall time to do ``work`` seconds of compute, saving every ``interval``."""
@@ -98,41 +101,69 @@ class Spending:
         return next((b for b, p in enumerate(self.over) if p <= risk), len(self.over))
 
 
-def spending(
-    failures: float, segments: float, hang_share: float, on_hang: bool, progress: float, *, cap: int
-) -> Spending:
-    """The distribution of budget units a run of ``segments`` segments needs, up to ``cap`` units.
+class Units:
+    """How many budget units a run's failures take, under the agent's restart rules.
 
-    Each segment fails a geometric number of times before it completes, so the run's failures are
-    negative binomial (overdispersed against a Poisson count of the same mean, ``failures``). An
-    environment fault takes one unit (a counted restart, or a reschedule once those are spent); a
-    hang takes none while the agent may restart it (``on_hang``, at most 3 in a row) and one when
-    it must hand it over. A streak ends when the attempt before the failure completed a
-    checkpoint (chance ``progress``). With no hang restarts every failure that counts is a
-    thinned geometric count per segment: the tail is exact. Otherwise the units follow a Markov
-    chain over the failures, mixed over their count.
+    An environment fault takes one unit (a counted restart, or a reschedule once those are spent);
+    a hang takes none while the agent may restart it (``on_hang``, at most 3 in a row) and one
+    when it must hand it over. A streak ends when the attempt before the failure completed a
+    checkpoint (chance ``progress``). Each segment fails a geometric number of times before it
+    completes, so a run's failures are negative binomial (more spread than a Poisson count of
+    the same mean). With no hang restarts, the units are a thinned count of the same kind: the
+    tail is exact in closed form. Otherwise a Markov chain over the failures, mixed over their
+    count, is exact too; its steps are kept, so runs of other lengths cost only the mixing.
     """
-    if not on_hang or hang_share == 0.0:
-        counted = failures * (1.0 - hang_share) if on_hang else failures
-        return Spending(_over([_failures_pmf(counted, segments, n) for n in range(cap)]), exact=True)
-    # After n failures, k of them were hangs restarted in place, so n - k units are spent.
-    # mass[k][s]: that k, with s hang restarts in a row; hangs are rarely many, so k stays small.
-    mass = [[1.0, 0.0, 0.0, 0.0]]  # s = 0..3: the platform's cap of 3 in a row, unrolled below
-    units = [0.0] * (cap + 1)  # over the Poisson count of failures; units[cap] holds all beyond
-    keep, env, hang = 1.0 - progress, 1.0 - hang_share, hang_share
-    n, seen, last = 0, 0.0, failures + 40 * math.sqrt(failures * (1 + failures / segments) + 1) + 40
-    while True:
-        pmf = _failures_pmf(failures, segments, n)
-        for k, row in enumerate(mass):
-            units[min(n - k, cap)] += pmf * sum(row)
-        seen += pmf
-        if (1.0 - seen < 1e-12 and n >= failures) or n > last:
-            break  # what was not seen counts as spent
-        n += 1
-        grown = [[0.0] * 4 for _ in range(len(mass) + 1)]
-        for k, (s0, s1, s2, s3) in enumerate(mass):
+
+    def __init__(self, hang_share: float, on_hang: bool, progress: float) -> None:
+        self.hang_share, self.progress = hang_share, progress
+        self.exact = not on_hang or hang_share == 0.0
+        self.counted_share = 1.0 - hang_share if on_hang else 1.0
+        # After n failures, k of them hangs restarted in place (so n - k units spent):
+        # rows[n][k] is its chance, streaks summed out; mass[k][s] the chain's state now.
+        self.rows: list[list[float]] = [[1.0]]
+        self.mass = [[1.0, 0.0, 0.0, 0.0]]  # s = 0..3 in a row: the platform's cap of 3, unrolled below
+
+    def spending(self, failures: float, segments: float, cap: int) -> Spending:
+        """The chance of needing more than each budget up to ``cap``, for a run with this mean."""
+        if self.exact:
+            counted = failures * self.counted_share
+            return Spending(_over([_failures_pmf(counted, segments, n) for n in range(cap)]), exact=True)
+        units = [0.0] * (cap + 1)  # units[cap] holds all beyond
+        for n, pmf in self._mixture(failures, segments):
+            for k, p in enumerate(self.rows[n]):
+                units[min(n - k, cap)] += pmf * p
+        return Spending(_over(units[:cap]), exact=False)
+
+    def p_exhausted(self, failures: float, segments: float, budget: int) -> float:
+        """The chance of needing more than ``budget``: what ``spending`` says at one budget, for less."""
+        if self.exact:
+            counted = failures * self.counted_share
+            return _over([_failures_pmf(counted, segments, n) for n in range(budget + 1)])[budget]
+        within = 0.0
+        for n, pmf in self._mixture(failures, segments):
+            within += pmf * sum(self.rows[n][max(0, n - budget) :])
+        return max(0.0, 1.0 - within)
+
+    def _mixture(self, failures: float, segments: float) -> list[tuple[int, float]]:
+        """(n, P(n failures)) over all n that matter; what is left out counts as spent."""
+        last = failures + 40 * math.sqrt(failures * (1 + failures / segments) + 1) + 40
+        weights, seen, n = [], 0.0, 0
+        while n <= last and not (1.0 - seen < 1e-12 and n >= failures):
+            pmf = _failures_pmf(failures, segments, n)
+            weights.append((n, pmf))
+            seen += pmf
+            n += 1
+        while len(self.rows) < n:
+            self._step()
+        return weights
+
+    def _step(self) -> None:
+        """One more failure."""
+        keep, env, hang = 1.0 - self.progress, 1.0 - self.hang_share, self.hang_share
+        grown = [[0.0] * 4 for _ in range(len(self.mass) + 1)]
+        for k, (s0, s1, s2, s3) in enumerate(self.mass):
             # A completed checkpoint first ends the streak...
-            s0 = progress * (s0 + s1 + s2 + s3) + keep * s0
+            s0 = self.progress * (s0 + s1 + s2 + s3) + keep * s0
             s1, s2, s3 = keep * s1, keep * s2, keep * s3
             # ...then the failure: an environment fault spends a unit, a hang lengthens the streak;
             # the fourth hang in a row is handed over and spends one.
@@ -146,8 +177,13 @@ def spending(
             more[3] += hang * s2
         while len(grown) > 1 and sum(grown[-1]) < 1e-14:
             grown.pop()  # a dropped mass of fewer units counts as spent: the answer errs safe
-        mass = grown
-    return Spending(_over(units[:cap]), exact=False)
+        self.mass = grown
+        self.rows.append([sum(row) for row in grown])
+
+
+def _expm1(x: float, plus: float = 0.0) -> float:
+    """e^x − 1 (+ ``plus``), held below overflow: a hopeless interval costs ~e^700, not an error."""
+    return math.expm1(min(x, 700.0)) + plus
 
 
 def _failures_pmf(mean: float, segments: float, n: int) -> float:

@@ -164,6 +164,21 @@ SCHEMA = {
                             },
                         },
                     },
+                    {
+                        'name': 'duration',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'function-before',
+                                'function': model.parse_duration,
+                                'info': False,
+                                'schema': {
+                                    'type': 'timedelta',
+                                },
+                            },
+                        },
+                    },
                 ],
             },
         },
@@ -205,6 +220,21 @@ SCHEMA = {
                         'default': False,
                         'schema': {
                             'type': 'bool',
+                        },
+                    },
+                    {
+                        'name': 'save_time',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'function-before',
+                                'function': model.parse_duration,
+                                'info': False,
+                                'schema': {
+                                    'type': 'timedelta',
+                                },
+                            },
                         },
                     },
                 ],
@@ -281,6 +311,59 @@ SCHEMA = {
                             'info': False,
                             'schema': {
                                 'type': 'timedelta',
+                            },
+                        },
+                    },
+                ],
+            },
+        },
+        {
+            'name': 'reliability',
+            'default_factory': model.Reliability,
+            'schema': {
+                'type': 'dataclass',
+                'cls': model.Reliability,
+                'forbid_extra': True,
+                'fields': [
+                    {
+                        'name': 'node_mtbf',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'function-before',
+                                'function': model.parse_duration,
+                                'info': False,
+                                'schema': {
+                                    'type': 'timedelta',
+                                },
+                            },
+                        },
+                    },
+                    {
+                        'name': 'hang_share',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'float',
+                                'ge': 0,
+                                'le': 1,
+                            },
+                        },
+                    },
+                    {
+                        'name': 'restart_time',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'function-before',
+                                'function': model.parse_duration,
+                                'info': False,
+                                'schema': {
+                                    'type': 'timedelta',
+                                },
                             },
                         },
                     },

@@ -3,7 +3,7 @@
 A cold ``hacfg lint`` spends most of its time importing pydantic and building the model's
 validator. This module replays the core schema that pydantic compiles from the scenario model
 (pruned and written to :mod:`hacfg.scenario._compiled_model` by :mod:`hacfg.scenario.validation`), accepting only
-what both pydantic's strict and lax modes accept unchanged: exact ``str``, ``int``, ``bool``,
+what both pydantic's strict and lax modes accept unchanged: exact ``str``, ``int``, ``float``, ``bool``,
 ``dict`` and ``timedelta`` values, literals of the same type, the model's own validator
 functions. Anything else, every error included, is declined (``None``) and pydantic decides,
 so verdicts, values and messages are always pydantic's.
@@ -156,6 +156,7 @@ _exact_str = _exact(str)
 _CHECKS: dict[str, Callable[[Node, Any, _Place], Any]] = {
     "str": _string,
     "int": _exact(int),
+    "float": _exact(float),
     "bool": _exact(bool),
     "timedelta": _exact(timedelta),
     "literal": _literal,

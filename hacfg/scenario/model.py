@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         BeforeValidator,
         Field,
         StrictBool,
+        StrictFloat,
         StrictInt,
         StrictStr,
         ValidationInfo,
@@ -118,6 +119,10 @@ class Job:
         BeforeValidator(numbers_as_strings),
         Field(strict=True, description="algorithm.environments"),
     ] = field(default_factory=dict)
+    duration: Annotated[
+        Annotated[timedelta, BeforeValidator(parse_duration), WithJsonSchema(DURATION_JSON_SCHEMA)] | None,
+        Field(description="The compute time the run needs, failures aside (hacfg plan)."),
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +141,10 @@ class Checkpoint:
     resume: Annotated[
         StrictBool, Field(description="The script reloads the newest checkpoint at start-up.")
     ] = False
+    save_time: Annotated[
+        Annotated[timedelta, BeforeValidator(parse_duration), WithJsonSchema(DURATION_JSON_SCHEMA)] | None,
+        Field(description="How long one save holds up training (hacfg plan)."),
+    ] = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +183,26 @@ class Hang:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Reliability:
+    """How often the hardware fails and what a failure costs, for ``hacfg plan`` and the lint rules
+    that use its numbers. Unset, a published figure applies (docs/plan.md names the sources)."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _SECTION
+
+    node_mtbf: Annotated[
+        Annotated[timedelta, BeforeValidator(parse_duration), WithJsonSchema(DURATION_JSON_SCHEMA)] | None,
+        Field(description="Mean time between failures of one node."),
+    ] = None
+    hang_share: Annotated[
+        StrictFloat | None, Field(ge=0, le=1, description="The share of failures that are hangs, 0 to 1.")
+    ] = None
+    restart_time: Annotated[
+        Annotated[timedelta, BeforeValidator(parse_duration), WithJsonSchema(DURATION_JSON_SCHEMA)] | None,
+        Field(description="From a failure to training again (hang detection aside)."),
+    ] = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class HAConfig:
     """A training job's fault-tolerance intent."""
 
@@ -190,6 +219,7 @@ class HAConfig:
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
     restart: Restart = field(default_factory=Restart)
     hang: Hang = field(default_factory=Hang)
+    reliability: Reliability = field(default_factory=Reliability)
     operator_retry: Annotated[
         StrictBool, Field(description="fault-tolerance/hccl_op_retry (Ascend supernode pools only).")
     ] = False

@@ -21,11 +21,13 @@ job:
   flavor: modelarts.pool.visual.8xlarge   # spec.resource.flavor_id: 8 GPUs per node
   # pool: pool-1234         # spec.resource.pool_id, for a dedicated pool
   # environment: {{NCCL_DEBUG: INFO}}
+  # duration: 30d           # compute time the run needs, failures aside: `hacfg plan` forecasts it
 # Only you know these three: no preset supplies them. Confirm each against your training script.
 checkpoint:
   path: /home/ma-user/modelarts/outputs/train_url_0  # where it saves: the output channel, or shared storage
   interval: {interval}              # how often the training script saves
   resume: true              # the script reloads the newest checkpoint at start-up
+  # save_time: 5m           # how long one save holds up training (`hacfg plan`, HA011)
 # restart:                  # from the preset; uncomment to change
 #   max: 3                  # fault-tolerance/job-retry-num (0 = auto restart off)
 #   unconditional: true     # restart on any failure, at most 3 in a row
@@ -33,6 +35,10 @@ checkpoint:
 #   pod_reschedules: 2      # fault-tolerance/pod-retry-num
 # hang:
 #   timeout: 30m            # MA_HANG_DETECT_TIME, whole minutes
+# reliability:              # for `hacfg plan`; unset, published figures apply (docs/plan.md)
+#   node_mtbf: 264d         # one node's mean time between failures (Llama 3: 419 in 54 days on 2,048 nodes)
+#   hang_share: 0.017       # the share of failures that are hangs (Llama 3: 7 of 419 watchdog timeouts)
+#   restart_time: 10m       # from a failure to training again; `hacfg plan --from-events` measures it
 """
 
 _NODES = {"single-node": 1, "multi-node": 2, "llm-long-term": 8}

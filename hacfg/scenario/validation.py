@@ -28,7 +28,16 @@ if TYPE_CHECKING:
 def _adapter() -> TypeAdapter[HAConfig]:
     """pydantic's validator for the model, whose annotations are strings naming the locals here:
     a TypeAdapter resolves them in the namespace of the frame that creates it."""
-    from pydantic import AfterValidator, BeforeValidator, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema  # noqa: F401
+    from pydantic import (  # noqa: F401
+        AfterValidator,
+        BeforeValidator,
+        Field,
+        StrictBool,
+        StrictFloat,
+        StrictInt,
+        StrictStr,
+        WithJsonSchema,
+    )
 
     return TypeAdapter(HAConfig)
 
@@ -56,6 +65,7 @@ def json_schema() -> dict[str, Any]:
 _KEPT = {
     "str": {"pattern", "min_length", "max_length"},
     "int": {"ge", "gt", "le", "lt"},
+    "float": {"ge", "gt", "le", "lt"},
     "bool": set(),
     "timedelta": set(),
     "literal": {"expected"},

@@ -1,0 +1,197 @@
+"""One job's forecast: what the model says of its inputs, and the lines that would do better."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from hacfg.plan import model
+from hacfg.plan.inputs import Inputs
+from hacfg.scenario import modelarts as ma
+from hacfg.scenario.model import format_duration
+
+ETTR_SLACK = 0.01  # an interval within 1 point of the optimum's ETTR is fine
+BUDGET_RISK = 0.05  # a budget that runs out more often than this needs raising
+HOPELESS_FAILURES = 100_000  # past this, no budget is worth computing
+NEVER = 1e10  # seconds (three centuries): a wall time past this is no forecast of a run
+
+
+class NotEnough(Exception):
+    """The inputs lack what the forecast needs; the message names the lines to add."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A suggestion: why, and the scenario lines that make it."""
+
+    why: str
+    lines: str
+
+
+@dataclass(frozen=True)
+class Budget:
+    restart_max: int
+    pod_reschedules: int
+    p_exhausted: float
+    method: str
+    restart_max_needed: int | None  # within the platform's range; None when no restart.max is enough
+
+
+@dataclass(frozen=True)
+class Forecast:
+    inputs: Inputs
+    job_mtbf: float
+    young: float
+    daly: float
+    ettr_optimal: float
+    ettr_configured: float | None
+    wall_optimal: float | None
+    wall_configured: float | None
+    failures: dict[str, float] | None  # expected, by the kinds the restart rules tell apart
+    budget: Budget | None
+    changes: list[Change] = field(default_factory=list)
+
+
+def costs_of(inputs: Inputs) -> model.Costs:
+    missing = inputs.missing("save_time", "restart_time")
+    if missing:
+        raise NotEnough(f"the plan needs {' and '.join(missing)}: state it, pass it as a flag, or give --from-events")
+    assert inputs.nodes.value and inputs.node_mtbf.value and inputs.save_time.value is not None
+    return model.Costs(
+        mtbf=model.job_mtbf(inputs.node_mtbf.value, int(inputs.nodes.value)),
+        save_time=inputs.save_time.value,
+        restart_time=inputs.restart_time.value or 0.0,
+        hang_share=inputs.hang_share.value or 0.0,
+        hang_timeout=inputs.hang_timeout.value or 0.0,
+    )
+
+
+def forecast(inputs: Inputs) -> Forecast:
+    """The whole forecast; raises NotEnough without a save time and a restart time, or when no
+    interval lets the job make progress."""
+    costs = costs_of(inputs)
+    daly = model.daly_interval(costs.save_time, costs.mtbf)
+    if (daly + costs.save_time + costs.restart_time) / costs.mtbf > model.HOPELESS:
+        raise NotEnough(
+            f"with a failure every {spelled(costs.mtbf)}, a {spelled(costs.save_time)} save and a "
+            f"{spelled(costs.restart_time)} restart, no checkpoint interval lets the job make progress"
+        )
+    configured = inputs.interval.value
+    work = inputs.duration.value
+    # The interval the run will use: the configured one, or, if none, the optimum.
+    used = configured or daly
+    failures = budget = None
+    changes: list[Change] = []
+    if configured is None or costs.ettr(daly) - costs.ettr(configured) > ETTR_SLACK:
+        changes.append(interval_change(costs, configured, daly))
+    if work:
+        expected = min(costs.failures(work, used), NEVER)  # NEVER failures: as good as endless
+        hangs = expected * costs.hang_share
+        uncounted = hangs if inputs.on_hang else 0.0
+        failures = {
+            "expected": expected,
+            "environment": expected - hangs,
+            "hang": hangs,
+            "counted": expected - uncounted,
+            "uncounted": uncounted,
+        }
+        budget, advice = restart_budget(inputs, costs, work, used)
+        changes += advice
+    return Forecast(
+        inputs=inputs,
+        job_mtbf=costs.mtbf,
+        young=model.young_interval(costs.save_time, costs.mtbf),
+        daly=daly,
+        ettr_optimal=costs.ettr(daly),
+        ettr_configured=costs.ettr(configured) if configured else None,
+        wall_optimal=min(costs.wall_time(work, daly), math.inf) if work else None,
+        wall_configured=min(costs.wall_time(work, configured), math.inf) if work and configured else None,
+        failures=failures,
+        budget=budget,
+        changes=changes,
+    )
+
+
+def spelled(seconds: float) -> str:
+    """A duration as a scenario file writes it, to the minute once it is over ten minutes."""
+    if seconds > NEVER:
+        return "never"
+    step = 60 if seconds >= 600 else 1
+    return format_duration(timedelta(seconds=max(step, round(seconds / step) * step)))
+
+
+def interval_change(costs: model.Costs, configured: float | None, daly: float) -> Change:
+    best = f"{costs.ettr(daly):.1%}"
+    why = f"save every {spelled(daly)} (Daly's optimum): ETTR {best}" + (
+        f" instead of {costs.ettr(configured):.1%} at {spelled(configured)}" if configured else ""
+    )
+    return Change(why, f"checkpoint:\n  interval: {spelled(daly)}")
+
+
+def cap_for(inputs: Inputs) -> int:
+    """Budgets worth asking about: the platform's highest restart.max, pod reschedules, and room above."""
+    return ma.RETRY_LIMITS.get(inputs.platform, (1, 128))[1] + inputs.pod_reschedules + 64
+
+
+def restart_budget(inputs: Inputs, costs: model.Costs, work: float, interval: float) -> tuple[Budget, list[Change]]:
+    """The chance the budget runs out before the end, and, when it is too high, what to write."""
+    rules = model.Rules(inputs.restart_max, inputs.on_hang, inputs.pod_reschedules)
+    if costs.failures(work, interval) > HOPELESS_FAILURES:
+        why = f"at {spelled(interval)} the run would need more than {HOPELESS_FAILURES:,} restarts: save more often"
+        return Budget(rules.restart_max, rules.pod_reschedules, 1.0, "beyond counting", None), [Change(why, "")]
+    units = model.Units(costs.hang_share, inputs.on_hang, costs.progress_chance(interval))
+    spent = units.spending(costs.failures(work, interval), work / interval, cap_for(inputs))
+    low, high = ma.RETRY_LIMITS.get(inputs.platform, (1, 128))
+    p = spent.p_exhausted(rules.budget)
+    enough = spent.budget_for(BUDGET_RISK)
+    needed = max(low, enough - inputs.pod_reschedules)
+    method = "negative binomial tail" if spent.exact else "Markov chain over the failures"
+    budget = Budget(rules.restart_max, rules.pod_reschedules, p, method, needed if needed <= high else None)
+    if p <= BUDGET_RISK:
+        return budget, []
+    risk = f"{p:.0%} chance the restart budget runs out before the end"
+    if needed <= high:
+        return budget, [
+            Change(f"{risk}; restart.max {needed} brings it under {BUDGET_RISK:.0%}", f"restart:\n  max: {needed}")
+        ]
+    # The platform's range cannot hold it: what else spends less, or gives more.
+    advice = []
+    pods = enough - high
+    advice.append(
+        Change(
+            f"{risk}, and {inputs.platform} allows at most restart.max {high}: "
+            f"{pods} pod reschedules on top would bring it under {BUDGET_RISK:.0%}",
+            f"restart:\n  max: {high}\n  pod_reschedules: {pods}",
+        )
+    )
+    if not inputs.on_hang and costs.hang_share:
+        with_hang = model.Units(costs.hang_share, True, costs.progress_chance(interval)).p_exhausted(
+            costs.failures(work, interval), work / interval, model.Rules(high, True, inputs.pod_reschedules).budget
+        )
+        advice.append(Change(f"hang restarts do not count: with them on, {with_hang:.0%}", "restart:\n  on_hang: true"))
+    longest = longest_job(units, inputs, costs, interval, high)
+    if longest:
+        advice.append(
+            Change(
+                f"or split the run into jobs of at most {spelled(longest)} of compute each "
+                "(each starts with a fresh budget)",
+                f"job:\n  duration: {spelled(longest)}",
+            )
+        )
+    return budget, advice
+
+
+def longest_job(
+    units: model.Units, inputs: Inputs, costs: model.Costs, interval: float, restart_max: int
+) -> float | None:
+    """The longest run whose budget, at the platform's highest restart.max, runs out at most 5% of the time."""
+    budget = model.Rules(restart_max, inputs.on_hang, inputs.pod_reschedules).budget
+    low, high = 0.0, inputs.duration.value or 0.0
+    for _ in range(14):  # to a few hundredths of a percent of the run
+        middle = (low + high) / 2
+        if units.p_exhausted(costs.failures(middle, interval), middle / interval, budget) <= BUDGET_RISK:
+            low = middle
+        else:
+            high = middle
+    return low if low >= interval else None
