@@ -2,8 +2,8 @@
 
 A plain ``hacfg lint PATH...`` (with on/off switches only, as pre-commit runs it),
 ``hacfg build FILE`` or ``hacfg plan FILE`` (with what-if values), what editors, hooks and scripts
-run most, calls :mod:`hacfg.cli.commands` directly; anything else goes through typer (:mod:`hacfg.cli.app`), which takes about 80 ms to
-import with the pydantic it reads options through.
+run most, calls :mod:`hacfg.cli.commands` directly; anything else goes through typer
+(:mod:`hacfg.cli.app`), which takes about 80 ms to import with the pydantic it reads options through.
 """
 
 from __future__ import annotations
@@ -135,7 +135,8 @@ def _plain_plan(args: list[str]) -> Callable[[], int] | None:
 def _failed(err: Exception, debug: bool) -> int:
     """One line for an exception, and its exit code. Error classes are looked up among the loaded
     modules only: a module never imported raised nothing, and importing one here costs time."""
-    config, source, plugins = map(sys.modules.get, ("hacfg.scenario.config", "hacfg.scenario.source", "hacfg.plugin.manager"))
+    loaded = ("hacfg.scenario.config", "hacfg.scenario.source", "hacfg.plugin.manager")
+    config, source, plugins = map(sys.modules.get, loaded)
     if config is not None and isinstance(err, config.ConfigInvalid):
         for error in err.errors:
             say(str(error))

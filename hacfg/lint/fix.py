@@ -26,7 +26,11 @@ def apply(text: str, findings: Iterable[Finding]) -> str:
         return starts[line - 1] + column - 1
 
     edits = sorted(
-        {(offset(f.line, f.column), offset(f.end_line, f.end_column), f.fix.replacement) for f in findings if f.fix is not None and f.suppressed is None}
+        {
+            (offset(f.line, f.column), offset(f.end_line, f.end_column), f.fix.replacement)
+            for f in findings
+            if f.fix is not None and f.suppressed is None
+        }
     )
     result, cursor = [], 0
     for start, end, replacement in edits:

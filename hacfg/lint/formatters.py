@@ -50,7 +50,8 @@ def summary(report: Report) -> dict[str, int]:
 def text(report: Report, *, excerpts: bool = False) -> str:
     lines = []
     for finding in _active(report):
-        lines.append(f"{finding.path}:{finding.line}:{finding.column}: {finding.rule} {finding.severity} {finding.message}")
+        where = f"{finding.path}:{finding.line}:{finding.column}"
+        lines.append(f"{where}: {finding.rule} {finding.severity} {finding.message}")
         if excerpts:
             lines.extend(_excerpt(finding))
     counts = summary(report)
@@ -58,7 +59,8 @@ def text(report: Report, *, excerpts: bool = False) -> str:
         fixable = f", {counts['fixable']} fixable with `hacfg fix`" if counts["fixable"] else ""
         lines.append(
             f"Found {counts['findings']} finding{'s' * (counts['findings'] != 1)} in {report.files} "
-            f"file{'s' * (report.files != 1)} ({counts['errors']} errors, {counts['warnings']} warnings, {counts['infos']} info){fixable}."
+            f"file{'s' * (report.files != 1)} ({counts['errors']} errors, {counts['warnings']} warnings, "
+            f"{counts['infos']} info){fixable}."
         )
     return "\n".join(lines) + ("\n" if lines else "")
 
@@ -123,7 +125,8 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
         if f.logical_path:
             result.setdefault("properties", {})["logicalPath"] = f.logical_path
         if f.suppressed is not None:
-            result["suppressions"] = [{"kind": "inSource", "justification": f.suppressed}] if f.suppressed else [{"kind": "inSource"}]
+            justification = {"justification": f.suppressed} if f.suppressed else {}
+            result["suppressions"] = [{"kind": "inSource", **justification}]
         if result["ruleIndex"] < 0:
             del result["ruleIndex"]
         results.append(result)
@@ -137,7 +140,10 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
                 "name": source.rule.name,
                 "shortDescription": {"text": source.rule.summary},
                 "fullDescription": {"text": _first_paragraph(source.rule.help) or source.rule.summary},
-                "help": {"text": source.rule.help or source.rule.summary, "markdown": source.rule.help or source.rule.summary},
+                "help": {
+                    "text": source.rule.help or source.rule.summary,
+                    "markdown": source.rule.help or source.rule.summary,
+                },
                 "helpUri": f"{DOCS_URL}#{rule_id.lower()}",
                 "defaultConfiguration": {"level": _SARIF_LEVEL[source.rule.severity]},
                 "properties": {"source": source.distribution},
@@ -234,7 +240,11 @@ def rules_markdown(rules: dict[str, RuleSource]) -> str:
         "| ID | name | severity | reads | source |",
         "|---|---|---|---|---|",
     ]
-    lines += [f"| [{i}](#{i.lower()}) | {s.rule.name} | {s.rule.severity} | {', '.join(s.rule.kinds) or 'any file'} | {s.distribution} |" for i, s in rules.items()]
+    lines += [
+        f"| [{i}](#{i.lower()}) | {s.rule.name} | {s.rule.severity} | {', '.join(s.rule.kinds) or 'any file'} "
+        f"| {s.distribution} |"
+        for i, s in rules.items()
+    ]
     for rule_id, source in rules.items():
         help_text = source.rule.help.replace("\n## ", "\n#### ")
         lines += ["", f"## {rule_id}", "", f"`{source.rule.name}`, {source.rule.severity}.", "", help_text]

@@ -157,7 +157,8 @@ def _source(value: Any, depth: int) -> str:
         if value.__module__ == "builtins":
             return value.__qualname__
         if value.__module__ != "hacfg.scenario.model":
-            raise ValueError(f"{value.__module__}.{value.__qualname__}: the model's functions live in hacfg.scenario.model")
+            name = f"{value.__module__}.{value.__qualname__}"
+            raise ValueError(f"{name}: the model's functions live in hacfg.scenario.model")
         return f"model.{value.__qualname__}"
     if value is None or isinstance(value, bool | int | float | str):
         return repr(value)
