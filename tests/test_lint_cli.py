@@ -102,6 +102,21 @@ def test_github_format_and_auto_detection(cli, project, monkeypatch):
     assert lines[0] == "::error file=job.json,line=6,col=40,endLine=6,endColumn=41,title=HA007::HA007 annotation fault-tolerance/job-retry-num must be a string, not 3: quote it"
 
 
+def test_github_paths_are_relative_to_the_repository_root_from_a_working_directory_below_it(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "deploy/jobs").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / "deploy/jobs/job.json").write_text(BAD_BODY)
+    env = {"GITHUB_ACTIONS": "true"}
+    at_root = run_hacfg("lint", "jobs/job.json", cwd=repo / "deploy", env=env).out  # the git top level
+    assert at_root.startswith("::error file=deploy/jobs/job.json,line=6,col=40,")
+    # Actions names the checkout, which need not be a repository (a downloaded artifact, a submodule)
+    workspace = run_hacfg("lint", ".", cwd=repo / "deploy/jobs", env={**env, "GITHUB_WORKSPACE": str(repo / "deploy")})
+    assert workspace.out.startswith("::error file=jobs/job.json,line=6,")
+    from_outside = run_hacfg("lint", "-f", "github", repo / "deploy/jobs/job.json", cwd=tmp_path)
+    assert from_outside.out.startswith("::error file=deploy/jobs/job.json,")  # the root of the file's repository
+
+
 def test_fail_on_and_exit_zero(cli, project):
     (project / "ha.yaml").write_text("version: 1\nscenario: single-node\nhang: {timeout: 5m}\ncheckpoint: {path: obs://b/c, resume: true}\n")
     assert cli("lint").code == 0  # a warning only

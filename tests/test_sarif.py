@@ -97,7 +97,17 @@ def test_rule_descriptions_are_short_text_and_the_help_keeps_the_markdown(repo):
         full = rule["fullDescription"]["text"]
         assert full and "\n" not in full and not full.startswith("#") and len(full) < 1000
         assert full != rule["help"]["markdown"]
+        assert full != rule["shortDescription"]["text"] and not full.startswith("```")
     assert rules["HA007"]["help"]["markdown"].count("## ") >= 3
+    assert rules["HA005"]["fullDescription"]["text"].startswith("Fires for each of `restart.unconditional`")
+
+
+def test_rules_carry_the_tags_and_precision_code_scanning_filters_by(repo):
+    rules = {r["id"]: r["properties"] for r in sarif(cwd=repo)["runs"][0]["tool"]["driver"]["rules"]}
+    assert rules["HA001"] == {"source": "hacfg", "tags": ["reliability", "checkpoint"], "precision": "high"}
+    assert rules["HA016"]["tags"] == ["reliability", "hang"]
+    assert rules["HA101"] == {"source": "hacfg", "tags": ["correctness", "hacfg"], "precision": "very-high"}
+    assert all(p["precision"] in ("very-high", "high") and len(p["tags"]) == 2 for p in rules.values())
 
 
 def test_plugin_failures_have_a_location(repo):

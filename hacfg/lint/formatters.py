@@ -81,12 +81,16 @@ def as_json(report: Report) -> str:
 
 
 def github(report: Report) -> str:
-    """Workflow commands: GitHub Actions turns each into an annotation on the pull request."""
+    """Workflow commands: GitHub Actions turns each into an annotation on the pull request, at a path it
+    reads from the repository's root whatever the step's ``working-directory``."""
+    active = _active(report)
+    root = _source_root([f.path for f in active if not f.path.startswith("<")])
     lines = []
-    for f in _active(report):
+    for f in active:
         message = _escape(f"{f.rule} {f.message}", data=True)
+        path = f.path if f.path.startswith("<") else _from_root(f.path, root)
         lines.append(
-            f"::{_GITHUB_LEVEL[f.severity]} file={_escape(f.path)},line={f.line},col={f.column},"
+            f"::{_GITHUB_LEVEL[f.severity]} file={_escape(path)},line={f.line},col={f.column},"
             f"endLine={f.end_line},endColumn={f.end_column},title={_escape(f.rule)}::{message}"
         )
     return "\n".join(lines) + ("\n" if lines else "")
@@ -146,7 +150,7 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
                 },
                 "helpUri": f"{DOCS_URL}#{rule_id.lower()}",
                 "defaultConfiguration": {"level": _SARIF_LEVEL[source.rule.severity]},
-                "properties": {"source": source.distribution},
+                "properties": _rule_properties(source),
             }
             for rule_id, source in rules.items()
         ],
@@ -165,8 +169,11 @@ SRCROOT = "%SRCROOT%"
 
 
 def _source_root(paths: list[str]) -> Path:
-    """The root of the repository hacfg runs in, or else of the first file linted, or else the current directory:
-    code scanning resolves paths from the repository's root."""
+    """Where GitHub resolves paths from: the checkout Actions names (``GITHUB_WORKSPACE``), else the root of
+    the repository hacfg runs in, or else of the first file linted, or else the current directory."""
+    workspace = os.environ.get("GITHUB_WORKSPACE")
+    if workspace:
+        return Path(os.path.abspath(workspace))
     for start in (Path.cwd(), *(Path(os.path.abspath(p)).parent for p in paths[:1])):
         root = next((folder for folder in (start, *start.parents) if (folder / ".git").exists()), None)
         if root is not None:
@@ -174,15 +181,22 @@ def _source_root(paths: list[str]) -> Path:
     return Path.cwd()
 
 
+def _from_root(path: str, root: Path) -> str:
+    """``path`` relative to ``root`` (POSIX spelling), or absolute when it lies outside."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return absolute.relative_to(root).as_posix()
+    except ValueError:
+        return absolute.as_posix()
+
+
 def _artifact(path: str, root: Path) -> dict[str, str]:
     from urllib.parse import quote
 
-    absolute = Path(os.path.abspath(path))
-    try:
-        relative = absolute.relative_to(root)
-    except ValueError:  # outside the repository: an absolute file URI
-        return {"uri": absolute.as_uri()}
-    return {"uri": quote(relative.as_posix()), "uriBaseId": SRCROOT}
+    relative = _from_root(path, root)
+    if relative.startswith("/"):  # outside the repository: an absolute file URI
+        return {"uri": Path(relative).as_uri()}
+    return {"uri": quote(relative), "uriBaseId": SRCROOT}
 
 
 def _fingerprint(finding: Finding, uri: str) -> str:
@@ -194,9 +208,24 @@ def _fingerprint(finding: Finding, uri: str) -> str:
 
 
 def _first_paragraph(help_text: str) -> str:
-    """The first paragraph after the summary line, as plain text: what the rule checks, briefly."""
-    paragraphs = [" ".join(p.split()) for p in help_text.strip().split("\n\n")[1:]]
-    return next((p for p in paragraphs if p and not p.startswith("#")), "")
+    """The first paragraph of prose after the summary line (under its heading, if any), as plain text:
+    what the rule checks, briefly."""
+    for block in help_text.strip().split("\n\n")[1:]:
+        lines = block.strip().splitlines()
+        while lines and lines[0].startswith("#"):
+            lines.pop(0)
+        if lines and not lines[0].startswith("```"):
+            return " ".join(" ".join(lines).split())
+    return ""
+
+
+def _rule_properties(source: RuleSource) -> dict[str, Any]:
+    """What code scanning filters alerts by: hacfg's own checks of the file are about correctness and
+    certain; a rule's judgement of a risk is about reliability, tagged with its family (its plugin)."""
+    if source.plugin == "hacfg":
+        return {"source": source.distribution, "tags": ["correctness", "hacfg"], "precision": "very-high"}
+    family = source.plugin.removeprefix("rules-")
+    return {"source": source.distribution, "tags": ["reliability", family], "precision": "high"}
 
 
 class _Utf16Columns:
