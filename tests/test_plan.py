@@ -190,3 +190,20 @@ def test_the_model_reads_defaults_when_the_file_says_nothing(tmp_path):
         "checkpoint.save_time", "reliability.restart_time", "job.duration"]
     with pytest.raises(NotEnough, match=r"needs checkpoint\.save_time"):
         forecast(inputs)
+
+
+def test_lint_pays_for_the_model_only_when_the_file_gives_its_numbers(tmp_path, long_run):
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("version: 1\nscenario: llm-long-term\ncheckpoint: {path: obs://b/c, interval: 30m, resume: true}\n")
+    assert not any(name.startswith("hacfg.plan") for name in imported_modules("lint", plain))
+    assert "hacfg.plan.model" in imported_modules("lint", long_run)
+
+
+def test_the_lint_rules_speak_in_the_plan_s_numbers(cli, long_run):
+    result = cli("lint", long_run)
+    assert result.code == 0  # warnings
+    assert f"{long_run}:8:13: HA011 warning checkpoint.interval 2h gives an expected ETTR of 78.5%, every 58m " \
+           "(Daly's optimum) 82.1%: set checkpoint.interval: 58m" in result.out
+    assert f"{long_run}:5:13: HA021 warning 100% chance that the restart budget (restart.max 5 and 3 pod " \
+           "reschedules) runs out before the 30d run ends: huaweicloud allows at most restart.max 128: " \
+           "`hacfg plan` shows what else helps" in result.out

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from hacfg.plan import model
-from hacfg.plan.inputs import Inputs
+from hacfg.plan.inputs import Inputs, from_config
 from hacfg.scenario import modelarts as ma
-from hacfg.scenario.model import format_duration
+from hacfg.scenario.model import HAConfig, format_duration
 
 ETTR_SLACK = 0.01  # an interval within 1 point of the optimum's ETTR is fine
 BUDGET_RISK = 0.05  # a budget that runs out more often than this needs raising
@@ -36,6 +36,11 @@ class Budget:
     p_exhausted: float
     method: str
     restart_max_needed: int | None  # within the platform's range; None when no restart.max is enough
+    limit: float = BUDGET_RISK  # a chance above this is too high
+
+    @property
+    def risky(self) -> bool:
+        return self.p_exhausted > self.limit
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,12 @@ class Forecast:
     failures: dict[str, float] | None  # expected, by the kinds the restart rules tell apart
     budget: Budget | None
     changes: list[Change] = field(default_factory=list)
+    interval_off: bool = False  # the configured interval's ETTR is over 1 point below the optimum's
+
+    @property
+    def spelled_daly(self) -> str:
+        """Daly's optimum as the line to write."""
+        return spelled(self.daly)
 
 
 def costs_of(inputs: Inputs) -> model.Costs:
@@ -83,7 +94,8 @@ def forecast(inputs: Inputs) -> Forecast:
     used = configured or daly
     failures = budget = None
     changes: list[Change] = []
-    if configured is None or costs.ettr(daly) - costs.ettr(configured) > ETTR_SLACK:
+    off = configured is not None and costs.ettr(daly) - costs.ettr(configured) > ETTR_SLACK
+    if configured is None or off:
         changes.append(interval_change(costs, configured, daly))
     if work:
         expected = min(costs.failures(work, used), NEVER)  # NEVER failures: as good as endless
@@ -110,7 +122,17 @@ def forecast(inputs: Inputs) -> Forecast:
         failures=failures,
         budget=budget,
         changes=changes,
+        interval_off=off,
     )
+
+
+def forecast_config(config: HAConfig) -> Forecast | None:
+    """The forecast of a validated scenario, or None when it lacks what the model needs: for the
+    lint rules, which stay quiet then."""
+    try:
+        return forecast(from_config(config))
+    except NotEnough:
+        return None
 
 
 def spelled(seconds: float) -> str:
@@ -148,7 +170,7 @@ def restart_budget(inputs: Inputs, costs: model.Costs, work: float, interval: fl
     needed = max(low, enough - inputs.pod_reschedules)
     method = "negative binomial tail" if spent.exact else "Markov chain over the failures"
     budget = Budget(rules.restart_max, rules.pod_reschedules, p, method, needed if needed <= high else None)
-    if p <= BUDGET_RISK:
+    if not budget.risky:
         return budget, []
     risk = f"{p:.0%} chance the restart budget runs out before the end"
     if needed <= high:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hacfg.agent.policy import RETRY_ELSEWHERE, Policy
     from hacfg.agent.vocabulary import Cause
+    from hacfg.plan.forecast import Forecast, forecast_config
     from hacfg.plugin.agent import (
         CheckpointLayout,
         Classification,
@@ -92,6 +93,9 @@ __all__ = [
     "Scenario",
     "modelarts",
     "passthrough_overrides",
+    # what rules compute with, hacfg plan's model: import it inside the check, so a lint pays only when it runs
+    "Forecast",
+    "forecast_config",
     # hacfg_prechecks
     "Policy",
     "Precheck",
@@ -126,6 +130,7 @@ _HOME = {
         "PrecheckSettings", "Restart", "SavedCheckpoint", "Status", "human_size", "step_of",
     ),
     "hacfg.agent.policy": ("Policy", "RETRY_ELSEWHERE"),
+    "hacfg.plan.forecast": ("Forecast", "forecast_config"),
     "hacfg.agent.vocabulary": ("Cause",),
     "hacfg.scenario.config": ("deep_merge",),
     "hacfg.scenario.model": ("HAConfig", "format_duration", "scenario_document"),

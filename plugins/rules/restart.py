@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, annotation_path, hookimpl, rule
+from hacfg.plugin import JobContext, Problem, Rule, ScenarioContext, annotation_path, format_duration, hookimpl, rule
 from hacfg.plugin import modelarts as ma
 
 CAP = ma.CONSECUTIVE_RESTART_CAP
@@ -152,6 +152,72 @@ def _budget_advice(settings: tuple[int, bool, bool, int], platform: str, names: 
     )
 
 
+@rule("HA021", "restart-budget-runs-out", "warning")
+def restart_budget_runs_out(ctx: ScenarioContext) -> Iterator[Problem]:
+    """The restart budget is likely to run out before the run ends.
+
+    ## What it does
+    Where the file gives what `hacfg plan` needs (`job.duration`, `checkpoint.save_time`,
+    `reliability.restart_time`; the node MTBF and share of hangs default to published
+    figures), fires when the chance that the run needs more restarts than it may have is over
+    5 %, and names the `restart.max` that brings it under (within the platform's range), or says
+    that none can. The budget is spent as hacfg's agent spends it: an environment fault takes one
+    of `restart.max`, then one pod reschedule; a hang takes none while `restart.on_hang` restarts
+    it (at most 3 in a row without a new checkpoint between), one when it must be handed over.
+
+    - job MTBF M = node MTBF / nodes; expected failures N = (T_s/τ)·(e^{(τ+δ)/M} − 1)·e^{R/M}
+    - each segment fails a geometric number of times, so failures are negative binomial with
+      T_s/τ segments and mean N; without hang restarts, the counted ones are too (exact tail)
+    - with hang restarts, a Markov chain over the failures (units spent, hangs in a row), each
+      failure ending a streak with the chance e^{−(R+τ+δ)/M} that a checkpoint was completed
+
+    ## Why is this bad?
+    When the budget is spent the platform stops restarting: a 30-day run on 1024 nodes that fail
+    as Llama 3's did meets about 148 failures, and `restart.max 5` with 3 pod reschedules ends
+    it within its first three days.
+
+    ## Example
+    ```yaml
+    scenario: llm-long-term
+    job: {nodes: 1024, duration: 30d}
+    checkpoint: {path: obs://b/ckpt, interval: 1h, save_time: 5m}
+    reliability: {restart_time: 10m}
+    ```
+
+    ## Fix
+    Write the `restart.max` the message names. Where the platform's range cannot hold it (OTC
+    allows 1 to 3), `hacfg plan` shows what else helps: pod reschedules, restarting hangs in
+    place, or a run split into shorter jobs.
+    """
+    config = ctx.config
+    duration = config.job.duration
+    if duration is None or config.checkpoint.save_time is None or config.reliability.restart_time is None:
+        return
+    from hacfg.plugin import forecast_config
+
+    forecast = forecast_config(config)
+    budget = forecast.budget if forecast else None
+    if budget is None or not budget.risky:
+        return
+    restart = config.restart
+    pods = f" and {restart.pod_reschedules} pod reschedules" if restart.pod_reschedules else ""
+    risk = (
+        f"{budget.p_exhausted:.0%} chance that the restart budget (restart.max {restart.max}{pods}) runs out "
+        f"before the {format_duration(duration)} run ends"
+    )
+    if budget.restart_max_needed is not None:
+        advice = f"restart.max {budget.restart_max_needed} brings it under {budget.limit:.0%}"
+    else:
+        high = ma.RETRY_LIMITS.get(config.platform, (1, 128))[1]
+        advice = f"{config.platform} allows at most restart.max {high}: `hacfg plan` shows what else helps"
+    yield Problem(ctx.own_place(("restart", "max"), ("job", "duration")), f"{risk}: {advice}")
+
+
 @hookimpl
 def hacfg_rules() -> list[Rule]:
-    return [retry_options_without_auto_restart, retry_num_out_of_range, unconditional_spends_budget]
+    return [
+        retry_options_without_auto_restart,
+        retry_num_out_of_range,
+        unconditional_spends_budget,
+        restart_budget_runs_out,
+    ]
