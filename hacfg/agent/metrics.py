@@ -67,10 +67,10 @@ class Metrics:
             self.events.append(event)
         if self.textfile is None:
             return
-        from hacfg.fsutil import atomic_write
+        from hacfg.fsutil import write_output
 
         try:
-            atomic_write(self.textfile, self.prometheus.generate_latest(self.registry))
+            write_output(self.textfile, self.prometheus.generate_latest(self.registry))
         except OSError as err:
             if not self.broken:
                 self.broken = True

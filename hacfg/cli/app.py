@@ -19,6 +19,7 @@ from hacfg.cli.commands import Format
 from hacfg.scenario.names import Platform, Scenario, Severity
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+FORCE_HELP = "Overwrite the output even if it is a read-only file."
 
 
 class _Command(TyperCommand):
@@ -102,24 +103,28 @@ def build(
         None, "--into", readable=False, help="Merge into this existing request body (in place unless -o)."
     ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout (atomically)."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Compile a scenario file into a validated job request."""
-    raise typer.Exit(commands.run_build(file, target=target, platform=platform, only=only, into=into, output=output))
+    raise typer.Exit(
+        commands.run_build(file, target=target, platform=platform, only=only, into=into, output=output, force=force)
+    )
 
 
 @app.command()
 def schema(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Print the JSON Schema of the scenario file format (for editors and CI)."""
-    raise typer.Exit(commands.run_schema(output))
+    raise typer.Exit(commands.run_schema(output, force=force))
 
 
 @app.command()
 def init(
     scenario: Scenario = typer.Option("multi-node", "--scenario", "-s"),
     output: Path = typer.Option(Path("ha.yaml"), "--output", "-o", help="Where to write the file."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file, even a read-only one."),
 ) -> None:
     """Write a commented starting scenario file."""
     raise typer.Exit(commands.run_init(scenario, output, force=force))
@@ -134,9 +139,10 @@ def import_command(
         None, "--output", "-o", help="Write the scenario file here instead of stdout."
     ),
     platform: Platform = typer.Option("huaweicloud", "--platform", help="Platform whose limits apply."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Turn an existing request body into a scenario file, keeping what it cannot express."""
-    raise typer.Exit(commands.run_import(body, output, platform=platform))
+    raise typer.Exit(commands.run_import(body, output, platform=platform, force=force))
 
 
 @app.command("plugins")
@@ -165,6 +171,7 @@ def lint_command(
     force_exclude: bool = typer.Option(
         False, "--force-exclude", help="Choose named files as in a directory walk (for pre-commit)."
     ),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Check scenario files and ModelArts request bodies for risky fault-tolerance settings."""
     code = commands.run_lint(
@@ -176,6 +183,7 @@ def lint_command(
         output=output,
         respect_gitignore=respect_gitignore,
         force_exclude=force_exclude,
+        force=force,
     )
     raise typer.Exit(code)
 
@@ -195,6 +203,7 @@ def fix_command(
     force_exclude: bool = typer.Option(
         False, "--force-exclude", help="Choose named files as in a directory walk (for pre-commit)."
     ),
+    force: bool = typer.Option(False, "--force", help="Also fix read-only files."),
 ) -> None:
     """Apply the safe automatic fixes in place, keeping everything else byte for byte."""
     code = commands.run_fix(
@@ -203,6 +212,7 @@ def fix_command(
         platform=platform,
         respect_gitignore=respect_gitignore,
         force_exclude=force_exclude,
+        force=force,
     )
     raise typer.Exit(code)
 

@@ -40,20 +40,27 @@ def note(message: str) -> None:
     say(f"hacfg: note: {message}")
 
 
-def write(text: str, output: Path | None) -> None:
-    """``text`` to stdout, or atomically to ``output``."""
+def write(text: str, output: Path | None, *, force: bool = False) -> None:
+    """``text`` to stdout, or to ``output`` whole or not at all (see :func:`hacfg.fsutil.write_output`)."""
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    from hacfg.fsutil import atomic_write
+    from hacfg.fsutil import write_output
 
     try:
-        atomic_write(output, text)
+        write_output(output, text, force=force)
     except OSError as err:
         from hacfg.scenario.source import InputError
 
-        raise InputError(f"cannot write: {err.strerror or err}", file=str(output)) from None
+        raise InputError(f"cannot write: {why_not_written(err)}", file=str(output)) from None
+
+
+def why_not_written(err: OSError) -> str:
+    from hacfg.fsutil import ReadOnlyFile
+
+    reason = err.strerror or str(err)
+    return f"{reason}; pass --force to overwrite it" if isinstance(err, ReadOnlyFile) else reason
 
 
 def report_discovery(result: Report) -> Report:
@@ -72,6 +79,7 @@ def run_build(
     only: str | None = None,
     into: Path | None = None,
     output: Path | None = None,
+    force: bool = False,
 ) -> int:
     """``hacfg build``: compile a scenario file (or a preset) and print or write the result."""
     from hacfg.build.compiler import build_file
@@ -83,7 +91,7 @@ def run_build(
     )
     for message in notes:
         note(message)
-    write(text, output or into)
+    write(text, output or into, force=force)
     return EXIT_OK
 
 
@@ -96,6 +104,7 @@ def run_lint(
     output: Path | None = None,
     respect_gitignore: bool = True,
     force_exclude: bool = False,
+    force: bool = False,
 ) -> int:
     """``hacfg lint``: lint files and directories (none: the current directory) and report."""
     from hacfg.lint import engine as lint
@@ -107,7 +116,7 @@ def run_lint(
     )
     result = report_discovery(found)
     chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
-    write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output)
+    write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output, force=force)
     return EXIT_FINDINGS if not exit_zero and result.fails(fail_on or settings.fail_on) else EXIT_OK
 
 
@@ -117,8 +126,12 @@ def run_fix(
     platform: Platform | None = None,
     respect_gitignore: bool = True,
     force_exclude: bool = False,
+    force: bool = False,
 ) -> int:
-    """``hacfg fix``: apply the safe fixes in place, or print them as a diff (exit 1 if there are any)."""
+    """``hacfg fix``: apply the safe fixes in place, or print them as a diff (exit 1 if there are any).
+
+    Each file is written whole or not at all, and one that cannot be written (a full disk, a
+    read-only folder or file) does not stop the others: every file is reported either way."""
     from hacfg.lint import engine as lint
     from hacfg.lint import fix
 
@@ -127,22 +140,32 @@ def run_fix(
         paths, settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
     )
     changed = fix.fixes(report_discovery(found))
-    for file in changed:
-        if show_diff:
+    if show_diff:
+        for file in changed:
             write(file.diff(), None)
+        return EXIT_FINDINGS if changed else EXIT_OK
+    unwritten = []
+    for file in changed:
+        try:
+            file.write(force=force)
+        except OSError as err:
+            say(f"{file.path}: cannot write: {why_not_written(err)}; not fixed")
+            unwritten.append(file.path)
         else:
-            file.write()
             say(f"fixed {file.count} in {file.path}")
-    return EXIT_FINDINGS if show_diff and changed else EXIT_OK
+    if unwritten:
+        say(f"hacfg: error: {len(unwritten)} of {len(changed)} files not fixed: {', '.join(unwritten)}")
+        return EXIT_INPUT
+    return EXIT_OK
 
 
-def run_schema(output: Path | None = None) -> int:
+def run_schema(output: Path | None = None, force: bool = False) -> int:
     """``hacfg schema``: the JSON Schema of the scenario file format."""
     import json
 
     from hacfg.scenario.validation import json_schema
 
-    write(json.dumps(json_schema(), indent=2) + "\n", output)
+    write(json.dumps(json_schema(), indent=2) + "\n", output, force=force)
     return EXIT_OK
 
 
@@ -153,12 +176,14 @@ def run_init(scenario: Scenario, output: Path, force: bool = False) -> int:
 
     if output.exists() and not force:
         raise InputError("already exists; pass --force to overwrite it", file=str(output))
-    write(starter(scenario), output)
+    write(starter(scenario), output, force=force)
     say(f"wrote {output}")
     return EXIT_OK
 
 
-def run_import(body: Path, output: Path | None = None, platform: Platform = "huaweicloud") -> int:
+def run_import(
+    body: Path, output: Path | None = None, platform: Platform = "huaweicloud", force: bool = False
+) -> int:
     """``hacfg import``: a scenario file from a request body, with a note for what it cannot express."""
     from hacfg.scenario.importer import import_body
     from hacfg.scenario.source import load
@@ -166,7 +191,7 @@ def run_import(body: Path, output: Path | None = None, platform: Platform = "hua
     text, notes = import_body(load(body), platform=platform)
     for message in notes:
         note(message)
-    write(text, output)
+    write(text, output, force=force)
     return EXIT_OK
 
 

@@ -148,6 +148,9 @@ def _failed(err: Exception, debug: bool) -> int:
         import traceback
 
         traceback.print_exc()
+    if isinstance(err, OSError):  # a full disk, a read-only folder, a file gone: the system's words
+        say(f"hacfg: error: {err.filename}: {err.strerror}" if err.filename else f"hacfg: error: {err.strerror or err}")
+        return EXIT_INPUT
     if plugins is not None and isinstance(err, plugins.BuiltinPluginError):
         say(f"hacfg: error: {err}")
     else:

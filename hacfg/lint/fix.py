@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hacfg.fsutil import atomic_write
+from hacfg.fsutil import write_output
 from hacfg.lint.engine import Finding, Report
 from hacfg.scenario.source import decode, line_starts
 
@@ -59,9 +59,9 @@ class FileFix:
     def diff(self) -> str:
         return diff(self.path, self.before.decode("utf-8-sig"), self.after.decode("utf-8-sig"))
 
-    def write(self) -> None:
-        """Replace the file atomically, keeping its permissions."""
-        atomic_write(self.path, self.after, mode=Path(self.path).stat().st_mode & 0o777)
+    def write(self, *, force: bool = False) -> None:
+        """Replace the file whole or not at all, as :func:`~hacfg.fsutil.write_output` writes outputs."""
+        write_output(self.path, self.after, force=force)
 
 
 def fixes(report: Report) -> list[FileFix]:
