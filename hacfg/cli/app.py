@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional, TypeVar
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-from hacfg.cli import commands
+from hacfg.cli import agent_commands, commands
 from hacfg.cli.commands import Format
 from hacfg.scenario.names import Platform, Scenario, Severity
 
@@ -310,7 +310,7 @@ def agent_command(
             listen = parse_listen(metrics_port)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--metrics-port") from None
-    code = commands.run_agent(
+    code = agent_commands.run_agent(
         command,
         config,
         state_dir=state_dir,
@@ -345,7 +345,7 @@ def precheck_command(
     ),
 ) -> None:
     """Run the environment pre-checks alone; exit 138 when one fails, as the agent would."""
-    raise typer.Exit(commands.run_precheck(config))
+    raise typer.Exit(agent_commands.run_precheck(config))
 
 
 @app.command("events")
@@ -365,7 +365,7 @@ def events_command(
 ) -> None:
     """Show the agent's recovery events and where the time went: start-up, productive, lost work,
     hang detection, grace, restarts, and the ETTR; several nodes' logs make one job."""
-    raise typer.Exit(commands.run_events(files or [], fmt=fmt, plot=plot))
+    raise typer.Exit(agent_commands.run_events(files or [], fmt=fmt, plot=plot))
 
 
 @app.command("plan")
@@ -412,4 +412,4 @@ def diagnose_command(
     fmt: Literal["text", "json"] = typer.Option("text", "--format", "-f"),
 ) -> None:
     """Say why a job failed from its log: the cause, the evidence lines, and what the restart rules would do."""
-    raise typer.Exit(commands.run_diagnose(logs, config, fmt=fmt))
+    raise typer.Exit(agent_commands.run_diagnose(logs, config, fmt=fmt))

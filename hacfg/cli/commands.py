@@ -1,24 +1,23 @@
-"""The body of every ``hacfg`` command, and the exit codes and output helpers they share.
+"""The bodies of the ``hacfg`` commands, and the exit codes and output helpers every one shares.
 
 Each body takes plain arguments and returns an exit code. Nothing here imports typer, and each
-body imports what it needs when it runs: :mod:`hacfg.cli.main` calls :func:`run_lint` and
-:func:`run_build` directly for a plain ``hacfg lint PATH...`` or ``hacfg build FILE``, and
-:mod:`hacfg.cli.app` calls every body with the options a user gave. Exit codes: 0 ok, 1 findings,
-2 bad input or usage, 3 internal error, 138 a failed pre-check.
+body imports what it needs when it runs: :mod:`hacfg.cli.main` calls :func:`run_lint`,
+:func:`run_build` and :func:`run_plan` directly for a plain call, and :mod:`hacfg.cli.app` calls
+every body with the options a user gave. The commands that supervise a job or read its agents'
+records are in :mod:`hacfg.cli.agent_commands`, which a lint never loads. Exit codes: 0 ok,
+1 findings, 2 bad input or usage, 3 internal error (and 138, a failed pre-check).
 """
-
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from hacfg.scenario.names import Platform, Scenario, Severity
 
 if TYPE_CHECKING:
-    from hacfg.agent.policy import Policy
     from hacfg.lint.engine import Report
 
 EXIT_OK = 0
@@ -235,100 +234,6 @@ def run_server() -> int:
     return EXIT_OK
 
 
-def _agent_policy(config: Path | None, **overrides: Any) -> Policy:
-    from hacfg.agent.options import policy_for
-    from hacfg.plugin import provided as registry
-
-    return policy_for(config, registry.presets() if config else {}, **overrides)
-
-
-def run_agent(
-    command: list[str],
-    config: Path | None = None,
-    *,
-    state_dir: Path | None = None,
-    events: Path | None = None,
-    max_restarts: int | None = None,
-    unconditional: bool | None = None,
-    hang_retry: bool | None = None,
-    hang_timeout: str | None = None,
-    initial_hang_timeout: str | None = None,
-    checkpoint_path: str | None = None,
-    no_precheck: bool = False,
-    grace: float | None = None,
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    rdzv_endpoint: str | None = None,
-    rdzv_timeout: float = 900,
-    standalone: bool = False,
-    metrics_file: Path | None = None,
-    metrics_listen: tuple[str, int] | None = None,
-) -> int:
-    """``hacfg agent``: supervise ``command`` with the scenario file's policy and the overrides given."""
-    from hacfg.agent.loop import run_agent as supervise
-
-    policy = _agent_policy(
-        config,
-        max_restarts=max_restarts,
-        unconditional=unconditional,
-        on_hang=hang_retry,
-        hang_timeout=hang_timeout,
-        initial_hang_timeout=initial_hang_timeout,
-        checkpoint_path=checkpoint_path,
-        precheck=False if no_precheck else None,
-        grace=grace,
-    )
-    return supervise(
-        command,
-        policy,
-        state_dir=state_dir,
-        events=events,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_timeout=rdzv_timeout,
-        standalone=standalone,
-        config_nodes=policy.nodes if config else None,
-        metrics_file=metrics_file,
-        metrics_listen=metrics_listen,
-    )
-
-
-def run_precheck(config: Path | None = None) -> int:
-    """``hacfg precheck``: the environment pre-checks alone, exiting as the agent would on a failure."""
-    from hacfg.agent.policy import RETRY_ELSEWHERE
-    from hacfg.agent.prechecks import run_prechecks
-    from hacfg.plugin.agent import PrecheckContext, PrecheckSettings
-
-    policy = _agent_policy(config)
-    results = run_prechecks(PrecheckContext(policy, PrecheckSettings.from_environment(), dict(os.environ)))
-    for result in results:
-        write(result.line() + "\n", None)
-    return RETRY_ELSEWHERE if any(r.status == "failed" for r in results) else EXIT_OK
-
-
-def run_events(files: Sequence[Path], fmt: Literal["table", "json"] = "table", plot: Path | None = None) -> int:
-    """``hacfg events``: the nodes' event logs merged into one job, with where the time went."""
-    import json
-
-    from hacfg.agent.goodput import breakdown, report
-    from hacfg.agent.timeline import table
-
-    paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
-    records = _event_records(paths)
-    result = breakdown(records)
-    if fmt == "json":
-        write(json.dumps({"goodput": result.to_json(), "events": records}, indent=2) + "\n", None)
-    else:
-        write(f"{table(records)}\n{report(result)}", None)
-    if plot is not None:
-        from hacfg.agent.timeline import plot as draw
-
-        draw(records, str(plot))
-        say(f"wrote {plot}")
-    return EXIT_OK
-
-
 def run_plan(
     file: str,
     from_events: Sequence[Path] = (),
@@ -370,8 +275,9 @@ def run_plan(
     inputs = planned.from_config(loaded.config, loaded.document.values)
     if from_events:
         from hacfg.agent.calibration import measure
+        from hacfg.cli.agent_commands import event_records
 
-        inputs = planned.with_measured(inputs, measure(_event_records(from_events)))
+        inputs = planned.with_measured(inputs, measure(event_records(from_events)))
     inputs = planned.with_what_if(inputs, flags)
     try:
         result = forecast(inputs)
@@ -385,35 +291,3 @@ def run_plan(
         report.plot(result, str(plot))
         say(f"wrote {plot}")
     return EXIT_OK
-
-
-def _event_records(files: Sequence[Path]) -> list[dict[str, Any]]:
-    """The nodes' event logs, merged into one job's records."""
-    from hacfg.agent.state import read_events
-    from hacfg.agent.timeline import merge
-    from hacfg.scenario.source import InputError
-
-    logs = []
-    for path in files:
-        try:
-            logs.append(read_events(path))
-        except OSError as err:
-            raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
-    return merge(logs)
-
-
-def run_diagnose(logs: Sequence[Path], config: str | None = None, fmt: Literal["text", "json"] = "text") -> int:
-    """``hacfg diagnose``: why each log's job failed, and what the restart rules would do (exit 1 if one did)."""
-    import json
-
-    from hacfg.agent import diagnose
-    from hacfg.plugin import provided as registry
-
-    policy = _agent_policy(registry.preset_or_path(config) if config else None)
-    label = diagnose.policy_label(policy, config)
-    results = [diagnose.diagnose(diagnose.read_log(path), policy) for path in logs]
-    if fmt == "json":
-        write(json.dumps(diagnose.to_json(results, label), indent=2) + "\n", None)
-    else:
-        write(diagnose.render_text(results, label), None)
-    return EXIT_FINDINGS if any(result.failed for result in results) else EXIT_OK
