@@ -1,8 +1,9 @@
 """The ``hacfg`` command line in typer: options, help and completion over the library.
 
-Each command only declares its options and calls its body in :mod:`hacfg.cli.commands`, which
-imports what it needs when it runs, so ``hacfg --help`` starts fast. A plain ``hacfg lint PATH...``
-or ``hacfg build FILE`` does not come here at all (see :mod:`hacfg.cli.main`).
+Each command only declares its options and calls its body in :mod:`hacfg.cli.commands` (or, for
+the agent's side, :mod:`hacfg.cli.agent_commands`), which imports what it needs when it runs, so
+``hacfg --help`` starts fast. A plain ``hacfg lint PATH...``, ``hacfg build FILE`` or
+``hacfg plan FILE`` does not come here at all (see :mod:`hacfg.cli.main`).
 """
 
 from __future__ import annotations
