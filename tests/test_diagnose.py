@@ -12,8 +12,11 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import REPO, run_hacfg
+from hacfg.agent import diagnose
 
 LOGS = REPO / "tests" / "data" / "logs"
 PLUGINS = REPO / "tests" / "plugins"
@@ -249,3 +252,70 @@ def test_the_readme_example_is_what_it_prints():
     shown = readme.split("without it, no restarts) would decide")[1].split("```\n")[1]
     result = run_hacfg("diagnose", "--config", "multi-node", "tests/data/logs/torchrun-sigkill.log", cwd=REPO)
     assert result.out == shown
+
+
+# Reading a log in chunks: the same lines as a text file gives, whatever the chunk size, and
+# memory bounded however long one line is.
+
+line_text = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=30)
+line_break = st.sampled_from(["\n", "\r\n", "\r"])
+log_text = st.lists(st.tuples(line_text, line_break), max_size=40).map(lambda pairs: "".join(a + b for a, b in pairs))
+
+
+def test_chunks_give_the_lines_a_text_file_gives(tmp_path_factory, examples):
+    folder = tmp_path_factory.mktemp("chunks")
+
+    @settings(max_examples=examples // 10, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(log_text, st.booleans(), st.sampled_from([1, 2, 3, 7, 64]))
+    def same_lines(text, unterminated, chunk_bytes):
+        path = folder / "train.log"
+        path.write_bytes((text + ("tail" if unterminated else "")).encode())
+        with path.open(encoding="utf-8", errors="replace") as stream:  # universal newlines, as before
+            expected = [diagnose.Line(n, line.rstrip("\r\n")) for n, line in enumerate(stream, 1)]
+        log = diagnose.read_log(path, chunk_bytes=chunk_bytes)
+        assert (log.total, list(log.tail)) == (len(expected), expected[-diagnose.WINDOW :])
+
+    same_lines()
+
+
+def test_a_long_line_is_cut_and_says_how_much(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(b"start\n" + b"x" * 10_000 + b"\r\nTraceback (most recent call last):\nValueError: bad\n")
+    read = diagnose.read_log(log, chunk_bytes=1000)
+    assert read.total == 4
+    assert read.tail[1].text == "x" * diagnose.LINE_BYTES + f" [... {10_000 - diagnose.LINE_BYTES} more bytes]"
+    assert [line.text for line in read.tail[2:]] == ["Traceback (most recent call last):", "ValueError: bad"]
+
+
+PEAK = """
+import resource, sys, time
+from hacfg.cli.main import main
+started = time.perf_counter()
+code = main(["diagnose", "-f", "json", sys.argv[1]])
+print(code, time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+"""
+
+
+def diagnose_cost(log) -> tuple[float, int]:
+    """Seconds and peak resident KiB of a real ``hacfg diagnose LOG`` process."""
+    proc = subprocess.run([sys.executable, "-c", PEAK, log], capture_output=True, text=True, timeout=300)
+    code, seconds, peak = proc.stderr.split()[-3:]
+    assert code == "1" and "Traceback" not in proc.stderr.rsplit("\n", 2)[0], proc.stderr
+    return float(seconds), int(peak)
+
+
+ENDING = b"Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: CUDA error: misaligned address\n"
+
+
+@pytest.mark.slow
+def test_a_64_mib_line_costs_what_a_64_mib_log_does(tmp_path):
+    one_line, many_lines, small = tmp_path / "one-line.log", tmp_path / "many-lines.log", tmp_path / "small.log"
+    size = 64 << 20
+    one_line.write_bytes(b"x" * size + b"\n" + ENDING)
+    row = b"step 12345 loss 0.1234 lr 0.0001 tokens/s 123456 " + b"y" * 29 + b"\n"
+    many_lines.write_bytes(row * (size // len(row)) + ENDING)
+    small.write_bytes(row * 100 + ENDING)
+    (long_time, long_peak), (normal_time, normal_peak), (_, small_peak) = map(diagnose_cost, (one_line, many_lines, small))
+    assert long_peak - small_peak < 16 << 10, (long_peak, small_peak)  # KiB: the line is never held whole
+    assert normal_peak - small_peak < 16 << 10, (normal_peak, small_peak)
+    assert long_time < 3 * normal_time + 1, (long_time, normal_time)

@@ -31,6 +31,8 @@ from hacfg.plugin.agent import Classification, Failure
 from hacfg.scenario.source import InputError
 
 WINDOW = 2 * TAIL_LINES  # the agent keeps the last lines of stdout and of stderr; a log holds both
+LINE_BYTES = 4096  # of each line: an error message fits; a progress bar or a dumped tensor is cut
+CHUNK_BYTES = 1 << 20
 STDIN = "-"
 
 # What a shell prints when its foreground command dies of a signal ("run.sh: line 3: 9514 Killed
@@ -106,18 +108,51 @@ class Diagnosis:
         return self.classification is not None
 
 
-def read_log(path: str | Path) -> Log:
-    """The last ``WINDOW`` lines of a log file (``-`` is stdin), numbered as in the whole file."""
+def read_log(path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> Log:
+    """The last ``WINDOW`` lines of a log file (``-`` is stdin), numbered as in the whole file.
+
+    The log is read a chunk at a time and only the last lines are kept, each cut to its first
+    :data:`LINE_BYTES`: time grows with the log and memory does not, however long a line is (a
+    progress bar without line breaks, a dumped tensor). Lines break at ``\n``, ``\r\n`` and
+    ``\r``, as Python's text files and editors count them."""
     name = str(path)
     tail: deque[Line] = deque(maxlen=WINDOW)
     number = 0
+    head, length = b"", 0  # the unfinished line: its first bytes, and how long it is so far
+    after_cr = False  # the previous chunk ended in \r, so a \n starting this one ends no line
     try:
-        with open(0 if name == STDIN else path, encoding="utf-8", errors="replace", closefd=name != STDIN) as stream:
-            for number, text in enumerate(stream, 1):
-                tail.append(Line(number, text.rstrip("\r\n")))
+        with open(0 if name == STDIN else path, "rb", closefd=name != STDIN) as stream:
+            while chunk := stream.read(chunk_bytes):
+                if after_cr and chunk.startswith(b"\n"):
+                    chunk = chunk[1:]
+                after_cr = chunk.endswith(b"\r")
+                if b"\r" in chunk:
+                    chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                first, last = chunk.find(b"\n"), chunk.rfind(b"\n")
+                if first < 0:
+                    head, length = head + chunk[: LINE_BYTES - len(head)], length + len(chunk)
+                    continue
+                number += 1
+                tail.append(_line(number, head + chunk[: min(first, LINE_BYTES - len(head))], length + first))
+                between = chunk.count(b"\n") - 1  # whole lines after the first break, up to the last
+                if between:
+                    kept = chunk[first + 1 : last].rsplit(b"\n", WINDOW)[-min(between, WINDOW) :]
+                    number += between - len(kept)
+                    for text in kept:
+                        number += 1
+                        tail.append(_line(number, text[:LINE_BYTES], len(text)))
+                head, length = chunk[last + 1 : last + 1 + LINE_BYTES], len(chunk) - last - 1
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", file=name) from None
+    if length:
+        number += 1
+        tail.append(_line(number, head, length))
     return Log(name, number, tuple(tail))
+
+
+def _line(number: int, head: bytes, length: int) -> Line:
+    text = head.decode("utf-8", errors="replace")
+    return Line(number, text if length <= len(head) else f"{text} [... {length - len(head)} more bytes]")
 
 
 def exit_status(lines: Iterable[Line]) -> ExitStatus:
