@@ -18,10 +18,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from hacfg.agent.accelerator import UtilizationProbe
 from hacfg.agent.relay import prepare, relay
@@ -44,6 +44,31 @@ class AttemptResult:
     duration: float
     stopping: float | None = None  # seconds from the first stop signal (hang, signal, request) to the exit
     step: int | None = None  # the last step the command reported through its heartbeat
+
+
+class Process(Protocol):
+    """What the watcher needs of a started command: ``subprocess.Popen``'s face, or a warm start's."""
+
+    pid: int
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self) -> int: ...
+
+
+def start_cold(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A new process for the command, in its own session, its output piped to the relay."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=None,  # inherited: input can still be piped to the command
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_child_setup,  # no thread runs while the agent forks
+    )
 
 
 def become_subreaper() -> None:
@@ -72,6 +97,8 @@ class Supervisor:
         on_signal: Callable[[int], object] = lambda signum: None,
         on_first_activity: Callable[[float], object] = lambda after: None,
         accelerator: UtilizationProbe | None = None,
+        launch: Callable[[list[str], dict[str, str]], Process] = start_cold,
+        keep: Callable[[], Collection[int]] = frozenset,  # children that are no attempt's, spared by the cleanup
     ):
         self.argv = argv
         self.env = env
@@ -83,6 +110,8 @@ class Supervisor:
         self.on_signal = on_signal
         self.on_first_activity = on_first_activity
         self.accelerator = accelerator
+        self.launch = launch
+        self.keep = keep
         self.tails: dict[int, bytearray] = {}  # per stream: interleaving two floods would garble both
         self.tail_lock = threading.Lock()
         self.output_at: float | None = None  # monotonic time of the latest output, set by the pumps
@@ -108,15 +137,8 @@ class Supervisor:
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
         self._wake = wake_write
         try:
-            proc = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=None,  # inherited: input can still be piped to the command
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                preexec_fn=_child_setup,  # no thread runs while the agent forks
-            )
+            proc = self.launch(self.argv, self.env)
+            assert proc.stdout is not None and proc.stderr is not None
             prepare()
             pumps = [
                 threading.Thread(target=self._pump, args=(proc.stdout, sys.stdout.fileno(), wake_write), daemon=True),
@@ -130,7 +152,7 @@ class Supervisor:
                 _kill_group(proc.pid)
                 code = proc.wait()
                 ended = time.monotonic()
-                reap_orphans()
+                reap_orphans(keep=self.keep())
                 for pump in pumps:
                     pump.join(timeout=5)
         finally:
@@ -152,7 +174,7 @@ class Supervisor:
             step=self._heartbeat_step(since=started_wall),
         )
 
-    def _watch(self, proc: subprocess.Popen[bytes], pumps: list[threading.Thread], wake_read: int, started: float) -> tuple[bool, int | None, bool]:
+    def _watch(self, proc: Process, pumps: list[threading.Thread], wake_read: int, started: float) -> tuple[bool, int | None, bool]:
         """Wait for the child to end, watching for hangs, signals and stop requests;
         (hung, signal received, stopped on request)."""
         last_activity = started
@@ -270,11 +292,11 @@ def _kill_group(pid: int) -> None:
     _signal_group(pid, signal.SIGKILL)
 
 
-def reap_orphans() -> None:
-    """Kill and reap descendants that left the group (setsid) and were reparented to us."""
+def reap_orphans(keep: Collection[int] = ()) -> None:
+    """Kill and reap descendants that left the group (setsid) and were reparented to us, but ``keep``."""
     me = os.getpid()
     for _ in range(50):
-        orphans = _children(me)
+        orphans = [pid for pid in _children(me) if pid not in keep]
         for pid in orphans:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
