@@ -49,9 +49,14 @@ class AttemptResult:
 class Process(Protocol):
     """What the watcher needs of a started command: ``subprocess.Popen``'s face, or a warm start's."""
 
-    pid: int
-    stdout: IO[bytes] | None
-    stderr: IO[bytes] | None
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+
+    @property
+    def stderr(self) -> IO[bytes] | None: ...
 
     def poll(self) -> int | None: ...
 

@@ -33,6 +33,7 @@ from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Rounds, Verdict, resume_visible
 from hacfg.agent.state import EventLog, StateStore, stamp
+from hacfg.agent.warm import WarmStarts
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.agent import Failure, PrecheckContext, PrecheckSettings, Restart
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from hacfg.agent.metrics import Metrics
 
 HEARTBEAT_FILE = "heartbeat"
+WARM_LOG = "warm.log"  # the warm interpreters' own output: what they imported, why one could not serve
 RESTARTS = ("proc_restart", "pod_reschedule", "job_reschedule")  # the job runs again, here or elsewhere
 # The platform's log keyword for a restarted job that ends in failure (ha-configuration seed).
 FAILED_AFTER_RESTARTS = "error,exiting"
@@ -60,8 +62,11 @@ class Agent:
         rounds: Rounds | None = None,  # default: this node on its own
         node: int | None = None,  # this node's rank in a group
         echo: Callable[[str], None] = _say,
+        warm: bool = True,  # fork restarts from a warm interpreter (Python commands)
+        preload: list[str] | None = None,  # what it imports; default: the script's installed top-level imports
     ):
         self.command = command
+        self.warm = WarmStarts(command, state_dir / WARM_LOG, enabled=warm, preload=preload)
         self.policy = policy
         self.rounds = rounds or LocalRounds(policy)
         self.rank = node or 0
@@ -82,6 +87,7 @@ class Agent:
             self.events.write("agent_exit", exit_code=RETRY_ELSEWHERE)
             return RETRY_ELSEWHERE
         finally:
+            self.warm.close()
             self.rounds.close()
             self.store.release()
 
@@ -117,12 +123,6 @@ class Agent:
         """Run the workers of one round on this node; how they ended."""
         budgets = plan.budgets
         started = time.time()
-        self.events.write("attempt_start", round=plan.round, resume_from=plan.resume_from, **self._counters(budgets))
-        unseen = resume_visible(plan)
-        if unseen:
-            self.echo(f"[hacfg] {unseen}")
-            self.events.write("attempt_exit", round=plan.round, cause="environment", reason=unseen, exit_code=None)
-            return Outcome(self.rank, "environment", unseen, RETRY_ELSEWHERE)
         env = {
             **os.environ,
             "HACFG_ATTEMPT": str(budgets.attempt),
@@ -131,6 +131,15 @@ class Agent:
             "HACFG_HEARTBEAT_FILE": str(self.heartbeat),
             "HACFG_HEARTBEAT_INTERVAL": f"{min(1.0, self.policy.hang_timeout / 4):g}",
         }
+        start = self.warm.start(env)
+        self.events.write("attempt_start", round=plan.round, resume_from=plan.resume_from, start=start.how, start_reason=start.reason,
+                          **self._counters(budgets))
+        unseen = resume_visible(plan)
+        if unseen:
+            start.discard()
+            self.echo(f"[hacfg] {unseen}")
+            self.events.write("attempt_exit", round=plan.round, cause="environment", reason=unseen, exit_code=None)
+            return Outcome(self.rank, "environment", unseen, RETRY_ELSEWHERE)
         detect = self.policy.hang_detect
         supervisor = Supervisor(
             self.command,
@@ -143,6 +152,8 @@ class Agent:
             on_signal=lambda signum: self.events.write("signal", signal=signal.Signals(signum).name, attempt=budgets.attempt),
             on_first_activity=lambda after: self.events.write("first_activity", round=plan.round, attempt=budgets.attempt, after=round(after, 3)),
             accelerator=nvml_probe() if detect and self.policy.accelerator == "gpu" else None,
+            launch=start,
+            keep=self.warm.keep,
         )
         try:
             with self.rounds.watch(supervisor.request_stop):
@@ -287,6 +298,8 @@ def run_agent(
     metrics_file: Path | None = None,
     metrics_listen: tuple[str, int] | None = None,
     echo: Callable[[str], None] = _say,
+    warm: bool = True,
+    preload: list[str] | None = None,
 ) -> int:
     """Supervise ``command`` on this node: alone, or as one node of a group formed through torch's store."""
     from hacfg.agent import group
@@ -308,7 +321,7 @@ def run_agent(
         else:
             echo(f"[hacfg] node {spec.rank} of {spec.nnodes}: group store at {spec.host}:{spec.port}" + (" (hosted here)" if spec.leader else ""))
             rounds = group.Group(spec, policy, store_class, echo=echo)
-    agent = Agent(command, policy, directory, log, rounds=rounds, node=node, echo=echo)
+    agent = Agent(command, policy, directory, log, rounds=rounds, node=node, echo=echo, warm=warm, preload=preload)
     if metrics is None:
         return agent.run()
     agent.events.listeners.append(metrics.record)

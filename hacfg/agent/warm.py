@@ -26,12 +26,14 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from hacfg.agent.warm_server import MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from hacfg.agent.attempt import Process
 
 SERVER = Path(__file__).with_name("warm_server.py")
 # Loads the server by path: the training's interpreter need not have hacfg, and gets no hacfg package.
@@ -62,7 +64,8 @@ def python_entry(command: list[str], path: str | None) -> Entry | str:
     python = shutil.which(command[0], path=path) if command else None
     if python is None:
         return "the command is not found"
-    if not INTERPRETER.match(os.path.basename(command[0])) and os.path.realpath(python) != os.path.realpath(sys.executable):
+    ours = os.path.realpath(python) == os.path.realpath(sys.executable)
+    if not (ours or INTERPRETER.match(os.path.basename(command[0]))):
         return f"{command[0]} is not a Python interpreter"
     options: list[str] = []
     rest = command[1:]
@@ -83,7 +86,7 @@ def python_entry(command: list[str], path: str | None) -> Entry | str:
                     options.append(f"-{flags[:at]}")
                 if module in LAUNCHERS:
                     return f"{module} starts its workers itself"
-                return Entry(python, tuple(options), None, module, tuple(rest)) if module else "python -m without a module"
+                return Entry(python, tuple(options), None, module, tuple(rest)) if module else "-m without a module"
             if flag in "WX":
                 options += [arg] if flags[at + 1 :] or not rest else [arg, rest.pop(0)]
                 break
@@ -172,7 +175,7 @@ class Server:
                 start_new_session=True,
             )
         self.sock = ours
-        self.status: dict | None = None
+        self.status: dict[str, Any] | None = None
 
     def unready(self, env: dict[str, str]) -> str | None:
         """Why this interpreter cannot fork the next attempt now, or None when it can."""
@@ -202,7 +205,7 @@ class Server:
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], [0, out_write, err_write, go_read])
             ready = select.select([self.sock], [], [], FORK_TIMEOUT)[0]
-            reply = self._receive() if ready else {"error": f"no answer in {FORK_TIMEOUT:g}s"}
+            reply = (self._receive() if ready else None) or {"error": f"no answer in {FORK_TIMEOUT:g}s"}
         except OSError as err:
             reply = {"error": str(err)}
         finally:
@@ -212,7 +215,7 @@ class Server:
             for fd in (out_read, err_read, go_write):
                 os.close(fd)
             raise OSError(reply.get("error") or "no pid")
-        return WarmProcess(reply["pid"], out_read, err_read, go_write)
+        return WarmProcess(int(reply["pid"]), out_read, err_read, go_write)
 
     def close(self) -> None:
         """Stop it (it serves one attempt) and reap it."""
@@ -221,7 +224,7 @@ class Server:
         self.proc.wait()
         self.sock.close()
 
-    def _receive(self) -> dict | None:
+    def _receive(self) -> dict[str, Any] | None:
         try:
             data = self.sock.recv(MESSAGE_BYTES)
         except OSError:
@@ -242,10 +245,10 @@ class Start:
     reason: str
     process: WarmProcess | None = None
 
-    def __call__(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes] | WarmProcess:
+    def __call__(self, argv: list[str], env: dict[str, str]) -> Process:
         from hacfg.agent.attempt import start_cold
 
-        proc: subprocess.Popen[bytes] | WarmProcess
+        proc: Process
         if self.process is not None:
             self.process.release()
             proc = self.process

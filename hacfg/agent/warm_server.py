@@ -48,7 +48,9 @@ import threading
 import time
 import types
 from collections.abc import Callable
+from typing import Any
 
+BOOT_NAME = "<string>"  # the file name of the ``-c`` code that loads this one
 MESSAGE_BYTES = 1 << 20  # one request: argv, environment, working directory
 _PR_SET_PDEATHSIG = 1
 _IOPRIO_WHO_PROCESS, _IOPRIO_CLASS_IDLE, _IOPRIO_CLASS_SHIFT = 1, 3, 13
@@ -68,13 +70,17 @@ def serve() -> None:
     path0 = _path0(config["script"])
     if path0 is not None:
         sys.path[0] = path0  # '' under -c
-    names = config["preload"] if config["preload"] is not None else _imports_of(config)
-    preloaded, skipped = _installed(names, path0)
+    named = config["preload"] is not None  # --preload: a name not found is an import that fails
+    preloaded, skipped = _installed(config["preload"] if named else _imports_of(config), path0, missing_ok=not named)
     failure = _import_quietly(preloaded) or _accelerator_in_use()
     if failure:
+        print(f"warm interpreter {os.getpid()} cannot serve: {failure}", flush=True)
         sock.send(json.dumps({"ready": False, "reason": failure}).encode())
         return
-    sock.send(json.dumps({"ready": True, "preloaded": preloaded, "skipped": skipped, "seconds": round(time.monotonic() - started, 3)}).encode())
+    ready = {"ready": True, "preloaded": preloaded, "skipped": skipped, "seconds": round(time.monotonic() - started, 3)}
+    print(f"warm interpreter {os.getpid()} ready: imported {', '.join(preloaded) or 'nothing'} in {ready['seconds']}s"
+          + (f", skipped {', '.join(skipped)}" if skipped else ""), flush=True)
+    sock.send(json.dumps(ready).encode())
     try:
         message, fds, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, 4)
     except OSError:
@@ -95,7 +101,7 @@ def _path0(script: str | None) -> str | None:
     return os.path.dirname(os.path.realpath(script)) if script else os.getcwd()
 
 
-def _imports_of(config: dict) -> list[str]:
+def _imports_of(config: dict[str, Any]) -> list[str]:
     """The modules the script imports at its top level (not in functions), found without running it."""
     path = config["script"] or _module_source(config["module"])
     if path is None:
@@ -135,18 +141,18 @@ def _module_source(name: str) -> str | None:
     return spec.origin if spec is not None and spec.has_location else None
 
 
-def _installed(names: list[str], path0: str | None) -> tuple[list[str], list[str]]:
+def _installed(names: list[str], path0: str | None, missing_ok: bool = True) -> tuple[list[str], list[str]]:
     """The names whose top-level package is installed, and those skipped: missing, or the script's own."""
-    local = os.path.realpath(path0) + os.sep if path0 else None
+    local = os.path.realpath(path0) if path0 else None
     keep, skip = [], []
     for name in names:
         try:
             spec = importlib.util.find_spec(name.split(".")[0])
         except (ImportError, ValueError):
             spec = None
-        places = [spec.origin] if spec is not None and spec.has_location and spec.origin else []
-        places += list(spec.submodule_search_locations or []) if spec is not None else []
-        if spec is None or (local and any(os.path.realpath(p).startswith(local) for p in places)):
+        # a package's folder, or a module's file, found in the script's folder itself
+        places = list(spec.submodule_search_locations or []) or [spec.origin or ""] if spec is not None else []
+        if (spec is None and missing_ok) or any(os.path.dirname(os.path.realpath(p)) == local for p in places):
             skip.append(name)
         else:
             keep.append(name)
@@ -163,11 +169,12 @@ def _import_quietly(names: list[str]) -> str | None:
             os.setpriority(os.PRIO_PROCESS, tid, 19)
         number = _SYS_IOPRIO_SET.get(platform.machine())
         if number is not None and sys.platform.startswith("linux"):
-            ctypes.CDLL(None, use_errno=True).syscall(number, _IOPRIO_WHO_PROCESS, tid, _IOPRIO_CLASS_IDLE << _IOPRIO_CLASS_SHIFT)
+            idle = _IOPRIO_CLASS_IDLE << _IOPRIO_CLASS_SHIFT
+            ctypes.CDLL(None, use_errno=True).syscall(number, _IOPRIO_WHO_PROCESS, tid, idle)
         for name in names:
             try:
                 __import__(name)
-            except BaseException as err:  # noqa: BLE001  # any failure means: start the attempt cold
+            except BaseException as err:  # any failure means: start the attempt cold
                 failure.append(f"importing {name} failed: {type(err).__name__}: {err}")
                 return
 
@@ -195,7 +202,7 @@ def _accelerator_in_use() -> str | None:
     return None
 
 
-def _fork(request: dict, fds: list[int], sock: socket.socket, agent: int) -> Callable[[], None] | None:
+def _fork(request: dict[str, Any], fds: list[int], sock: socket.socket, agent: int) -> Callable[[], None] | None:
     """Fork the attempt as a grandchild; in the server, report its pid and return None; in the attempt,
     return what runs it."""
     pid_read, pid_write = os.pipe()
@@ -219,7 +226,7 @@ def _fork(request: dict, fds: list[int], sock: socket.socket, agent: int) -> Cal
     return None
 
 
-def _attempt(request: dict, fds: list[int], agent: int) -> Callable[[], None]:
+def _attempt(request: dict[str, Any], fds: list[int], agent: int) -> Callable[[], None]:
     """Wait for the agent's go, then become the attempt; returns the function that runs the script."""
     stdin, stdout, stderr, go = fds
     if os.read(go, 1) != b"g":
@@ -233,9 +240,9 @@ def _attempt(request: dict, fds: list[int], agent: int) -> Callable[[], None]:
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
         os.close(fd)
-    buffered = not sys.stdout.write_through  # python -u
+    buffered = not getattr(sys.stdout, "write_through", False)  # python -u
     sys.stdin, sys.stdout, sys.stderr = (_stdio(fd, like, buffered) for fd, like in enumerate(streams))
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc]
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -257,16 +264,16 @@ def _attempt(request: dict, fds: list[int], agent: int) -> Callable[[], None]:
     return lambda: _run(lambda: runpy._run_module_as_main(request["module"], alter_argv=True))  # type: ignore[attr-defined]
 
 
-def _stdio(fd: int, like: io.TextIOWrapper, buffered: bool) -> io.TextIOWrapper:
+def _stdio(fd: int, like: Any, buffered: bool) -> io.TextIOWrapper:
     """A standard stream as the interpreter creates it at start (Python/pylifecycle.c, create_stdio)."""
     write = fd != 0
     raw = io.FileIO(fd, "wb" if write else "rb", closefd=False)
-    raw.name = ("<stdin>", "<stdout>", "<stderr>")[fd]  # type: ignore[misc]
-    stream: io.RawIOBase | io.BufferedIOBase = raw
+    raw.name = ("<stdin>", "<stdout>", "<stderr>")[fd]
+    stream: Any = raw
     if buffered or not write:
         stream = io.BufferedWriter(raw) if write else io.BufferedReader(raw)
     text = io.TextIOWrapper(
-        stream,  # type: ignore[arg-type]
+        stream,
         encoding=like.encoding,
         errors=like.errors,
         newline="\n",
@@ -308,14 +315,18 @@ def _run(body: Callable[[], object]) -> None:
         body()
     except SystemExit:
         raise
-    except BaseException as err:  # noqa: BLE001  # the interpreter's own top level, reproduced
+    except BaseException as err:  # the interpreter's own top level, reproduced
         trace = err.__traceback__
-        while trace is not None and (trace.tb_frame.f_globals is globals() or trace.tb_frame.f_code.co_filename == "<string>"):
+        while trace is not None and _ours(trace.tb_frame):
             trace = trace.tb_next
         sys.excepthook(type(err), err.with_traceback(trace), trace)  # the hook prints the exception's own
         if isinstance(err, KeyboardInterrupt):
             _interrupted.append(True)
         raise SystemExit(1) from None
+
+
+def _ours(frame: types.FrameType) -> bool:
+    return frame.f_globals is globals() or frame.f_code.co_filename == BOOT_NAME
 
 
 def _exit_by_sigint() -> None:

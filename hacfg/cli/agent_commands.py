@@ -47,6 +47,8 @@ def run_agent(
     standalone: bool = False,
     metrics_file: Path | None = None,
     metrics_listen: tuple[str, int] | None = None,
+    warm: bool = True,
+    preload: str | None = None,
 ) -> int:
     """``hacfg agent``: supervise ``command`` with the scenario file's policy and the overrides given."""
     from hacfg.agent.loop import run_agent as supervise
@@ -75,7 +77,20 @@ def run_agent(
         config_nodes=policy.nodes if config else None,
         metrics_file=metrics_file,
         metrics_listen=metrics_listen,
+        warm=warm,
+        preload=_module_names(preload) if preload is not None else None,
     )
+
+
+def _module_names(text: str) -> list[str]:
+    """``--preload torch,numpy``: the modules a warm interpreter imports, instead of the script's own."""
+    from hacfg.scenario.source import InputError
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise InputError(f"--preload: {name!r} is not a module name")
+    return names
 
 
 def run_precheck(config: Path | None = None) -> int:

@@ -298,6 +298,12 @@ def agent_command(
     metrics_port: Optional[str] = typer.Option(
         None, "--metrics-port", metavar="[HOST:]PORT", help="Serve Prometheus metrics on /metrics."
     ),
+    warm: bool = typer.Option(
+        True, "--warm/--no-warm", help="Fork Python restarts from an interpreter that imported the script's packages."
+    ),
+    preload: Optional[str] = typer.Option(
+        None, "--preload", metavar="MOD,...", help="What the warm interpreter imports (default: the script's imports)."
+    ),
 ) -> None:
     """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events.
 
@@ -331,6 +337,8 @@ def agent_command(
         standalone=standalone,
         metrics_file=metrics_file,
         metrics_listen=listen,
+        warm=warm,
+        preload=preload,
     )
     raise typer.Exit(code)
 

@@ -1,0 +1,187 @@
+"""Warm restarts: an attempt forked from a warm interpreter behaves as a cold start, only sooner.
+
+The matrix runs the same probe under ``hacfg agent`` twice, ``--no-warm`` and warm: attempt 1
+kills itself (once the warm interpreter is ready, in the warm run), attempt 2 records what it can
+see of how it was started and ends as the case says; everything but random draws must match.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from hacfg.agent import warm_server
+from hacfg.agent.warm import Entry, interpreter_env, python_entry
+
+PROBES = REPO / "tests" / "children" / "warm"
+PY = sys.executable
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ([PY, "train.py", "--lr", "1"], Entry(PY, (), "train.py", None, ("--lr", "1"))),
+        ([PY, "-u", "-X", "dev", "-Wignore", "train.py"], Entry(PY, ("-u", "-X", "dev", "-Wignore"), "train.py", None, ())),
+        ([PY, "-um", "pkg.train", "-x"], Entry(PY, ("-u",), None, "pkg.train", ("-x",))),
+        ([PY, "-m", "torch.distributed.run", "train.py"], "torch.distributed.run starts its workers itself"),
+        ([PY, "-c", "print(1)"], "python -c cannot start warm"),
+        ([PY, "-i", "train.py"], "python -i cannot start warm"),
+        ([PY, "-"], "python reads its program from stdin"),
+        ([PY, "missing.py"], "missing.py is not a script file"),
+        (["/bin/sh", "-c", "true"], "/bin/sh is not a Python interpreter"),
+        (["no-such-command"], "the command is not found"),
+    ],
+)
+def test_which_commands_can_start_warm(tmp_path, monkeypatch, command, expected):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    assert python_entry(command, os.environ.get("PATH")) == expected
+
+
+def test_the_warm_interpreter_never_sees_the_attempts_variables():
+    assert interpreter_env({"PATH": "/bin", "HACFG_RESUME_FROM": "/ckpt/step_4", "HACFG_ATTEMPT": "2"}) == {"PATH": "/bin"}
+
+
+def test_it_preloads_the_scripts_top_level_imports_that_are_installed_never_its_own_modules(tmp_path):
+    (tmp_path / "mine.py").write_text("")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from __future__ import annotations\nimport json, mine\nfrom os import path\nfrom . import sibling\n"
+        "try:\n    import no_such_package_here\nexcept ImportError:\n    pass\n"
+        "def later():\n    import sqlite3\n"
+    )
+    names = warm_server._imports_of({"script": str(script), "module": None})
+    assert names == ["json", "mine", "os", "no_such_package_here"]
+    assert warm_server._installed(names, str(tmp_path)) == (["json", "os"], ["mine", "no_such_package_here"])
+
+
+def run(tmp_path: Path, ending: str, *options: str, warm: bool, env: dict | None = None, probe: Path = PROBES / "probe.py"):
+    """One agent run of the probe; returns the agent's process, attempt 2's record and events."""
+    state = tmp_path / "state"
+    subprocess.run(["rm", "-rf", str(state)], check=True)
+    records = tmp_path / "records"
+    records.mkdir(exist_ok=True)
+    (records / "attempt-2.json").unlink(missing_ok=True)
+    wait = records / "wait-for-warm"
+    wait.touch() if warm else wait.unlink(missing_ok=True)
+    argv = [PY, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", "--max-restarts", "1", "--unconditional",
+            "--grace", "2", *(() if warm else ("--no-warm",)), *options, "--", PY, str(probe), str(records), ending]
+    proc = subprocess.run(argv, input="typed on stdin\n", capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env={**os.environ, "PROBE_STATE": str(state), **(env or {})})
+    found = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
+    record_file = records / "attempt-2.json"
+    return proc, json.loads(record_file.read_text()) if record_file.exists() else None, found
+
+
+def attempt_events(found: list[dict], kind: str) -> list[dict]:
+    return [e for e in found if e["event"] == kind]
+
+
+def comparable_output(text: str) -> list[str]:
+    """The attempts' own lines, addresses and the warm interpreter's frames taken out."""
+    lines = [re.sub(r"0x[0-9a-f]+", "0x?", line) for line in text.splitlines() if not line.startswith("[hacfg]")]
+    return [line for line in lines if "warm_server.py" not in line and '"<string>"' not in line]
+
+
+DIFFERENT = ("random", "hash", "numpy", "ppid")  # fresh per process, as in any two cold starts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ending", ["success", "exit3", "exception", "interrupt", "sigkill", "sigsegv"])
+def test_a_warm_attempt_is_observably_a_cold_one(tmp_path, ending):
+    cold, cold_record, cold_events = run(tmp_path, ending, warm=False)
+    warm, warm_record, warm_events = run(tmp_path, ending, warm=True)
+    starts = [(e["start"], e["start_reason"]) for e in attempt_events(warm_events, "attempt_start")]
+    assert [how for how, _ in starts] == ["cold", "warm"], starts
+    assert "imported" in starts[1][1] and "helper" not in starts[1][1]
+    assert [e["start_reason"] for e in attempt_events(cold_events, "attempt_start")] == ["warm restarts are off"] * 2
+    assert cold_record is not None and warm_record is not None
+    for key in DIFFERENT:
+        assert (key, cold_record.pop(key)) != (key, warm_record.pop(key))
+    # threads an import started (OpenBLAS's pool) do not survive a fork; their library restarts them
+    assert int(warm_record["proc"].pop("Threads")) <= int(cold_record["proc"].pop("Threads"))
+    assert warm_record == cold_record
+    assert warm_record["stdin"] == "typed on stdin\n" and warm_record["pools"] == [49, 49, 49]
+    assert warm_record["session"] == [True, True] and warm_record["main_thread"]
+    assert warm.returncode == cold.returncode
+    assert comparable_output(warm.stdout) == comparable_output(cold.stdout)
+    assert comparable_output(warm.stderr) == comparable_output(cold.stderr)
+    keys = ("exit_code", "signal", "cause", "reason", "classifier")
+    assert [{k: e.get(k) for k in keys} for e in attempt_events(warm_events, "attempt_exit")] == \
+        [{k: e.get(k) for k in keys} for e in attempt_events(cold_events, "attempt_exit")]
+    assert_no_process_left(tmp_path)
+
+
+def test_expected_endings_reach_the_agent(tmp_path):
+    """The matrix compares warm with cold; this pins down what both must be, for two of the cases."""
+    proc, _, found = run(tmp_path, "exception", warm=True)
+    assert proc.returncode == 1
+    assert 'File "' + str(PROBES / "probe.py") + '", line' in proc.stderr and "ValueError: the probe failed on purpose" in proc.stderr
+    assert "warm_server" not in proc.stderr
+    assert "atexit handler ran" in proc.stdout and "thread finished after the main one" in proc.stdout
+    assert proc.stdout.count("helper imported") >= 2  # each attempt imports the script's own module itself
+    assert [e["exit_code"] for e in attempt_events(found, "attempt_exit")] == [None, 1]
+
+
+def assert_no_process_left(tmp_path: Path) -> None:
+    marker = str(tmp_path).encode()
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes() and b") Z " not in (entry / "stat").read_bytes():
+                    left.append(entry.name)
+            except OSError:
+                continue
+    assert not left, f"processes left: {left}"
+
+
+def test_no_warm_start_when_the_import_initialised_an_accelerator(tmp_path):
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("class cuda:\n    is_initialized = staticmethod(lambda: True)\n")
+    script = tmp_path / "train.py"
+    script.write_text("import os, torch\nos.kill(os.getpid(), 9) if os.environ['HACFG_ATTEMPT'] == '1' else None\n")
+    _, _, found = run_script(tmp_path, script, env={"PYTHONPATH": str(tmp_path / "site")})
+    assert [e["start"] for e in attempt_events(found, "attempt_start")] == ["cold", "cold"]
+    reason = attempt_events(found, "attempt_start")[1]["start_reason"]
+    assert reason == "the warm interpreter cannot serve: torch.cuda was initialised at import", reason
+
+
+def test_an_import_that_fails_in_the_warm_interpreter_means_a_cold_start(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import os\nos.kill(os.getpid(), 9) if os.environ['HACFG_ATTEMPT'] == '1' else None\n")
+    _, _, found = run_script(tmp_path, script, "--preload", "json,no_such_module_anywhere")
+    reason = attempt_events(found, "attempt_start")[1]["start_reason"]
+    assert reason.startswith("the warm interpreter cannot serve: importing no_such_module_anywhere failed: ModuleNotFoundError"), reason
+    assert "cannot serve" in (tmp_path / "state" / "warm.log").read_text()
+
+
+def test_a_command_that_is_not_python_starts_cold_and_says_why(tmp_path):
+    state = tmp_path / "state"
+    subprocess.run([PY, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", "--", "/bin/sh", "-c", "exit 0"],
+                   capture_output=True, timeout=60, check=True)
+    start = attempt_events([json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()], "attempt_start")[0]
+    assert (start["start"], start["start_reason"]) == ("cold", "/bin/sh is not a Python interpreter")
+
+
+def run_script(tmp_path: Path, script: Path, *options: str, env: dict | None = None):
+    """Attempt 1 of ``script`` runs long enough for the warm interpreter to be ready or to fail."""
+    state = tmp_path / "state"
+    argv = [PY, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", "--max-restarts", "1", *options,
+            "--", PY, str(script)]
+    body = script.read_text()
+    script.write_text(
+        "import os, time\nif os.environ['HACFG_ATTEMPT'] == '1':\n"
+        f"    while not os.path.exists({str(state / 'warm.log')!r}) or 'warm interpreter' not in open({str(state / 'warm.log')!r}).read():\n"
+        "        time.sleep(0.02)\n" + body
+    )
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, **(env or {})})
+    return proc, None, [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
