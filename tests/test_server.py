@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import queue
+import re
 import subprocess
 import sys
 import textwrap
@@ -123,8 +126,8 @@ def span(line: int, start: int, end: int) -> types.Range:
 
 
 def apply(text: str, edit: types.TextEdit) -> str:
-    """Apply one edit the way an editor does (positions in UTF-16 code units)."""
-    lines = text.splitlines(keepends=True)
+    """Apply one edit the way an editor does (the protocol's lines, positions in UTF-16 code units)."""
+    lines = re.findall(r".*?(?:\r\n|\r|\n)|.+$", text, re.DOTALL)
 
     def offset(position: types.Position) -> int:
         before = "".join(lines[: position.line])
@@ -165,7 +168,8 @@ def test_settings_and_suppressions_apply_as_on_the_command_line(editor):
     assert [d.code for d in editor.open("jobs/train.yaml", JOB)] == ["HA007"]  # an include glob
     assert editor.open("jobs/legacy.yaml", JOB) == []  # per-file-ignores
     assert editor.open("jobs/quiet.yaml", JOB.replace("3}", "3}  # hacfg: disable=HA007 -- migrating")) == []
-    assert editor.open("notes.yaml", JOB) == []  # not a file `hacfg lint .` would pick
+    kubernetes = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: llama, annotations: {a: 3}}\n"
+    assert editor.open("notes.yaml", kubernetes) == []  # not a file `hacfg lint .` would pick
 
 
 def test_positions_are_utf16_code_units_and_the_quick_fix_edits_exactly_the_value(editor):
@@ -240,3 +244,134 @@ def test_without_pygls_the_command_says_what_to_install(tmp_path):
     result = subprocess.run([sys.executable, "-m", "hacfg", "server"], capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 2
     assert result.stderr == "hacfg: error: hacfg server needs pygls: pip install 'hacfg[server]'\n"
+
+
+def test_the_files_hacfg_lint_picks_get_its_findings_at_its_ranges(tmp_path, cli, monkeypatch):
+    """By name, by content (a scenario file under any name, a request body), not what .gitignore hides."""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    files = {
+        "ha.yaml": SCENARIO.replace("  max: 3", "  mxa: 3"),
+        "sub/train-ha.yml": SCENARIO.replace("interval: 30m", "interval: 2h") + "hang: {timeout: 2m}\n",
+        "job.json": json.dumps({"kind": "job", "metadata": {"name": "llama", "annotations": {
+            "fault-tolerance/job-retry-num": 3, "fault-tolerance/hang-retry": "True"}}}, indent=2) + "\n",
+        "ignored/ha.yaml": SCENARIO,
+        ".gitignore": "ignored/\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    linted = json.loads(cli("lint", "-f", "json", ".").out)["findings"]
+    assert {f["path"] for f in linted} == {"ha.yaml", "sub/train-ha.yml", "job.json"}
+    editor = Editor(tmp_path)
+    try:
+        for name in ("ha.yaml", "sub/train-ha.yml", "job.json"):
+            shown = [(d.code, d.range) for d in editor.open(name, files[name])]
+            expected = [
+                (f["rule"], span(f["line"] - 1, f["column"] - 1, f["end_column"] - 1)) for f in linted if f["path"] == name
+            ]
+            assert shown == expected and expected, name
+        assert editor.open("ignored/ha.yaml", SCENARIO) == []
+    finally:
+        assert editor.close() == 0
+
+
+# libyaml breaks lines at these too; the protocol (and every editor) does not
+SEPARATORS = {"NEL": "\x85", "LS": "\u2028", "PS": "\u2029"}
+
+
+@pytest.mark.parametrize("separator", SEPARATORS.values(), ids=SEPARATORS.keys())
+def test_a_unicode_line_separator_before_a_finding_moves_neither_it_nor_its_fix(editor, separator):
+    text = JOB.replace("metadata:", f"# owner: ml-infra{separator}# reviewed\nmetadata:")
+    (finding,) = editor.open(f"jobs/sep-{ord(separator)}.yaml", text)
+    line = text.split("\n")[4]  # the protocol's line 4: the annotations, whatever libyaml counts
+    character = len(line[: line.index(": 3}") + 2].encode("utf-16-le")) // 2
+    assert (finding.code, finding.range) == ("HA007", span(4, character, character + 1))
+    (quick,) = editor.code_actions(f"jobs/sep-{ord(separator)}.yaml", finding.range, only=[types.CodeActionKind.QuickFix])
+    (edit,) = quick.edit.changes[editor.uri(f"jobs/sep-{ord(separator)}.yaml")]
+    assert apply(text, edit) == text.replace("job-retry-num: 3}", 'job-retry-num: "3"}')
+    (every,) = editor.code_actions(f"jobs/sep-{ord(separator)}.yaml", span(0, 0, 0), only=[types.CodeActionKind.SourceFixAll])
+    (whole,) = every.edit.changes[editor.uri(f"jobs/sep-{ord(separator)}.yaml")]
+    assert apply(text, whole) == text.replace("job-retry-num: 3}", 'job-retry-num: "3"}')
+
+
+def test_the_misspelled_key_quick_fix_renames_it(editor):
+    (_, unknown) = editor.open("rename.ha.yaml", SCENARIO.replace("  max: 3", "  mxa: 3"))
+    (action,) = editor.code_actions("rename.ha.yaml", unknown.range, only=[types.CodeActionKind.QuickFix])
+    assert action.title == "Rename 'mxa' to 'max' (HA101)"
+    (edit,) = action.edit.changes[editor.uri("rename.ha.yaml")]
+    assert apply(SCENARIO.replace("  max: 3", "  mxa: 3"), edit) == SCENARIO
+
+
+class Wire:
+    """The server's stdin and stdout as bytes: what a broken or hostile client sends, and every reply."""
+
+    def __init__(self, root: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "hacfg", "server"], cwd=root, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.replies: queue.Queue[dict] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        out = self.proc.stdout
+        while True:
+            headers = {}
+            while (line := out.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode().partition(":")
+                headers[name.lower()] = value.strip()
+            if not line:
+                return
+            self.replies.put(json.loads(out.read(int(headers["content-length"]))))
+
+    def send(self, raw: bytes) -> None:
+        self.proc.stdin.write(raw)
+        self.proc.stdin.flush()
+
+    def request(self, msg_id: int, method: str, params: object = None) -> bytes:
+        return frame({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+
+    def reply(self) -> dict:
+        """The next reply that answers something (notifications such as logs are passed over)."""
+        while True:
+            message = self.replies.get(timeout=30)
+            if "id" in message:
+                return message
+
+
+def frame(message: dict) -> bytes:
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def test_framing_errors_are_answered_and_skipped_and_shutdown_is_always_honoured(tmp_path):
+    wire = Wire(tmp_path)
+    wire.send(wire.request(1, "initialize", {"capabilities": {}, "processId": None, "rootUri": None}))
+    assert wire.reply()["id"] == 1
+    notification = b'{"jsonrpc": "2.0", "method": "initialized", "params": {}}'
+    hostile = {  # what was sent, and the error code answered (None: read as the message it held)
+        "a length that is no number": (b"Content-Length: twelve\r\n\r\n" + notification, -32700),
+        "a length no memory holds": (b"Content-Length: 1000000000000\r\n\r\n" + notification, -32700),
+        "a body that is no JSON": (b"Content-Length: 9\r\n\r\n{not json", -32700),
+        "a length longer than the body": (b"Content-Length: 500\r\n\r\n" + notification, None),
+        "a length shorter than the body": (b"Content-Length: 5\r\n\r\n" + notification, -32700),
+        "a message that is no object": (b"Content-Length: 3\r\n\r\n[1]", -32600),
+    }
+    hover = {"textDocument": {"uri": (tmp_path / "ha.yaml").as_uri()}, "position": {"line": 0, "character": 0}}
+    for number, (what, (raw, code)) in enumerate(hostile.items(), start=2):
+        wire.send(raw + wire.request(number, "textDocument/hover", hover))
+        answers = [wire.reply()]
+        while answers[-1]["id"] != number:
+            answers.append(wire.reply())
+        assert [a["error"]["code"] for a in answers[:-1]] == ([] if code is None else [code]), what
+        assert all(a["id"] is None for a in answers[:-1]), what
+        assert answers[-1] == {"jsonrpc": "2.0", "id": number, "result": None}, what  # the next message, read whole
+    wire.send(wire.request(99, "shutdown"))
+    assert wire.reply() == {"jsonrpc": "2.0", "id": 99, "result": None}
+    wire.send(frame({"jsonrpc": "2.0", "method": "exit"}))
+    assert wire.proc.wait(30) == 0
+
+
+def test_exit_without_shutdown_exits_1_as_the_protocol_says(tmp_path):
+    wire = Wire(tmp_path)
+    wire.send(frame({"jsonrpc": "2.0", "method": "exit"}))
+    assert wire.proc.wait(30) == 1

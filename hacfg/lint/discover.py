@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.lint.settings import Settings
-from hacfg.scenario.source import MAX_BYTES, Document, InputError, load
+from hacfg.scenario.source import MAX_BYTES, Document, InputError, load, parse
 
 SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
 CONTENT_SUFFIXES = (".json", ".yaml", ".yml")
@@ -157,13 +157,30 @@ def wanted(path: Path, settings: Settings) -> bool:
     return any(fnmatch.fnmatch(path.name, pattern) for pattern in SCENARIO_NAMES) or settings.included(path)
 
 
-def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str]) -> Found | None:
-    """``path`` as a file to lint, or None when it is not a scenario file or request body."""
+def walked(path: Path, settings: Settings, text: str) -> Found | None:
+    """``path`` holding ``text`` (an editor's unsaved copy) as a walk of its repository would choose it
+    (by name, ``include`` globs or content; not ignored, not under a skipped folder), else None."""
+    absolute = Path(os.path.abspath(path))
+    top = next((folder for folder in absolute.parents if (folder / ".git").exists()), absolute.parent)
+    ignores = _Ignores.above(top)
+    chain = [absolute.parent, *absolute.parent.parents]
+    for here in reversed(chain[: chain.index(top) + 1]):  # from the top down, as the walk goes
+        if here != top and (_skipped(here) or ignores.ignored(here, directory=True)):
+            return None
+        ignores.read(here / ".gitignore")
+    if ignores.ignored(absolute, directory=False):
+        return None
+    return _choose(path, settings, named=False, notes=[], text=text)
+
+
+def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str], text: str | None = None) -> Found | None:
+    """``path`` (or ``text``, what an editor holds of it) as a file to lint, or None when it is not a
+    scenario file or request body."""
     by_name = wanted(path, settings)
-    if not (by_name or named or (path.suffix in CONTENT_SUFFIXES and _may_be_ours(path))):
+    if not (by_name or named or (path.suffix in CONTENT_SUFFIXES and _may_be_ours(path, text))):
         return None
     try:
-        document = load(path)
+        document = load(path) if text is None else parse(text, str(path))
     except InputError:
         # what cannot be read or parsed is reported when the user asked for it by name
         return Found(path) if by_name or named else None
@@ -177,8 +194,10 @@ def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str]) ->
     return Found(path, document) if is_request_body(document.data) or is_scenario(document.data) else None
 
 
-def _may_be_ours(path: Path) -> bool:
+def _may_be_ours(path: Path, text: str | None) -> bool:
     """A scenario file names its scenario and a body has metadata: a data file with neither is not parsed."""
+    if text is not None:
+        return "scenario" in text or "metadata" in text
     try:
         with open(path, "rb") as handle:
             head = handle.read(MAX_BYTES)
@@ -210,14 +229,16 @@ def _walk(root: Path, settings: Settings, respect_gitignore: bool) -> Iterator[P
         dirs[:] = sorted(
             d
             for d in dirs
-            if d not in SKIPPED_DIRS
-            and not (here / d / "pyvenv.cfg").exists()
-            and not (ignores is not None and ignores.ignored(here / d, directory=True))
+            if not _skipped(here / d) and not (ignores is not None and ignores.ignored(here / d, directory=True))
         )
         for name in sorted(files):
             file = here / name
             if ignores is None or not ignores.ignored(file, directory=False):
                 yield file
+
+
+def _skipped(folder: Path) -> bool:
+    return folder.name in SKIPPED_DIRS or (folder / "pyvenv.cfg").exists()
 
 
 class _Ignores:

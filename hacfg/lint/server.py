@@ -7,19 +7,33 @@ suppression comments apply as on the command line. Hovering over a finding shows
 action does what ``hacfg fix`` would. Positions go out in the client's code units (UTF-16
 unless it negotiated another encoding).
 
-Only the files ``hacfg lint DIR`` picks are linted (``ha.yaml``, ``*.ha.yaml``, the ``include``
-globs), so an editor that starts the server for every YAML file sees nothing on the others.
+Only the files a ``hacfg lint`` of the repository picks are linted: by name (``ha.yaml``,
+``*.ha.yaml``, the ``include`` globs) or by content (a scenario file or a request body, as the
+editor holds it), unless ``.gitignore`` or a skipped folder keeps the walk away; an editor that
+starts the server for every YAML and JSON file sees nothing on the others.
+
+Lines are the protocol's (broken at ``\r\n``, ``\r`` and ``\n`` only), not libyaml's, which also
+break at U+0085, U+2028 and U+2029. The framing is read here rather than by pygls, so that a bad
+or oversized ``Content-Length`` is answered with an error and skipped, and the next message is
+read as usual (``shutdown`` included).
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
+import json
 import os
 import re
+import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
@@ -30,7 +44,7 @@ from hacfg.lint import engine as lint
 from hacfg.lint import formatters as report
 from hacfg.lint.settings import Settings, find_settings
 from hacfg.scenario import config
-from hacfg.scenario.source import InputError
+from hacfg.scenario.source import MAX_BYTES, InputError, line_starts
 
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.hacfg"
 _SEVERITY = {
@@ -67,17 +81,153 @@ class HacfgServer(LanguageServer):
         self.shown.pop(uri, None)
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """Serve until ``exit`` or the end of input, with hacfg's framing; exit as the client was told:
+        0 after ``shutdown``, else 1."""
+        from pygls.io_ import StdoutWriter
+
+        self._stop_event = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        code = 0
+        try:
+            asyncio.run(self._serve(Frames(stdin or sys.stdin.buffer)))
+        except BrokenPipeError:
+            pass  # the client went away
+        except SystemExit as done:  # how pygls ends on exit
+            code = done.code if isinstance(done.code, int) else 0
+        finally:
+            self.shutdown()  # type: ignore[no-untyped-call]
+        if code:
+            raise SystemExit(code)
+
+    async def _serve(self, frames: Frames) -> None:
+        loop = asyncio.get_running_loop()
+        while self._stop_event is not None and not self._stop_event.is_set():
+            frame = await loop.run_in_executor(self.thread_pool, frames.next)
+            if frame is None:
+                return
+            self._receive(frame)
+
+    def _receive(self, frame: bytes | str) -> None:
+        """Handle one message; answer what cannot be handled with JSON-RPC's error, if anyone waits for it."""
+        if isinstance(frame, str):
+            self._answer(None, PARSE_ERROR, frame)
+            return
+        try:
+            data = json.loads(frame)
+        except ValueError as err:
+            self._answer(None, PARSE_ERROR, f"the message is not JSON: {err}")
+            return
+        if not isinstance(data, dict):
+            self._answer(None, INVALID_REQUEST, "a message is a JSON object")
+            return
+        try:
+            message = self.protocol.structure_message(data)
+        except JsonRpcException as err:
+            if "id" in data and "method" in data:  # a request: its sender waits for an answer
+                self._answer(data["id"], err.code, f"{data['method']}: {err.message}")
+            return
+        try:
+            self.protocol.handle_message(message)
+        except Exception as err:  # a handler's bug must not end the session
+            self._report_server_error(err, JsonRpcInternalError)
+
+    def _answer(self, msg_id: object, code: int, message: str) -> None:
+        self.protocol._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
+
+
+PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+MAX_MESSAGE = 4 * MAX_BYTES  # a file hacfg reads, JSON-escaped in a didOpen, fits with room to spare
+_MAX_HEADER = 1 << 12
+_CONTENT_LENGTH = re.compile(rb"Content-Length:[ \t]*(\d+)[ \t]*\r?\n$", re.IGNORECASE)
+
+
+class Frames:
+    """JSON-RPC messages from a stream framed by ``Content-Length`` headers, which keeps its place
+    whatever the client sends: ``next()`` is a message's bytes, a framing error to answer (a string;
+    the stream then resynchronises at the next ``Content-Length`` header, also one glued to the end
+    of a body its length did not cover), or None at the end of the input."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+
+    def next(self) -> bytes | str | None:
+        length: int | None = None
+        error = None
+        while True:
+            line = self._line()
+            if line is None:
+                return None
+            if line.strip():
+                match = _CONTENT_LENGTH.search(line)
+                if match:
+                    length, error = int(match.group(1)), None
+                    if length > MAX_MESSAGE:
+                        length, error = None, f"Content-Length {match.group(1).decode()} is over {MAX_MESSAGE} bytes"
+                elif line.startswith(b"Content-Length") and length is None:
+                    error = f"bad header {line.decode('utf-8', 'replace').strip()!r}"
+                continue
+            if length is not None:
+                return self._body(length)
+            if error is not None:
+                return error
+            # a blank line between messages, or the end of a body skipped after a framing error
+
+    def _fill(self) -> bool:
+        chunk = self.stream.read1(1 << 16) if hasattr(self.stream, "read1") else self.stream.read(1 << 16)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def _line(self) -> bytes | None:
+        while True:
+            end = self.buffer.find(b"\n")
+            if end >= 0:
+                line = bytes(self.buffer[: end + 1])
+                del self.buffer[: end + 1]
+                return line
+            if len(self.buffer) > _MAX_HEADER:  # a skipped body: only its end may hold the next header
+                del self.buffer[:-_MAX_HEADER]
+            if not self._fill():
+                return None
+
+    def _body(self, length: int) -> bytes | None:
+        """``length`` bytes; fewer when a whole message and the next header arrive first (the length was
+        too large, and waiting for the rest would wait for ever)."""
+        while len(self.buffer) < length:
+            glued = self._next_header()
+            if glued is not None:
+                body = bytes(self.buffer[:glued])
+                del self.buffer[:glued]
+                return body
+            if not self._fill():
+                return None
+        body = bytes(self.buffer[:length])
+        del self.buffer[:length]
+        return body
+
+    def _next_header(self) -> int | None:
+        at = self.buffer.find(b"Content-Length:")
+        while at > 0:
+            try:
+                json.loads(self.buffer[:at])
+                return at
+            except ValueError:
+                at = self.buffer.find(b"Content-Length:", at + 1)
+        return None
+
 
 def _lint(document: TextDocument) -> list[Shown]:
     """What `hacfg lint` would report for this text, unsuppressed, placed as the client counts."""
     path = Path(document.path or document.uri)
-    lines = _LINE_BREAK.split(document.source)
+    places = _Places(document)
     try:
         settings = _settings(path.parent.resolve())
         rules = lint.registry()
-        if not discover.wanted(path, settings):
+        found = discover.walked(path, settings, document.source)
+        if found is None:
             return []
-        findings = lint.lint_file(path, settings, rules, text=document.source)
+        findings = lint.lint_file(path, settings, rules, text=document.source, document=found.document)
     except InputError as err:  # the settings, or a file that cannot be read as text at all
         start = types.Position(line=0, character=0)
         return [
@@ -91,7 +241,7 @@ def _lint(document: TextDocument) -> list[Shown]:
     shown = []
     for finding in findings:
         if finding.suppressed is None:
-            where = _range(document, lines, finding)
+            where = places.range(finding)
             diagnostic = types.Diagnostic(
                 where, finding.message, _SEVERITY[finding.severity], code=finding.rule, source="hacfg"
             )
@@ -122,13 +272,28 @@ def _mtime(path: Path) -> int | None:
         return None
 
 
-def _range(document: TextDocument, lines: list[str], finding: lint.Finding) -> types.Range:
-    """A finding's span (1-based, in characters) as a range in the client's code units."""
-    span = ServerTextRange(
-        ServerTextPosition(finding.line - 1, finding.column - 1),
-        ServerTextPosition(finding.end_line - 1, finding.end_column - 1),
-    )
-    return document.position_codec.range_to_client_units(lines, span)
+class _Places:
+    """Findings' places (libyaml's lines, 1-based, in characters) as the client's positions."""
+
+    def __init__(self, document: TextDocument) -> None:
+        self.codec = document.position_codec
+        self.lines = _LINE_BREAK.split(document.source)
+        self.starts = line_starts(document.source)  # libyaml's
+        self.lsp_starts = [0, *(match.end() for match in _LINE_BREAK.finditer(document.source))]
+
+    def range(self, finding: lint.Finding) -> types.Range:
+        start = self._position(finding.line, finding.column)
+        span = ServerTextRange(start, self._position(finding.end_line, finding.end_column))
+        return self.codec.range_to_client_units(self.lines, span)
+
+    def end(self) -> types.Position:
+        last = ServerTextPosition(len(self.lines) - 1, len(self.lines[-1]))
+        return self.codec.position_to_client_units(self.lines, last)
+
+    def _position(self, line: int, column: int) -> ServerTextPosition:
+        offset = self.starts[min(line, len(self.starts)) - 1] + column - 1
+        lsp_line = bisect.bisect_right(self.lsp_starts, offset) - 1
+        return ServerTextPosition(lsp_line, offset - self.lsp_starts[lsp_line])
 
 
 def _contains(where: types.Range, position: types.Position) -> bool:
@@ -222,12 +387,8 @@ def code_action(ls: HacfgServer, params: types.CodeActionParams) -> list[types.C
                 )
     if fixable and _offered(FIX_ALL, only):
         document = ls.workspace.get_text_document(uri)
-        lines = _LINE_BREAK.split(document.source)
-        end = document.position_codec.position_to_client_units(
-            lines, ServerTextPosition(len(lines) - 1, len(lines[-1]))
-        )
         after = fix.apply(document.source, [finding for _, finding, _ in fixable])
-        edit = types.TextEdit(types.Range(types.Position(line=0, character=0), end), after)
+        edit = types.TextEdit(types.Range(types.Position(line=0, character=0), _Places(document).end()), after)
         actions.append(
             types.CodeAction(
                 "Apply every safe hacfg fix", kind=FIX_ALL, edit=types.WorkspaceEdit(changes={uri: [edit]})
