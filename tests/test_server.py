@@ -246,6 +246,7 @@ def test_without_pygls_the_command_says_what_to_install(tmp_path):
     assert result.stderr == "hacfg: error: hacfg server needs pygls: pip install 'hacfg[server]'\n"
 
 
+@pytest.mark.slow
 def test_the_files_hacfg_lint_picks_get_its_findings_at_its_ranges(tmp_path, cli, monkeypatch):
     """By name, by content (a scenario file under any name, a request body), not what .gitignore hides."""
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
@@ -343,6 +344,7 @@ def frame(message: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
+@pytest.mark.slow
 def test_framing_errors_are_answered_and_skipped_and_shutdown_is_always_honoured(tmp_path):
     wire = Wire(tmp_path)
     wire.send(wire.request(1, "initialize", {"capabilities": {}, "processId": None, "rootUri": None}))
@@ -371,6 +373,7 @@ def test_framing_errors_are_answered_and_skipped_and_shutdown_is_always_honoured
     assert wire.proc.wait(30) == 0
 
 
+@pytest.mark.slow
 def test_exit_without_shutdown_exits_1_as_the_protocol_says(tmp_path):
     wire = Wire(tmp_path)
     wire.send(frame({"jsonrpc": "2.0", "method": "exit"}))
