@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
+import json
 
-from hacfg.scenario.source import MAX_NODES, InputError, Span, decode, dotted, parse
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hacfg.scenario.source import MAX_NODES, InputError, Span, decode, dotted, parse, parse_all
 
 
 def test_values_and_keys_keep_their_positions():
@@ -54,6 +59,66 @@ def test_bad_json_points_at_the_json_error():
     with pytest.raises(InputError) as caught:
         parse('{"a": 1,\n "b": }\n', "job.json")
     assert str(caught.value).startswith("job.json:2:7: invalid JSON")
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        ('{"a": 1,\n  "a": 2}', (2, 3), "duplicate key 'a' (first defined at line 1)"),
+        ('{"a": NaN}', (1, 7), "invalid JSON: NaN is not a JSON value"),
+        ('{"a": [1, -Infinity]}', (1, 11), "invalid JSON: -Infinity is not a JSON value"),
+        ("[" * 300 + "]" * 300, (1, 202), "nesting deeper than 200 levels"),
+    ],
+)
+def test_json_the_stdlib_lets_through_is_still_refused_at_its_place(text, where, message):
+    with pytest.raises(InputError) as caught:
+        parse(text, "job.json")
+    assert (caught.value.span.line, caught.value.span.column) == where
+    assert caught.value.message == message
+
+
+def test_json_keys_of_any_length_are_read():
+    """The platform allows environment names of 8192 characters; libyaml stops implicit keys at 1024."""
+    name = "V" * 8193
+    doc = parse(json.dumps({"algorithm": {"environments": {name: "x"}}}, indent=1), "job.json")
+    assert doc.data["algorithm"]["environments"] == {name: "x"}
+    assert doc.keys[("algorithm", "environments", name)] == Span("job.json", 4, 4, 4, 8199)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.sampled_from([None, 0, 2, "\t"]), st.booleans(), st.sampled_from(["\n", "\r\n"]))
+def test_json_positions_are_where_libyaml_marks_them(value, indent, ascii_only, newline):
+    """The JSON reader puts every key and value where libyaml, which read JSON before it, put them.
+
+    (libyaml refused some valid JSON: a DEL character, an escaped character outside the BMP; those are compared
+    with nothing.)"""
+    text = json.dumps(value, indent=indent, ensure_ascii=ascii_only).replace("\n", newline)
+    ours = parse(text, "job.json")
+    assert ours.data == value
+    try:
+        theirs = parse(text.replace("\t", " "), "job.yaml")  # YAML indents with spaces; a tab is one column either way
+    except InputError:
+        return
+
+    def named(spans):
+        return {path: dataclasses.replace(span, file="job.json") for path, span in spans.items()}
+
+    assert ours.values == named(theirs.values)
+    assert ours.keys == named(theirs.keys)
+
+
+def test_a_yaml_stream_is_read_document_by_document():
+    first, second = parse_all("a: 1\n---\nb: [2]\n", "two.yaml")
+    assert (first.data, second.data) == ({"a": 1}, {"b": [2]})
+    assert second.values[("b", 0)] == Span("two.yaml", 3, 5, 3, 6)
+    assert [doc.data for doc in parse_all("", "empty.yaml")] == [None]
 
 
 def test_alias_bomb_is_refused_without_expanding():

@@ -2,8 +2,10 @@
 
 The data is ordinary dicts, lists and scalars, so pydantic and the rules need no special
 types; positions live beside it in two maps keyed by the logical path (``("restart", "max")``).
-Parsing goes through libyaml's composer: a node graph with marks, 30x faster than a
-pure-Python parser, which matters when a linter reads hundreds of files.
+YAML goes through libyaml's composer: a node graph with marks, 30x faster than a pure-Python
+parser, which matters when a linter reads hundreds of files. JSON is checked by the stdlib's
+C decoder, then read for positions by a small reader over the same text (libyaml would cap
+keys at 1024 characters; the platform allows environment names of 8192).
 
 Scalars follow the YAML 1.2 core schema (``on``, ``yes`` and ``no`` are strings), like
 ruamel.yaml, which ``hacfg fix`` uses to write files back.
@@ -11,6 +13,7 @@ ruamel.yaml, which ``hacfg fix`` uses to write files back.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -124,6 +127,16 @@ class Document:
 
 def load(path: str | Path) -> Document:
     """Read and parse one file; every problem is an :class:`InputError`."""
+    return parse(read(path), str(path))
+
+
+def load_all(path: str | Path) -> list[Document]:
+    """Read and parse every document of one file (``---`` separates them in YAML)."""
+    return parse_all(read(path), str(path))
+
+
+def read(path: str | Path) -> str:
+    """A file's text, refused when it is not a readable UTF-8 file of a sensible size."""
     name = str(path)
     try:
         with open(path, "rb") as handle:
@@ -132,17 +145,21 @@ def load(path: str | Path) -> Document:
         raise InputError("is a directory, not a file", file=name) from None
     except OSError as err:
         raise InputError(f"cannot read: {err.strerror or err}", file=name) from None
-    return parse_bytes(raw, name)
+    return _text(raw, name)
 
 
 def parse_bytes(raw: bytes, name: str) -> Document:
     """A file's bytes as :func:`load` reads them: size, encoding, then YAML or JSON."""
+    return parse(_text(raw, name), name)
+
+
+def _text(raw: bytes, name: str) -> str:
     if len(raw) > MAX_BYTES:
         raise InputError(
             f"file is larger than {MAX_BYTES >> 20} MiB; hacfg reads scenario files and request bodies",
             Span(name, 1, 1, 1, 1),
         )
-    return parse(decode(raw, name), name)
+    return decode(raw, name)
 
 
 def decode(raw: bytes, name: str) -> str:
@@ -180,25 +197,30 @@ def _line_col(text: str | bytes, offset: int) -> tuple[int, int]:
 
 
 def parse(text: str, name: str) -> Document:
-    """Parse YAML, or JSON when ``name`` ends in ``.json``."""
-    is_json = name.endswith(".json")
-    if is_json:
-        _check_json(text, name)
-        # JSON allows tab indentation, YAML does not; a tab is one column either way.
-        text_for_yaml = text.replace("\t", " ")
-    else:
-        text_for_yaml = text
-    loader = _Loader(text_for_yaml)
+    """Parse YAML, or JSON when ``name`` ends in ``.json``: one document."""
+    return parse_all(text, name, single=True)[0]
+
+
+def parse_all(text: str, name: str, *, single: bool = False) -> list[Document]:
+    """Every document of a YAML stream, or the one of a JSON file; ``single`` refuses a second one."""
+    if name.endswith(".json"):
+        return [_parse_json(text, name)]
+    loader = _Loader(text)
     try:
-        node = loader.get_single_node()
+        if single:
+            nodes = [loader.get_single_node()]
+        else:
+            nodes = []
+            while loader.check_node():
+                nodes.append(loader.get_node())
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         if mark is None:
             raise InputError(_yaml_message(err, ""), file=name) from None
-        message = _yaml_message(err, text_for_yaml[mark.index : mark.index + 1])
+        message = _yaml_message(err, text[mark.index : mark.index + 1])
         raise InputError(message, _mark_span(name, mark, mark)) from None
     except yaml.reader.ReaderError as err:
-        line, column = _line_col(text_for_yaml, err.position)
+        line, column = _line_col(text, err.position)
         character = err.character if isinstance(err.character, int) else ord(err.character)
         raise InputError(
             f"control character 0x{character:02x} is not allowed in YAML", Span(name, line, column, line, column + 1)
@@ -209,10 +231,13 @@ def parse(text: str, name: str) -> Document:
         raise InputError(f"nesting deeper than {MAX_DEPTH} levels", file=name) from None
     finally:
         loader.dispose()
-    document = Document(name, text, None)
-    if node is not None:
-        document.data = _Builder(document, is_json).build(node, ())
-    return document
+    documents = []
+    for node in nodes or [None]:
+        document = Document(name, text, None)
+        if node is not None:
+            document.data = _Builder(document).build(node, ())
+        documents.append(document)
+    return documents
 
 
 def _yaml_message(err: yaml.MarkedYAMLError, at: str) -> str:
@@ -229,15 +254,125 @@ def _yaml_message(err: yaml.MarkedYAMLError, at: str) -> str:
     return ", ".join(part for part in (err.context, err.problem) if part) or "invalid YAML"
 
 
-def _check_json(text: str, name: str) -> None:
+def _parse_json(text: str, name: str) -> Document:
     try:
-        json.loads(text, parse_int=len)  # syntax only: the builder reads each number, with its position
+        # the C decoder: strict JSON's verdict and message; the reader then reads each number, with its position
+        json.loads(text, parse_int=len)
     except json.JSONDecodeError as err:
         raise InputError(
             f"invalid JSON: {err.msg}", Span(name, err.lineno, err.colno, err.lineno, err.colno + 1)
         ) from None
     except RecursionError:
         raise InputError(f"nesting deeper than {MAX_DEPTH} levels", file=name) from None
+    document = Document(name, text, None)
+    document.data = _JsonReader(document).read()
+    return document
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_JSON_WORDS = {"true": True, "false": False, "null": None}
+
+
+class _JsonReader:
+    """Positions of every key and value in text the stdlib decoder has accepted, as libyaml marks them.
+
+    Spans are measured in characters, with lines broken where libyaml breaks them, so ``hacfg fix``
+    edits the same offsets in JSON as in YAML. ``NaN`` and ``Infinity``, which the stdlib lets
+    through, are not JSON and are refused here.
+    """
+
+    def __init__(self, document: Document):
+        self.document = document
+        self.text = document.text
+        self.starts = line_starts(document.text)
+        self.nodes = 0
+
+    def span(self, start: int, end: int) -> Span:
+        starts = self.starts
+        line = bisect.bisect_right(starts, start) - 1
+        end_line = line if line + 1 == len(starts) or end < starts[line + 1] else bisect.bisect_right(starts, end) - 1
+        return Span(self.document.path, line + 1, start - starts[line] + 1, end_line + 1, end - starts[end_line] + 1)
+
+    def read(self) -> Any:
+        value, _ = self.value(self.skip(0), ())
+        return value
+
+    def skip(self, at: int) -> int:
+        """The offset of the first character at or after ``at`` that is not JSON whitespace."""
+        if at < len(self.text) and self.text[at] in " \t\n\r":
+            return _JSON_SPACE.match(self.text, at).end()  # type: ignore[union-attr]
+        return at
+
+    def value(self, at: int, path: LogicalPath) -> tuple[Any, int]:
+        """The value starting at offset ``at`` (no space before it), and the offset after it."""
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise InputError(f"document has more than {MAX_NODES} nodes", self.span(at, at + 1))
+        if len(path) > MAX_DEPTH:
+            raise InputError(f"nesting deeper than {MAX_DEPTH} levels", self.span(at, at + 1))
+        text = self.text
+        first = text[at]
+        value: Any
+        if first == "{":
+            value, end = self.mapping(at, path)
+        elif first == "[":
+            value, end = self.sequence(at, path)
+        elif first == '"':
+            value, end = json.decoder.scanstring(text, at + 1)  # type: ignore[attr-defined]
+        else:
+            number = _JSON_NUMBER.match(text, at)
+            word = next((w for w in _JSON_WORDS if text.startswith(w, at)), None)
+            if number is not None and number.end() > at:
+                end = number.end()
+                whole = number.group(1) is None and number.group(2) is None
+                try:
+                    value = integer(number.group()) if whole else float(number.group())
+                except TooLong as err:
+                    raise InputError(str(err), self.span(at, end)) from None
+            elif word is not None:
+                value, end = _JSON_WORDS[word], at + len(word)
+            else:
+                found = re.match(r"-?[A-Za-z]+", text[at : at + 10])
+                shown = found.group() if found else text[at]
+                raise InputError(f"invalid JSON: {shown} is not a JSON value", self.span(at, at + len(shown)))
+        self.document.values[path] = self.span(at, end)
+        return value, end
+
+    def mapping(self, at: int, path: LogicalPath) -> tuple[dict[str, Any], int]:
+        out: dict[str, Any] = {}
+        keys = self.document.keys
+        text = self.text
+        at = self.skip(at + 1)
+        if text[at] == "}":
+            return out, at + 1
+        while True:
+            key, key_end = json.decoder.scanstring(text, at + 1)  # type: ignore[attr-defined]
+            key_span = self.span(at, key_end)
+            if key in out:
+                first = keys[(*path, key)]
+                raise InputError(f"duplicate key {key!r} (first defined at line {first.line})", key_span)
+            keys[(*path, key)] = key_span
+            at = self.skip(self.skip(key_end) + 1)  # past the colon
+            out[key], at = self.value(at, (*path, key))
+            at = self.skip(at)
+            if text[at] == "}":
+                return out, at + 1
+            at = self.skip(at + 1)  # past the comma
+
+    def sequence(self, at: int, path: LogicalPath) -> tuple[list[Any], int]:
+        out: list[Any] = []
+        text = self.text
+        at = self.skip(at + 1)
+        if text[at] == "]":
+            return out, at + 1
+        while True:
+            item, at = self.value(at, (*path, len(out)))
+            out.append(item)
+            at = self.skip(at)
+            if text[at] == "]":
+                return out, at + 1
+            at = self.skip(at + 1)
 
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -310,9 +445,8 @@ def integer(literal: str, base: int = 10) -> int:
 class _Builder:
     """Turns a composed node graph into plain data, recording spans and refusing what we don't read."""
 
-    def __init__(self, document: Document, is_json: bool):
+    def __init__(self, document: Document):
         self.document = document
-        self.is_json = is_json
         self.nodes = 0
         self.open: set[int] = set()
 
@@ -370,8 +504,6 @@ class _Builder:
 
     def _scalar(self, node: yaml.ScalarNode) -> Any:
         if node.tag == _PLAIN:
-            if self.is_json:
-                return json.loads(node.value, parse_int=integer)
             return resolve_plain(node.value)
         kind = node.tag.removeprefix(_STANDARD_TAG)
         if kind == "str":
