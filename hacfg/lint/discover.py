@@ -9,6 +9,8 @@ the repository's root, and ``.git/info/exclude``); version-control folders, virt
 A file named on the command line is read whatever its name, unless its content is plainly
 something else (a Kubernetes manifest, ``package.json``): that is skipped with a note. With
 ``force_exclude`` (what pre-commit hooks use) named files are chosen like files in a walk.
+Anything with a ``fault-tolerance/*`` annotation is a request body, even the platform docs'
+snippet of bare metadata. In a YAML file of several documents, the bodies and scenarios are linted.
 
 Each file is read once, however many paths lead to it. A file that another one ``extends:``
 is a base: its keys and values are checked, and the risks are judged in the files that extend it.
@@ -24,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.lint.settings import Settings
-from hacfg.scenario.source import MAX_BYTES, Document, InputError, load, parse
+from hacfg.scenario import modelarts as ma
+from hacfg.scenario.source import MAX_BYTES, Document, InputError, load_all, parse_all
 
 SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
 CONTENT_SUFFIXES = (".json", ".yaml", ".yml")
@@ -75,10 +78,10 @@ SCENARIO_KEYS = frozenset(
 
 @dataclass(frozen=True)
 class Found:
-    """A file to lint: its path as the user spelled it, and the document read while choosing it."""
+    """A file to lint: its path as the user spelled it, and the documents read while choosing it."""
 
     path: Path
-    document: Document | None = None  # None when it could not be parsed: linting reports why
+    documents: tuple[Document, ...] = ()  # none when it could not be parsed: linting reports why
     base: bool = False
 
 
@@ -89,7 +92,8 @@ class Discovery:
 
 
 def is_request_body(data: Any) -> bool:
-    """A ModelArts create-training-job body: a ModelArts kind, or metadata with an algorithm or spec.
+    """A ModelArts create-training-job body: a ModelArts kind, or metadata with an algorithm, a spec or
+    a ``fault-tolerance/*`` annotation (the platform docs show that much alone).
 
     A Kubernetes object (``apiVersion``) never is, nor anything with scenario keys.
     """
@@ -97,12 +101,26 @@ def is_request_body(data: Any) -> bool:
         return False
     if "kind" in data:
         return isinstance(data["kind"], str) and data["kind"] in MODELARTS_KINDS
-    return isinstance(data.get("metadata"), dict) and ("algorithm" in data or "spec" in data)
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict):
+        return False
+    annotations = metadata.get("annotations")
+    fault_tolerance = isinstance(annotations, dict) and any(
+        isinstance(key, str) and key.startswith(ma.FAULT_TOLERANCE_PREFIX) for key in annotations
+    )
+    return fault_tolerance or "algorithm" in data or "spec" in data
 
 
 def is_scenario(data: Any) -> bool:
     """A scenario file by content: it says which format version and scenario it is."""
     return isinstance(data, dict) and "version" in data and "scenario" in data
+
+
+def ours(documents: list[Document] | tuple[Document, ...]) -> list[Document]:
+    """The documents to lint: a file's only one, or of several those that are bodies or scenarios."""
+    if len(documents) == 1:
+        return list(documents)
+    return [doc for doc in documents if is_request_body(doc.data) or is_scenario(doc.data)]
 
 
 def _foreign(data: Any) -> bool:
@@ -137,7 +155,7 @@ def discover(
                 chosen[key] = picked
     bases = _bases(chosen)
     found.files = sorted(
-        (Found(f.path, f.document, base=key in bases) for key, f in chosen.items()),
+        (Found(f.path, f.documents, base=key in bases) for key, f in chosen.items()),
         key=lambda f: os.path.normpath(f.path),
     )
     return found
@@ -180,18 +198,20 @@ def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str], te
     if not (by_name or named or (path.suffix in CONTENT_SUFFIXES and _may_be_ours(path, text))):
         return None
     try:
-        document = load(path) if text is None else parse(text, str(path))
+        documents = load_all(path) if text is None else parse_all(text, str(path))
     except InputError:
         # what cannot be read or parsed is reported when the user asked for it by name
         return Found(path) if by_name or named else None
+    found = Found(path, tuple(documents))
     if by_name:
-        return Found(path, document)
+        return found
+    chosen = ours(documents)
     if named:
-        if _foreign(document.data):
+        if not chosen or all(_foreign(doc.data) for doc in chosen):
             notes.append(f"{path}: not a scenario file or a ModelArts request body; skipped")
             return None
-        return Found(path, document)
-    return Found(path, document) if is_request_body(document.data) or is_scenario(document.data) else None
+        return found
+    return found if any(is_request_body(doc.data) or is_scenario(doc.data) for doc in chosen) else None
 
 
 def _may_be_ours(path: Path, text: str | None) -> bool:
@@ -210,7 +230,7 @@ def _bases(chosen: dict[object, Found]) -> set[object]:
     """The chosen files that another chosen file names in ``extends:``."""
     bases = set()
     for found in chosen.values():
-        data = found.document.data if found.document else None
+        data = found.documents[0].data if len(found.documents) == 1 else None
         reference = data.get("extends") if isinstance(data, dict) and not is_request_body(data) else None
         if isinstance(reference, str) and ("/" in reference or reference.endswith(CONTENT_SUFFIXES)):
             key = _identity(found.path.parent / reference)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hacfg.lint.discover import discover, is_request_body
+from hacfg.lint.discover import discover, is_request_body, ours
 from hacfg.lint.settings import Settings, find_settings
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin import provided
@@ -33,7 +33,17 @@ from hacfg.scenario.config import (
 )
 from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
 from hacfg.scenario.passthrough import passthrough_overrides
-from hacfg.scenario.source import Document, InputError, LogicalPath, Span, dotted, line_starts, load, lookup, parse
+from hacfg.scenario.source import (
+    Document,
+    InputError,
+    LogicalPath,
+    Span,
+    dotted,
+    line_starts,
+    load_all,
+    lookup,
+    parse_all,
+)
 
 BUILTIN_PREFIX = "HA"
 
@@ -200,7 +210,7 @@ def lint_paths(
     for file in found.files:
         report.files += 1
         report.findings.extend(
-            lint_file(file.path, settings, rules, platform=platform, document=file.document, base=file.base)
+            lint_file(file.path, settings, rules, platform=platform, documents=file.documents, base=file.base)
         )
     anchor = settings.source or (str(found.files[0].path) if found.files else None)
     report.findings.extend(_plugin_failures(anchor))
@@ -226,56 +236,37 @@ def lint_file(
     *,
     platform: str | None = None,
     text: str | None = None,
-    document: Document | None = None,
+    documents: tuple[Document, ...] = (),
     base: bool = False,
 ) -> list[Finding]:
-    """``text``: the file as an editor holds it, unsaved, instead of what is on disk; ``document``: the file
+    """``text``: the file as an editor holds it, unsaved, instead of what is on disk; ``documents``: the file
     already read while discovering it; ``base``: a file others extend, checked for its own keys and values
-    (the risks are judged where it is extended)."""
+    (the risks are judged where it is extended). Of a YAML file of several documents, each body and
+    scenario is linted."""
     name = str(path)
     try:
-        own = document or (load(path) if text is None else parse(text, name))
+        read = documents or (load_all(path) if text is None else parse_all(text, name))
     except InputError as err:
         if err.span is None:  # could not read the file at all
             raise
         if "HA100" not in settings.enabled_rules(["HA100"], name):
             return []
         return [_finding("HA100", rules, err.span, (), err.message)]
-    linter = _FileLinter(own, settings, rules, base=base)
-    ctx = linter.context(platform)
-    if ctx is None:
-        return linter.finish()
-    passes: list[tuple[ScenarioContext | JobContext, LogicalPath]] = [(ctx, ())]
-    overrides: set[LogicalPath] = set()
-    if isinstance(ctx, ScenarioContext) and ctx.config.passthrough:
-        passes.append((_passthrough_context(ctx), PASSTHROUGH))
-        overrides = {override.at for override in passthrough_overrides(ctx.config)}
-    for checked, prefix in passes:
-        # In passthrough, what it writes itself: by a body-only rule anywhere; by a rule that also
-        # reads scenarios only where passthrough overrides the scenario (elsewhere that check judged it).
-        for rule_id, source in rules.items():
-            if rule_id not in linter.enabled:
-                continue
-            try:
-                for problem in source.rule.problems(checked):
-                    if prefix and not checked.is_set(problem.at):
-                        continue
-                    at = _under(prefix, problem)
-                    if prefix and source.rule.scenario_check and at.at not in overrides:
-                        continue
-                    linter.add(rule_id, at)
-            except Exception as err:  # a plugin's bug must not stop the other rules
-                message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}"
-                linter.findings.append(_finding("HA000", rules, own.span(()), (), message.splitlines()[0]))
-    return linter.finish()
+    linters = [_FileLinter(own, settings, rules, base=base) for own in ours(read) or read[:1]]
+    for linter in linters:
+        linter.run(platform)
+    return linters[0].finish([finding for linter in linters for finding in linter.placed()])
 
 
 PASSTHROUGH: LogicalPath = ("passthrough",)
 
 
 def _passthrough_context(ctx: ScenarioContext) -> JobContext:
-    """``passthrough:`` as the request body it becomes part of, with the job name hacfg writes."""
-    data = deep_merge({"metadata": {"name": ctx.config.name}}, ctx.config.passthrough)
+    """``passthrough:`` within the request body ``hacfg build`` makes of the scenario: a passthrough
+    switch is judged with the annotations the scenario writes beside it, as the platform reads them."""
+    modelarts = provided.targets().get("modelarts")
+    built = modelarts.build(ctx.config).document if modelarts is not None else {}
+    data = deep_merge(built or {"metadata": {"name": ctx.config.name}}, ctx.config.passthrough)
 
     def under(spans: dict[LogicalPath, Span]) -> dict[LogicalPath, Span]:
         return {path[1:]: span for path, span in spans.items() if path[:1] == PASSTHROUGH}
@@ -327,6 +318,34 @@ class _FileLinter:
         self.findings: list[Finding] = []
         self.enabled = settings.enabled_rules(rules, own.path)
         self.unjudged: tuple[LogicalPath, ...] = ()  # where invalid keys and values were left out
+
+    def run(self, platform: str | None) -> None:
+        """Every enabled rule over the document, and over its passthrough as the body it becomes part of."""
+        ctx = self.context(platform)
+        if ctx is None:
+            return
+        passes: list[tuple[ScenarioContext | JobContext, LogicalPath]] = [(ctx, ())]
+        overrides: set[LogicalPath] = set()
+        if isinstance(ctx, ScenarioContext) and ctx.config.passthrough:
+            passes.append((_passthrough_context(ctx), PASSTHROUGH))
+            overrides = {override.at for override in passthrough_overrides(ctx.config)}
+        for checked, prefix in passes:
+            # In passthrough, what it writes itself: by a body-only rule anywhere; by a rule that also
+            # reads scenarios only where passthrough overrides the scenario (elsewhere that check judged it).
+            for rule_id, source in self.rules.items():
+                if rule_id not in self.enabled:
+                    continue
+                try:
+                    for problem in source.rule.problems(checked):
+                        if prefix and not checked.is_set(problem.at):
+                            continue
+                        at = _under(prefix, problem)
+                        if prefix and source.rule.scenario_check and at.at not in overrides:
+                            continue
+                        self.add(rule_id, at)
+                except Exception as err:  # a plugin's bug must not stop the other rules
+                    message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}"
+                    self.findings.append(_finding("HA000", self.rules, self.own.span(()), (), message.splitlines()[0]))
 
     def context(self, platform: str | None) -> ScenarioContext | JobContext | None:
         if kind_of(self.own) == "job":
@@ -397,16 +416,22 @@ class _FileLinter:
             finding = replace(finding, severity=override)
         self.findings.append(finding)
 
-    def finish(self) -> list[Finding]:
-        """Apply suppressions (a preset's own, then this file's) and move inherited findings here."""
-        own_suppressions = suppressions_in(self.own.text)
+    def placed(self) -> list[Finding]:
+        """The findings, those inherited from a preset moved here unless the preset suppresses them itself."""
         result = []
         for finding in self.findings:
             if finding.path != self.own.path:
-                reason = suppressions_in(_base_text(finding.path)).match(finding)
-                if reason is not None:
+                if suppressions_in(_base_text(finding.path)).match(finding) is not None:
                     continue  # the preset vouches for its own choice
                 finding = self._relocate(finding)
+            result.append(finding)
+        return result
+
+    def finish(self, findings: list[Finding]) -> list[Finding]:
+        """Apply this file's suppressions to ``findings`` (of every document in it), in file order."""
+        own_suppressions = suppressions_in(self.own.text)
+        result = []
+        for finding in findings:
             reason = own_suppressions.match(finding)
             result.append(finding if reason is None else replace(finding, suppressed=reason))
         for line, column, message, severity in own_suppressions.leftovers(self.rules):

@@ -227,7 +227,7 @@ def _lint(document: TextDocument) -> list[Shown]:
         found = discover.walked(path, settings, document.source)
         if found is None:
             return []
-        findings = lint.lint_file(path, settings, rules, text=document.source, document=found.document)
+        findings = lint.lint_file(path, settings, rules, text=document.source, documents=found.documents)
     except InputError as err:  # the settings, or a file that cannot be read as text at all
         start = types.Position(line=0, character=0)
         return [

@@ -229,6 +229,11 @@ class JobBody:
         return self.number(ma.JOB_RETRY_NUM) or 0
 
     @property
+    def snippet(self) -> bool:
+        """Only metadata, as the platform docs show annotations: no kind, algorithm or spec of a whole job."""
+        return not ({"kind", "algorithm", "spec"} & self.data.keys())
+
+    @property
     def node_count(self) -> int | None:
         count = self.get(("spec", "resource", "node_count"))
         return count if isinstance(count, int) and not isinstance(count, bool) else None

@@ -69,10 +69,13 @@ def job_name(ctx: JobContext) -> Iterator[Problem]:
     `"llama-pretrain-v2_1"`.
     """
     name = ctx.body.get(("metadata", "name"))
+    if name is None and ctx.body.snippet:
+        return  # the platform docs' snippet of annotations names no job, and needs none
     if not isinstance(name, str) or not _JOB_NAME.fullmatch(name):
-        shown = repr(name) if name is not None else "missing"
         where = ctx.first_present(("metadata", "name"), ("metadata",))
-        yield Problem(where, f"job name {shown} must be 1-64 characters of A-Z a-z 0-9 _ -")
+        rule = "must be 1-64 characters of A-Z a-z 0-9 _ -"
+        message = f"job name {name!r} {rule}" if name is not None else f"metadata.name is missing: a job name {rule}"
+        yield Problem(where, message)
 
 
 @rule("HA013", "environment-rejected", "error")
