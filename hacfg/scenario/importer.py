@@ -35,6 +35,15 @@ class _Importer:
         self.values[path] = (value, f"from {dotted(source)}")
         _remove(self.passthrough, source)
 
+    def unset(self, path: tuple[Any, ...], value: Any, source: tuple[Any, ...]) -> None:
+        """``path`` at the value the platform takes when the request says nothing at ``source``, with a
+        comment that says whether it says nothing, or says something else that passthrough keeps as written."""
+        written = lookup(self.body, source)
+        if written is None:
+            self.values[path] = (value, "not set in the request")
+        else:
+            self.values[path] = (value, f"{dotted(source)} is {_shown(written)}: kept in passthrough")
+
     def run(self) -> None:
         body = self.body
         self._annotations(lookup(body, ("metadata", "annotations")))
@@ -42,7 +51,7 @@ class _Importer:
         if isinstance(name, str) and _NAME.fullmatch(name):
             self.take(("job", "name"), name, ("metadata", "name"))
         nodes = lookup(body, ("spec", "resource", "node_count"))
-        self.values[("job", "nodes")] = (1, "not set in the request")  # never a preset's node count
+        self.unset(("job", "nodes"), 1, ("spec", "resource", "node_count"))  # never a preset's node count
         if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1:
             self.take(("job", "nodes"), nodes, ("spec", "resource", "node_count"))
         for field, source in (
@@ -62,14 +71,14 @@ class _Importer:
     def _annotations(self, annotations: Any) -> None:
         # Explicit values, so nothing of the scenario's preset leaks into what the body said.
         defaults = {
-            ("restart", "max"): 0,
-            ("restart", "unconditional"): False,
-            ("restart", "on_hang"): False,
-            ("restart", "pod_reschedules"): 0,
-            ("operator_retry",): False,
+            ma.JOB_RETRY_NUM: (("restart", "max"), 0),
+            ma.UNCONDITIONAL_RETRY: (("restart", "unconditional"), False),
+            ma.HANG_RETRY: (("restart", "on_hang"), False),
+            ma.POD_RETRY_NUM: (("restart", "pod_reschedules"), 0),
+            ma.HCCL_OP_RETRY: (("operator_retry",), False),
         }
-        for path, value in defaults.items():
-            self.values[path] = (value, "not set in the request")
+        for key, (path, value) in defaults.items():
+            self.unset(path, value, ("metadata", "annotations", key))
         if not isinstance(annotations, dict):
             return
         low, high = ma.RETRY_LIMITS[self.platform]
@@ -116,6 +125,14 @@ class _Importer:
         if self.passthrough:
             tree["passthrough"] = self.passthrough
         return tree
+
+
+def _shown(value: Any) -> str:
+    """A request's value as the request wrote it: ``"True"``, ``3``."""
+    import json
+
+    shown = json.dumps(value, ensure_ascii=False)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
 _SWITCHES = {

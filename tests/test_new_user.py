@@ -1,0 +1,96 @@
+"""What a new user hit in one hour, with the platform's own snippets and files written by hand:
+each test is their input as they wrote it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+# The platform docs' snippet, saved as ft.json.
+SNIPPET = '{"metadata": {"annotations": {"fault-tolerance/job-retry-num": "3", "fault-tolerance/pod-retry-num": 3}}}\n'
+
+
+def rules_at(cli, *args) -> list[tuple[str, int, int]]:
+    report = json.loads(cli("lint", "-f", "json", *args).out)
+    return [(f["rule"], f["line"], f["column"]) for f in report["findings"]]
+
+
+def test_the_platform_docs_snippet_is_linted_named_walked_and_under_pre_commit(cli, project):
+    (project / "ft.json").write_text(SNIPPET)
+    expected = [("HA007", 1, 102)]  # the numeric 3, which is what HA007 is for; nothing about a whole job
+    assert rules_at(cli, "ft.json") == expected
+    assert rules_at(cli) == expected
+    assert rules_at(cli, "--force-exclude", "ft.json") == expected
+    assert "skipped" not in cli("lint", "ft.json").err
+
+
+def test_hacfg_fix_quotes_the_snippets_number(cli, project):
+    (project / "ft.json").write_text(SNIPPET)
+    cli("fix", "ft.json")
+    assert (project / "ft.json").read_text() == SNIPPET.replace('"fault-tolerance/pod-retry-num": 3', '"fault-tolerance/pod-retry-num": "3"')
+
+
+def test_a_passthrough_switch_is_judged_with_the_annotations_the_build_writes(cli, write):
+    path = write("ha.yaml", """\
+        version: 1
+        scenario: single-node
+        checkpoint: {path: obs://b/ckpt, interval: 1h, resume: true}
+        restart: {max: 3}
+        passthrough:
+          metadata:
+            annotations: {fault-tolerance/pod-retry-num: "2"}
+        """)
+    found = {rule for rule, _, _ in rules_at(cli, path)}
+    assert "HA005" not in found  # the built body has job-retry-num "3"
+    assert "HA020" in found  # the passthrough does override restart.pod_reschedules
+
+
+def test_importing_the_readmes_hang_retry_true_body_adds_no_finding(cli, tmp_path):
+    body = tmp_path / "job.json"
+    body.write_text(json.dumps({
+        "kind": "job",
+        "metadata": {"name": "x", "annotations": {"fault-tolerance/job-retry-num": "3", "fault-tolerance/hang-retry": "True"}},
+        "algorithm": {"id": "a"},
+        "spec": {"resource": {"pool_id": "p"}, "volumes": [{}]},
+    }))
+    imported = tmp_path / "ha.yaml"
+    assert cli("import", body, "-o", imported).code == 0
+    assert [rule for rule, _, _ in rules_at(cli, body)] == ["HA015"]
+    assert {rule for rule, _, _ in rules_at(cli, imported)} - {"HA001", "HA017"} == {"HA015"}  # checkpoints: not in a body
+    assert 'on_hang: false                    # metadata.annotations."fault-tolerance/hang-retry" is "True": kept in passthrough' in imported.read_text()
+
+
+@pytest.mark.parametrize(
+    ("annotation", "line"),
+    [
+        ('"fault-tolerance/pod-retry-num": 3', "  pod_reschedules: 0                # metadata.annotations.\"fault-tolerance/pod-retry-num\" is 3: kept in passthrough"),
+        ('"fault-tolerance/job-retry-num": "200"', "  max: 0                            # metadata.annotations.\"fault-tolerance/job-retry-num\" is \"200\": kept in passthrough"),
+    ],
+)
+def test_import_comments_say_what_the_request_held(cli, tmp_path, annotation, line):
+    body = tmp_path / "job.json"
+    body.write_text('{"kind": "job", "metadata": {"name": "x", "annotations": {' + annotation + "}}}")
+    assert line in cli("import", body).out.splitlines()
+
+
+def test_hacfgs_own_volcano_output_lints_without_a_parse_error(cli, write, tmp_path):
+    scenario = write("ha.yaml", "version: 1\nscenario: multi-node\njob: {image: org/train:1, command: sh run.sh}\n")
+    job = tmp_path / "job.yaml"
+    assert cli("build", "--target", "volcano", scenario, "-o", job).code == 0
+    result = cli("lint", job)
+    assert (result.code, result.out) == (0, "")
+    assert f"{job}: not a scenario file or a ModelArts request body; skipped" in result.err
+
+
+def test_a_file_of_several_bodies_is_linted_document_by_document(cli, project):
+    (project / "jobs.yaml").write_text(
+        "kind: job\nmetadata: {name: a, annotations: {fault-tolerance/job-retry-num: 3}}\n"
+        "---\n"
+        'kind: job\nmetadata: {name: b, annotations: {fault-tolerance/hang-retry: "True"}}\n'
+    )
+    named = rules_at(cli, "jobs.yaml")
+    assert ("HA007", 2, 66) in named and ("HA015", 5, 63) in named
+    assert rules_at(cli) == named
+    cli("fix", "jobs.yaml")
+    assert (project / "jobs.yaml").read_text().count('"') == 4  # both values quoted and spelled right
