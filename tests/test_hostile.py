@@ -32,7 +32,7 @@ EXPECTED = {
     "nul-bytes.yaml": ":2:22: HA100 error NUL character", "tabs.yaml": ":4:1: HA100 error",
     "duplicate-keys.yaml": ":5:3: HA100 error duplicate key 'max' (first defined at line 4)",
     "python-tag.yaml": ":2:11: HA100 error YAML tag !!python/object/apply:os.system is not allowed",
-    "merge-keys.yaml": ":5:3: HA100 error YAML merge keys (<<) are not supported", "anchors-across-documents.yaml": ":3:1: HA100 error",
+    "merge-keys.yaml": ":5:3: HA100 error YAML merge keys (<<) are not supported", "anchors-across-documents.yaml": ":4:11: HA100 error found undefined alias",
     "multi-document.yaml": ":3:1: HA100 error", "empty.yaml": ":1:1: HA102 error", "only-comments.yaml": ":1:1: HA102 error",
     "not-a-mapping.yaml": ":1:1: HA102 error", "unterminated.json": ":1:41: HA100 error invalid JSON",
     "recursive-alias.yaml": ":3:6: HA100 error recursive alias",

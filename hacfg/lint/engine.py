@@ -42,6 +42,7 @@ from hacfg.scenario.source import (
     line_starts,
     load_all,
     lookup,
+    parse,
     parse_all,
 )
 
@@ -246,6 +247,8 @@ def lint_file(
     name = str(path)
     try:
         read = documents or (load_all(path) if text is None else parse_all(text, name))
+        if len(read) > 1 and not all(_streamed(document.data) for document in read):
+            parse(read[0].text, name)  # a scenario file is one document: HA100 where the second starts
     except InputError as err:
         if err.span is None:  # could not read the file at all
             raise
@@ -256,6 +259,11 @@ def lint_file(
     for linter in linters:
         linter.run(platform)
     return linters[0].finish([finding for linter in linters for finding in linter.placed()])
+
+
+def _streamed(data: Any) -> bool:
+    """What comes several to a YAML file: request bodies, Kubernetes objects (hacfg's own Volcano output)."""
+    return data is None or is_request_body(data) or (isinstance(data, dict) and "apiVersion" in data)
 
 
 PASSTHROUGH: LogicalPath = ("passthrough",)
