@@ -157,16 +157,18 @@ class WarmProcess:
 class Server:
     """One warm interpreter, importing, then waiting to fork one attempt."""
 
-    def __init__(self, entry: Entry, preload: list[str] | None, env: dict[str, str], log: Path):
+    def __init__(self, command: list[str], entry: Entry, preload: list[str] | None, env: dict[str, str], log: Path):
         self.entry, self.env = entry, env
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = {"script": entry.script, "module": entry.module, "preload": preload, "agent": os.getpid()}
         log.parent.mkdir(parents=True, exist_ok=True)
+        argv = [entry.python, *entry.options, "-c", BOOT, str(SERVER), str(theirs.fileno()), json.dumps(config)]
+        argv += ["--", *command]  # names the job in ps, and leaves the room to show it for the attempt
         with theirs, open(log, "ab") as out:
             # no preexec_fn: the agent's relay threads may be running; the server arms its own
             # parent-death signal
             self.proc = subprocess.Popen(
-                [entry.python, *entry.options, "-c", BOOT, str(SERVER), str(theirs.fileno()), json.dumps(config)],
+                argv,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -303,7 +305,7 @@ class WarmStarts:
         """Start a warm interpreter for the next attempt, unless one is waiting."""
         if self.server is None and isinstance(self.entry, Entry):
             try:
-                self.server = Server(self.entry, self.preload, interpreter_env(env), self.log)
+                self.server = Server(self.command, self.entry, self.preload, interpreter_env(env), self.log)
             except OSError:
                 self.server = None  # the next attempt starts cold and says why
 

@@ -59,7 +59,7 @@ _DEVICES = ("/dev/nvidia", "/dev/davinci", "/dev/kfd", "/dev/dri/", "/dev/accel/
 
 
 def serve() -> None:
-    """The warm interpreter's main: ``sys.argv`` is ``['-c', THIS_FILE, SOCKET_FD, CONFIG_JSON]``."""
+    """The warm interpreter's main: ``sys.argv`` is ``['-c', THIS_FILE, SOCKET_FD, CONFIG_JSON, '--', *COMMAND]``."""
     sock = socket.socket(fileno=int(sys.argv[2]))
     config = json.loads(sys.argv[3])
     if sys.platform.startswith("linux"):
@@ -247,6 +247,7 @@ def _attempt(request: dict[str, Any], fds: list[int], agent: int) -> Callable[[]
     os.environ.clear()
     os.environ.update(request["env"])
     sys.orig_argv = list(request["command"])
+    _show_command(request["command"])
     path0 = _path0(request["script"])
     if path0 is not None:
         sys.path[0] = path0
@@ -262,6 +263,20 @@ def _attempt(request: dict[str, Any], fds: list[int], agent: int) -> Callable[[]
     import runpy
 
     return lambda: _run(lambda: runpy._run_module_as_main(request["module"], alter_argv=True))  # type: ignore[attr-defined]
+
+
+def _show_command(command: list[str]) -> None:
+    """Make ``/proc/PID/cmdline`` (``ps``, ``pkill -f``) show the training command, not the warm
+    interpreter's: written over the interpreter's own arguments, which end with that command, so it fits."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: fields 48 and 49 of proc(5)
+        text = b"\0".join(os.fsencode(arg) for arg in command) + b"\0"
+        if len(text) <= end - start:
+            with open("/proc/self/mem", "r+b", buffering=0) as mem:
+                mem.seek(start)
+                mem.write(text.ljust(end - start, b"\0"))
 
 
 def _stdio(fd: int, like: Any, buffered: bool) -> io.TextIOWrapper:
