@@ -185,3 +185,29 @@ def run_script(tmp_path: Path, script: Path, *options: str, env: dict | None = N
     )
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, **(env or {})})
     return proc, None, [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cuda", [None, "", "0"], ids=["cuda-unset", "no-devices", "fake-device"])
+def test_torch_warm_matches_cold_and_no_accelerator_is_initialised(tmp_path, cuda):
+    pytest.importorskip("torch")
+    state, records = tmp_path / "state", tmp_path / "records"
+    records.mkdir()
+    env = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
+    if cuda is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda
+    argv = [PY, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", "--max-restarts", "1",
+            "--", PY, str(PROBES / "torch_probe.py"), str(records)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
+    assert [e["start"] for e in attempt_events(found, "attempt_start")] == ["cold", "warm"]
+    assert "torch" in attempt_events(found, "attempt_start")[1]["start_reason"]
+    cold, warm = (json.loads((records / f"attempt-{n}.json").read_text()) for n in (1, 2))
+    cold_draws, warm_draws = cold.pop("draws"), warm.pop("draws")
+    assert warm == cold
+    assert warm["cuda_initialized_at_start"] is False and warm["cuda_visible_devices"] == cuda
+    assert warm["fork"] == warm["spawn"] == [[0, 1, 4, 9], [16, 25, 36, 49]]
+    for source in ("torch", "seed", "numpy", "workers"):
+        assert warm_draws[source] != cold_draws[source], source  # fresh random state, as two cold starts have
+    assert_no_process_left(tmp_path)
