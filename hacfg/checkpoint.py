@@ -12,12 +12,16 @@
 ``save_step`` lets your code write into a temporary folder, fsyncs what it wrote, adds the
 ``.complete`` marker and renames the folder to ``step_N`` in one atomic step. A crash at any
 moment leaves either a finished checkpoint or a ``.tmp`` folder the agent never resumes from.
+The marker records how long the save took (``{"save_s": 1.234}``): the agent reports it, and
+``hacfg plan --from-events`` plans with it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +30,7 @@ MARKER = ".complete"
 
 def save_step(root: str | Path, step: int, write: Callable[[Path], None]) -> Path:
     """Write a checkpoint for ``step`` through ``write(folder)``; returns the final ``step_N`` path."""
+    started = time.monotonic()
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
@@ -33,10 +38,14 @@ def save_step(root: str | Path, step: int, write: Callable[[Path], None]) -> Pat
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     write(staging)
-    (staging / MARKER).touch()
     for path in staging.iterdir():
         with open(path, "rb") as handle:
             os.fsync(handle.fileno())
+    # The marker comes after the data is durable, and says how long that took.
+    with open(staging / MARKER, "w") as marker:
+        json.dump({"save_s": round(time.monotonic() - started, 3)}, marker)
+        marker.flush()
+        os.fsync(marker.fileno())
     if final.exists():
         shutil.rmtree(final)
     os.replace(staging, final)

@@ -48,7 +48,7 @@ def test_an_attempt_cut_by_the_agents_own_end_is_lost_after_its_start_up():
     ))
     first = result.attempts[0]
     assert (first.cut, first.action) == (True, "proc_restart")
-    assert first.seconds() == {"startup": 2, "productive": 0, "lost": 28, "hang_wait": 0, "grace": 0, "restart": 0}
+    assert first.seconds() == {"startup": 2, "productive": 0, "save": 0, "lost": 28, "hang_wait": 0, "grace": 0, "restart": 0}
     assert result.totals["restart"] == 0 and result.totals["other"] == approx(1)  # agent start to the next attempt
     assert sum(result.totals.values()) == approx(result.wall)
 
@@ -65,7 +65,7 @@ def test_steps_reported_count_the_steps_thrown_away_and_a_group_is_measured_on_n
     result = breakdown(events)
     (only,) = result.attempts
     assert only.node == 0 and only.lost_steps() == 7
-    assert only.seconds() == {"startup": 1, "productive": 4, "lost": 0.5, "hang_wait": 0, "grace": 0.5, "restart": 0}
+    assert only.seconds() == {"startup": 1, "productive": 4, "save": 0, "lost": 0.5, "hang_wait": 0, "grace": 0.5, "restart": 0}
 
 
 def test_a_record_without_a_time_is_an_error_at_its_line(tmp_path, cli):
@@ -76,3 +76,23 @@ def test_a_record_without_a_time_is_an_error_at_its_line(tmp_path, cli):
     assert result.err == f'{events}:2:1: not an agent event: no valid ISO 8601 "time"\n'
     events.write_text('{"time": "2026-01-01T00:00:00Z", "event": "agent_start"}\n{"time": "2026-01-01T00:00')  # a torn last line
     assert cli("events", events).code == 0
+
+
+def test_checkpoint_saves_in_the_work_kept_are_their_own_kind():
+    # two saves of 1.5 s before the kept step_20; the save of step_30 after it is lost work
+    saves = [{"step": 10, "path": "/c/step_10", "time": at(4), "save_s": 1.5},
+             {"step": 20, "path": "/c/step_20", "time": at(7), "save_s": 1.5},
+             {"step": 30, "path": "/c/step_30", "time": at(9), "save_s": 1.5}]
+    result = breakdown(log(
+        (0, "attempt_start", {"attempt": 1}),
+        (1, "first_activity", {"attempt": 1, "after": 1.0}),
+        (10, "attempt_exit", {"cause": "environment", "checkpoints": saves}),
+        (10, "decision", {"action": "proc_restart", "cause": "environment"}),
+        (11, "attempt_start", {"attempt": 2, "resume_from": "/c/step_20"}),
+        (12, "first_activity", {"attempt": 2, "after": 1.0}),
+        (20, "attempt_exit", {"cause": "success"}),
+    ))
+    first = result.attempts[0].seconds()
+    assert (first["productive"], first["save"], first["lost"]) == (3, 3, 3)
+    assert result.totals["save"] == 3
+    assert result.ettr == approx((3 + 8) / 20)  # productive compute over wall time, saves left out

@@ -5,8 +5,10 @@ Checkpoint layouts are plugins; each reports the checkpoints it finds on disk.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from hacfg.checkpoint import MARKER
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.agent import CheckpointLayout, SavedCheckpoint
 
@@ -32,3 +34,27 @@ def complete(root: Path | None) -> list[SavedCheckpoint]:
 def newest_complete(root: Path | None) -> SavedCheckpoint | None:
     """The complete checkpoint with the highest step, across every layout; None when there is none."""
     return max(complete(root), key=lambda c: c.step, default=None)
+
+
+def save_seconds(path: Path, files: int = 10_000) -> float | None:
+    """How long a checkpoint took to save: what ``hacfg.checkpoint.save_step`` wrote in its marker,
+    else the spread of its files' modification times (from the first file finished to the last,
+    so a lower bound; among the first ``files`` only), else None."""
+    try:
+        recorded = json.loads((path / MARKER).read_text() or "{}")
+        if isinstance(recorded, dict) and isinstance(recorded.get("save_s"), int | float):
+            return float(recorded["save_s"])
+    except (OSError, ValueError):
+        pass
+    if not path.is_dir():
+        return None
+    times: list[float] = []
+    for entry in path.rglob("*"):
+        if len(times) >= files:
+            break
+        try:
+            if entry.is_file() and entry.name != MARKER:
+                times.append(entry.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times) - min(times) if len(times) >= 2 else None

@@ -8,7 +8,12 @@ Each attempt's span, from ``attempt_start`` to ``attempt_exit``, is cut at five 
 * **start-up**: until the first output or heartbeat (``first_activity``): interpreter, imports,
   communication set-up, checkpoint load.
 * **productive**: up to the newest checkpoint the attempt saved that the next attempt resumed
-  from (or, for the job's last attempt, that it left behind); a finished job's whole run.
+  from (or, for the job's last attempt, that it left behind); a finished job's whole run;
+  less the saves in that span.
+* **save**: the time the kept span spent saving checkpoints, as each checkpoint recorded it
+  (``save_s``: ``hacfg.checkpoint.save_step`` writes it; for other layouts, the spread of the
+  files' modification times). Google's goodput library counts it apart too, and so does
+  ``hacfg plan``: ETTR here and there is productive compute over wall time.
 * **lost**: from that checkpoint to the fault: work that was thrown away and done again. The
   fault is the stop signal or the exit; for a hang, the last sign of life. With
   ``beat(step=...)`` the steps thrown away are counted too.
@@ -28,10 +33,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-KINDS = ("startup", "productive", "lost", "hang_wait", "grace", "restart")
+KINDS = ("startup", "productive", "save", "lost", "hang_wait", "grace", "restart")
 LABELS = {
     "startup": ("start-up", "attempt start to the first output or heartbeat"),
     "productive": ("productive", "work kept: up to the checkpoint resumed from, or to the end"),
+    "save": ("save", "checkpoint saves within the work kept"),
     "lost": ("lost", "work after the last kept checkpoint, thrown away"),
     "hang_wait": ("hang wait", "last sign of life to the hang verdict"),
     "grace": ("grace", "stop signal to exit (SIGTERM, then SIGKILL)"),
@@ -83,9 +89,11 @@ class Attempt:
     def seconds(self) -> dict[str, float]:
         m = self.moments()
         hung = self.hang is not None
+        saving = timedelta(seconds=self.saving(m["kept"]))
         spans = {
             "startup": m["alive"] - self.start,
-            "productive": m["kept"] - m["alive"],
+            "productive": m["kept"] - m["alive"] - saving,
+            "save": saving,
             "lost": (m["fault"] if hung else m["stop"]) - m["kept"],
             "hang_wait": m["stop"] - m["fault"] if hung else timedelta(0),
             "grace": self.end - m["stop"],
@@ -94,6 +102,12 @@ class Attempt:
         if self.cut:  # nothing is known about its checkpoints: all of it after start-up is lost
             spans = {**dict.fromkeys(KINDS, timedelta(0)), "startup": spans["startup"], "lost": self.end - m["alive"]}
         return {kind: max(span.total_seconds(), 0.0) for kind, span in spans.items()}
+
+    def saving(self, kept: datetime) -> float:
+        """Seconds spent saving the checkpoints written by ``kept``, as far as they recorded it."""
+        alive = min(self.first_activity or self.end, self.end)
+        total = sum(float(c.get("save_s") or 0) for c in self.checkpoints if parse_time(c["time"]) <= kept)
+        return min(total, max((kept - alive).total_seconds(), 0.0))
 
     def lost_steps(self) -> int | None:
         if self.step is None or self.cause == "success":

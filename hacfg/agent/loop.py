@@ -265,7 +265,8 @@ def _rounded(seconds: float | None) -> float | None:
 
 
 def _saved_since(root: Path | None, since: float) -> list[dict[str, Any]]:
-    """The complete checkpoints written since ``since`` (their mtimes), in step order: what the attempt saved."""
+    """The complete checkpoints written since ``since`` (their mtimes and, when known, how long each
+    took to save), in step order: what the attempt saved."""
     saved = []
     for found in sorted(checkpoints.complete(root)):
         try:
@@ -273,7 +274,11 @@ def _saved_since(root: Path | None, since: float) -> list[dict[str, Any]]:
         except OSError:
             continue  # removed by the script's own retention since it was listed
         if mtime >= since:
-            saved.append({"step": found.step, "path": str(found.path), "time": stamp(datetime.fromtimestamp(mtime, UTC))})
+            record: dict[str, Any] = {"step": found.step, "path": str(found.path), "time": stamp(datetime.fromtimestamp(mtime, UTC))}
+            seconds = checkpoints.save_seconds(found.path)
+            if seconds is not None:
+                record["save_s"] = round(seconds, 3)
+            saved.append(record)
     return saved
 
 

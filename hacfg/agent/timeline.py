@@ -62,6 +62,7 @@ def merge(logs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 COLOURS = {
     "startup": "#90a4ae",
     "productive": "#2e7d32",
+    "save": "#81c784",
     "lost": "#c62828",
     "hang_wait": "#6a1b9a",
     "grace": "#ef6c00",

@@ -108,18 +108,22 @@ def run_precheck(config: Path | None = None) -> int:
 
 def run_events(files: Sequence[Path], fmt: Literal["table", "json"] = "table", plot: Path | None = None) -> int:
     """``hacfg events``: the nodes' event logs merged into one job, with where the time went."""
+    import dataclasses
     import json
 
+    from hacfg.agent.calibration import measure
     from hacfg.agent.goodput import breakdown, report
     from hacfg.agent.timeline import table
 
     paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
     records = event_records(paths)
     result = breakdown(records)
+    measured = measure(records)
     if fmt == "json":
-        write(json.dumps({"goodput": result.to_json(), "events": records}, indent=2) + "\n", None)
+        document = {"goodput": result.to_json(), "measured": dataclasses.asdict(measured), "events": records}
+        write(json.dumps(document, indent=2) + "\n", None)
     else:
-        write(f"{table(records)}\n{report(result)}", None)
+        write(f"{table(records)}\n{report(result)}\n{measured.summary()}", None)
     if plot is not None:
         from hacfg.agent.timeline import plot as draw
 

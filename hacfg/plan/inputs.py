@@ -69,6 +69,23 @@ class Measured:
     restarts: int = 0
     hangs: int = 0
 
+    def summary(self) -> str:
+        """One paragraph for ``hacfg events``: what ``hacfg plan --from-events`` would use."""
+        rate = (
+            f"{self.failures} failures in {self.node_hours:.3g} node-hours "
+            f"(node MTBF {self.node_hours / self.failures:.3g} h), {self.hangs} of them hangs"
+            if self.failures
+            else f"no failures in {self.node_hours:.3g} node-hours"
+        )
+
+        def mean(value: float | None, count: int, what: str) -> str:
+            return f"{value:.3g}s (mean of {count} {what})" if value is not None else "not measured"
+
+        return (
+            f"measured for hacfg plan: {rate}; restart cost {mean(self.restart_time, self.restarts, 'restarts')}; "
+            f"save time {mean(self.save_time, self.saves, 'saves')}\n"
+        )
+
     def note(self, count: int, what: str) -> str:
         """``measured: 12 saves`` and, when that is few, how far to trust it."""
         caution = "; few, so a rough figure" if count < 10 else ""
