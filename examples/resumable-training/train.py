@@ -27,6 +27,14 @@ def dataset(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return x, x @ true_w + 0.01 * rng.standard_normal(SAMPLES)
 
 
+def write(folder: Path, state: dict[str, np.ndarray], seconds: float) -> None:
+    np.savez(folder / "state.npz", **state)
+    if seconds:
+        import time
+
+        time.sleep(seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=400)
@@ -35,6 +43,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("final.npy"))
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--step-time", type=float, default=0.0, help="seconds of simulated work per step")
+    parser.add_argument("--save-time", type=float, default=0.0, help="seconds a save takes, as a large model's would")
     args = parser.parse_args()
 
     x, y = dataset(args.seed)
@@ -58,7 +67,7 @@ def main() -> None:
             time.sleep(args.step_time)
         if (step + 1) % args.every == 0:
             state = {"weights": weights, "velocity": velocity, "step": np.int64(step + 1)}
-            save_step(args.checkpoints, step + 1, lambda folder, s=state: np.savez(folder / "state.npz", **s))
+            save_step(args.checkpoints, step + 1, lambda folder, s=state: write(folder, s, args.save_time))
             print(f"step {step + 1} loss {float(np.mean(error**2)):.6f} saved", flush=True)
 
     np.save(args.out, weights)
