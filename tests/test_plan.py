@@ -135,10 +135,11 @@ def test_inputs_nobody_knows_stop_the_plan_with_the_lines_to_add(cli, tmp_path):
     ("--interval", "soon", "hacfg: error: --interval: 'soon' is not a duration; use a number and a unit: 90s, 30m, 2h, 1d"),
     ("--node-mtbf", "0s", "hacfg: error: --node-mtbf: must be longer than 0s"),
     ("--nodes", "0", "hacfg: error: --nodes: a job has at least 1 node"),
+    ("--save-time", "0s", "{file}: checkpoint.save_time must be longer than 0s: a save time of nothing has no optimum"),
 ])
 def test_a_bad_what_if_value_is_one_line_and_exit_2(cli, long_run, flag, value, message):
     result = cli("plan", long_run, flag, value)
-    assert (result.code, result.err) == (2, message + "\n")
+    assert (result.code, result.err) == (2, message.format(file=long_run) + "\n")
 
 
 def test_plot_draws_ettr_against_the_interval(cli, long_run, tmp_path):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from hacfg.plan import model
-from hacfg.plan.inputs import Inputs, from_config
+from hacfg.plan.inputs import KEYS, Inputs, from_config
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.model import HAConfig, format_duration
 
@@ -68,7 +68,11 @@ def costs_of(inputs: Inputs) -> model.Costs:
     missing = inputs.missing("save_time", "restart_time")
     if missing:
         raise NotEnough(f"the plan needs {' and '.join(missing)}: state it, pass it as a flag, or give --from-events")
-    assert inputs.nodes.value and inputs.node_mtbf.value and inputs.save_time.value is not None
+    for name in ("node_mtbf", "save_time"):
+        if not (getattr(inputs, name).value or 0) > 0:
+            what = name.replace("_", " ")
+            raise NotEnough(f"{KEYS[name]} must be longer than 0s: a {what} of nothing has no optimum")
+    assert inputs.nodes.value and inputs.node_mtbf.value and inputs.save_time.value
     return model.Costs(
         mtbf=model.job_mtbf(inputs.node_mtbf.value, int(inputs.nodes.value)),
         save_time=inputs.save_time.value,

@@ -105,7 +105,12 @@ def _finite(seconds: float | None) -> float | None:
 
 def plot(forecast: Forecast, path: str) -> None:
     """ETTR against the interval (log scale), the optimum and the configured interval marked."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        from hacfg.scenario.source import InputError
+
+        raise InputError("--plot needs matplotlib: pip install 'hacfg[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
