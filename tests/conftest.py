@@ -1,19 +1,26 @@
-"""Shared helpers: run the CLI in-process or as a real process, and write scenario files."""
+"""Shared helpers: run the CLI in-process or as a real process, read its findings and the agent's
+events, write scenario files and installed distributions.
+
+Plain functions are imported (``from conftest import findings``); fixtures are named as arguments.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hacfg.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
+CHILDREN = REPO / "tests" / "children"  # small programs the agent supervises
 
 
 @dataclass
@@ -46,6 +53,48 @@ def run_hacfg(*args: str | Path, cwd: Path | None = None, env: dict | None = Non
         timeout=timeout,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def findings(cli, *args: str | Path, keys: str | tuple[str, ...] | None = None) -> Any:
+    """The findings of ``hacfg lint -f json ARGS``: each as the JSON report writes it, or, with
+    ``keys``, the set of those fields of each (of the one field, when ``keys`` is a name)."""
+    result = cli("lint", "-f", "json", *args)
+    assert result.code in (0, 1), result.err
+    found = json.loads(result.out)["findings"]
+    if keys is None:
+        return found
+    if isinstance(keys, str):
+        return {f[keys] for f in found}
+    return {tuple(f[key] for key in keys) for f in found}
+
+
+def agent_argv(state: Path, *options: str) -> list[str]:
+    """``hacfg agent OPTIONS --`` with its state in ``state`` and no pre-checks: the command follows."""
+    return [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", *options, "--"]
+
+
+def agent(
+    tmp_path: Path, *options: str, child: str, args: tuple = (), env: dict | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """Run ``hacfg agent OPTIONS -- python tests/children/CHILD ARGS`` in tmp_path, its state in tmp_path/state."""
+    argv = [*agent_argv(tmp_path / "state", *options), sys.executable, str(CHILDREN / child), *map(str, args)]
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=tmp_path
+    )
+
+
+def read_events(state: Path) -> list[dict]:
+    """The events an agent wrote to ``state``/events.jsonl, in order."""
+    return [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
+
+
+def distribution(site: Path, name: str, entry_points: dict[str, str], version: str = "1.0") -> Path:
+    """An unpacked distribution with ``hacfg`` entry points in ``site``, as pip leaves one in site-packages."""
+    dist = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (dist / "entry_points.txt").write_text("[hacfg]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
+    return dist
 
 
 def imported_modules(*args: str | Path, cwd: Path = REPO) -> set[str]:

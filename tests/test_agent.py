@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,23 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-
-CHILDREN = REPO / "tests" / "children"
-
-
-def agent(tmp_path: Path, *options: str, child: str, args: tuple = (), env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run `hacfg agent OPTIONS -- python CHILD ARGS` with its state in tmp_path/state."""
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", *options, "--", sys.executable, str(CHILDREN / child), *map(str, args)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=tmp_path)
-
-
-def events(tmp_path: Path) -> list[dict]:
-    return [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+from conftest import CHILDREN, REPO, agent, agent_argv, read_events
 
 
 def decisions(tmp_path: Path) -> list[str]:
-    return [e["action"] for e in events(tmp_path) if e["event"] == "decision"]
+    return [e["action"] for e in read_events(tmp_path / "state") if e["event"] == "decision"]
 
 
 def attempts(result: subprocess.CompletedProcess) -> list[str]:
@@ -41,7 +28,7 @@ def test_crash_is_an_environment_fault_restarted_and_counted(tmp_path):
     assert attempts(result) == ["attempt 1 restarts 0", "attempt 2 restarts 1", "attempt 3 restarts 2"]
     assert decisions(tmp_path) == ["proc_restart", "proc_restart", "job_reschedule"]
     assert "error,exiting" not in result.stderr  # the platform restarts the job: not a failure yet
-    exits = [e for e in events(tmp_path) if e["event"] == "attempt_exit"]
+    exits = [e for e in read_events(tmp_path / "state") if e["event"] == "attempt_exit"]
     assert {(e["signal"], e["cause"]) for e in exits} == {("SIGKILL", "environment")}
 
 
@@ -62,7 +49,7 @@ def test_user_error_with_unconditional_restarts_three_in_a_row_then_gives_up(tmp
     keyword = [line for line in result.stderr.splitlines() if "error,exiting" in line]  # the platform's keyword for this case
     assert keyword == [("[hacfg] error,exiting: the job failed after 3 restart(s); last cause: user, exit 1: Python exception in the command: "
                         "ValueError: learning rate must be positive")], result.stderr
-    last = events(tmp_path)[-2]
+    last = read_events(tmp_path / "state")[-2]
     assert (last["counted"], last["user_streak"], last["reason"]) == (3, 3, "3 unconditional restarts in a row")
 
 
@@ -81,16 +68,16 @@ def test_hung_child_is_killed_restarted_not_counted_three_in_a_row(tmp_path):
     assert result.returncode == 138
     assert attempts(result) == ["attempt 1 restarts 0", "attempt 2 restarts 1", "attempt 3 restarts 2", "attempt 4 restarts 3"]
     assert decisions(tmp_path) == ["proc_restart"] * 3 + ["job_reschedule"]
-    hangs = [e for e in events(tmp_path) if e["event"] == "hang"]
+    hangs = [e for e in read_events(tmp_path / "state") if e["event"] == "hang"]
     assert len(hangs) == 4 and hangs[0]["last_output"] == ["attempt 1 restarts 0"]
-    assert all(e["counted"] == 0 for e in events(tmp_path) if e["event"] == "decision")  # hangs do not count
+    assert all(e["counted"] == 0 for e in read_events(tmp_path / "state") if e["event"] == "decision")  # hangs do not count
     assert time.monotonic() - started < 20
 
 
 def test_heartbeat_keeps_a_silent_child_alive(tmp_path):
     result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "1s", child="heartbeat_then_exit.py", env={"PYTHONPATH": str(REPO)})
     assert (result.returncode, result.stdout) == (0, "done\n")
-    assert not [e for e in events(tmp_path) if e["event"] == "hang"]
+    assert not [e for e in read_events(tmp_path / "state") if e["event"] == "hang"]
 
 
 def test_child_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path):
@@ -98,7 +85,7 @@ def test_child_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path):
     result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "1s", "--grace", "1", child="ignore_term.py")
     elapsed = time.monotonic() - started
     assert result.returncode == 128 + signal.SIGKILL  # hung, hang restart off, auto restart off: give up
-    exit_event = next(e for e in events(tmp_path) if e["event"] == "attempt_exit")
+    exit_event = next(e for e in read_events(tmp_path / "state") if e["event"] == "attempt_exit")
     assert (exit_event["signal"], exit_event["cause"]) == ("SIGKILL", "hang")
     assert 2 <= elapsed < 10
 
@@ -113,19 +100,19 @@ def test_no_grandchild_survives_an_attempt(tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: signal.Signals(s).name)
 def test_signals_to_the_agent_are_forwarded_to_the_group(tmp_path, signum):
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--", sys.executable, str(CHILDREN / "wait_for_term.py")]
+    argv = [*agent_argv(tmp_path / "state"), sys.executable, str(CHILDREN / "wait_for_term.py")]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(signum)
     out, _ = proc.communicate(timeout=30)
     assert out == f"got {signal.Signals(signum).name}\n"
     assert proc.returncode == 128 + signum
-    assert [e["event"] for e in events(tmp_path) if e["event"] != "first_activity"][-4:] == ["signal", "attempt_exit", "decision", "agent_exit"]
-    assert events(tmp_path)[-2]["action"] == "stop"
+    assert [e["event"] for e in read_events(tmp_path / "state") if e["event"] != "first_activity"][-4:] == ["signal", "attempt_exit", "decision", "agent_exit"]
+    assert read_events(tmp_path / "state")[-2]["action"] == "stop"
 
 
 def test_output_is_relayed_byte_for_byte(tmp_path):
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--", sys.executable, str(CHILDREN / "echo_bytes.py")]
+    argv = [*agent_argv(tmp_path / "state"), sys.executable, str(CHILDREN / "echo_bytes.py")]
     result = subprocess.run(argv, capture_output=True, timeout=60)
     data = bytes(range(256)) * 64
     assert result.returncode == 0
@@ -134,10 +121,10 @@ def test_output_is_relayed_byte_for_byte(tmp_path):
 
 
 def test_killed_agent_continues_its_counters(tmp_path):
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--max-restarts", "4", "--", sys.executable, str(CHILDREN / "silent.py")]
+    argv = [*agent_argv(tmp_path / "state", "--max-restarts", "4"), sys.executable, str(CHILDREN / "silent.py")]
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert first.stdout.readline() == "attempt 1 restarts 0\n"
-    agent_pid = int(next(e for e in events(tmp_path) if e["event"] == "agent_start")["pid"])
+    agent_pid = int(next(e for e in read_events(tmp_path / "state") if e["event"] == "agent_start")["pid"])
     first.kill()
     first.communicate(timeout=30)
     assert agent_pid == first.pid
@@ -145,12 +132,12 @@ def test_killed_agent_continues_its_counters(tmp_path):
     assert second.stdout.readline() == "attempt 2 restarts 1\n"  # the interrupted attempt counted as a restart
     second.terminate()
     second.communicate(timeout=30)
-    recovered = [e for e in events(tmp_path) if e["event"] == "decision"]
+    recovered = [e for e in read_events(tmp_path / "state") if e["event"] == "decision"]
     assert recovered[0]["action"] == "proc_restart" and "previous agent stopped during an attempt" in recovered[0]["cause_reason"]
 
 
 def test_second_agent_on_one_state_dir_refuses(tmp_path):
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--", sys.executable, str(CHILDREN / "silent.py")]
+    argv = [*agent_argv(tmp_path / "state"), sys.executable, str(CHILDREN / "silent.py")]
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert first.stdout.readline().startswith("attempt 1")
@@ -184,7 +171,7 @@ def test_state_files_are_private(tmp_path):
 def test_the_command_is_never_run_through_a_shell(tmp_path):
     marker = tmp_path / "pwned"
     result = subprocess.run(
-        [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--", "echo", f"$(touch {marker})"],
+        [*agent_argv(tmp_path / "state"), "echo", f"$(touch {marker})"],
         capture_output=True, text=True, timeout=60,
     )
     assert result.stdout == f"$(touch {marker})\n"
@@ -220,7 +207,7 @@ def test_events_table(tmp_path, cli):
 
 
 def test_input_piped_to_the_agent_reaches_the_command(tmp_path):
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--", "cat"]
+    argv = [*agent_argv(tmp_path / "state"), "cat"]
     result = subprocess.run(argv, input="piped input\n", capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout) == (0, "piped input\n")
 

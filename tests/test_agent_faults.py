@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -11,13 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import REPO
-
-CHILDREN = REPO / "tests" / "children"
-
-
-def agent_argv(state: Path, *options: str) -> list[str]:
-    return [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", *options, "--"]
+from conftest import CHILDREN, REPO, agent_argv, read_events
 
 
 def children_of(pid: int) -> list[tuple[int, str]]:
@@ -69,7 +62,7 @@ def test_a_hundred_random_kills_exact_counters_no_zombie_no_leaked_fd(tmp_path):
             os.kill(pid, signal.SIGKILL)
     assert agent.wait(timeout=60) == 0
     assert max(fds) == min(fds), f"file descriptors leaked: {fds[0]} -> {fds[-1]}"
-    events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path / "state")
     decisions = [e for e in events if e["event"] == "decision"]
     assert len(decisions) == 101 and {d["action"] for d in decisions[:-1]} == {"proc_restart"} and decisions[-1]["action"] == "success"
     assert (decisions[-1]["counted"], decisions[-1]["restarts"], decisions[-1]["attempt"]) == (100, 100, 101)
@@ -97,7 +90,7 @@ def test_a_corrupted_state_file_is_recovered_and_reported(tmp_path):
     result = subprocess.run([*agent_argv(state, "--max-restarts", "1"), sys.executable, str(CHILDREN / "crash.py")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 138
     assert "state file unreadable (JSONDecodeError); starting from zero" in result.stderr
-    events = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
+    events = read_events(state)
     assert events[0]["event"] == "state_recovered"
     assert [e["attempt"] for e in events if e["event"] == "attempt_start"] == [1, 2]
 
@@ -105,7 +98,7 @@ def test_a_corrupted_state_file_is_recovered_and_reported(tmp_path):
 def test_a_child_that_closes_stdout_early_is_still_supervised(tmp_path):
     result = subprocess.run([*agent_argv(tmp_path / "state"), sys.executable, str(CHILDREN / "close_stdout_early.py")], capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout) == (5, "before close\n")
-    exit_event = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()][-3]
+    exit_event = read_events(tmp_path / "state")[-3]
     assert exit_event["event"] == "attempt_exit" and exit_event["duration"] >= 0.5
 
 
@@ -116,7 +109,7 @@ def test_a_flood_without_newlines_is_relayed_and_the_tail_stays_bounded(tmp_path
     assert result.returncode == 1
     maxrss_kb = int(result.stderr.decode().rsplit("maxrss=", 1)[1].split()[0])
     assert maxrss_kb < 150_000, f"the agent held {maxrss_kb} KiB for a 64 MiB stream"
-    exit_event = next(json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines() if '"attempt_exit"' in line)
+    exit_event = next(e for e in read_events(tmp_path / "state") if e["event"] == "attempt_exit")
     assert exit_event["cause"] == "environment" and "NCCL error" in exit_event["reason"]  # found in the tail
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import REPO
+from conftest import REPO, findings
 
 BODY = {
     "kind": "job",
@@ -36,9 +36,8 @@ def put(root, files: dict[str, str]) -> None:
 
 
 def linted(cli, *args) -> list[str]:
-    result = cli("lint", "-f", "json", *args)
-    report = json.loads(result.out)
-    return sorted({f["path"] for f in report["findings"]})
+    """The files ``hacfg lint ARGS`` reports findings in (each scenario here has one)."""
+    return sorted(findings(cli, *args, keys="path"))
 
 
 def test_a_folder_of_request_bodies_is_found_by_content(cli, project):

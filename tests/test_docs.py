@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tomllib
 
-from conftest import REPO
+from conftest import REPO, distribution
 from hacfg.plugin import hookspecs
 from hacfg.plugin import manager as plugin_manager
 
@@ -42,11 +42,7 @@ def test_the_guide_is_a_working_plugin_with_passing_tests(tmp_path, cli, monkeyp
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(body)
     project = tomllib.loads(blocks("toml")[0])["project"]
-    dist = tmp_path / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
-    entry_points = "".join(f"{k} = {v}\n" for k, v in project["entry-points"]["hacfg"].items())
-    (dist / "entry_points.txt").write_text(f"[hacfg]\n{entry_points}")
+    distribution(tmp_path, project["name"], project["entry-points"]["hacfg"], version=project["version"])
     monkeypatch.syspath_prepend(str(tmp_path))
     plugin_manager.reset()
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from importlib.metadata import entry_points as installed
 
+from conftest import distribution
 from hacfg.plugin.entrypoints import entry_points
 
 PROBE = """
@@ -17,14 +18,6 @@ from hacfg.plugin.entrypoints import entry_points
 found = [[e.name, e.value, e.distribution, e.version] for e in entry_points("hacfg")]
 print(json.dumps({"found": found, "metadata_imported": "importlib.metadata" in sys.modules}))
 """
-
-
-def distribution(site, name, entry_points):
-    dist = site / f"{name}-1.0.dist-info"
-    dist.mkdir(parents=True, exist_ok=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[hacfg]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
-    return dist
 
 
 def probe(tmp_path, site):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import CHILDREN, REPO, agent_argv, read_events
 from hacfg.agent.classify import Failure, classify
 from hacfg.agent.group import DEFAULT_PORT, resolve_spec
 from hacfg.agent.policy import Budgets, Policy
@@ -132,8 +131,7 @@ def agent_without_torch(tmp_path, *options: str, child: str) -> subprocess.Compl
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('No module named torch')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), str(REPO)])}
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", *options,
-            "--", sys.executable, str(REPO / "tests" / "children" / child)]
+    argv = [*agent_argv(tmp_path / "state", *options), sys.executable, str(CHILDREN / child)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
 
 
@@ -142,7 +140,7 @@ def test_several_nodes_without_torch_hand_every_restart_to_the_platform(tmp_path
     assert result.returncode == 138
     assert "torch is not installed, so the nodes cannot restart together in place" in result.stderr.splitlines()[0]
     assert result.stdout.splitlines() == ["attempt 1 restarts 0"]  # no restart in place
-    decision = next(json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines() if '"decision"' in line)
+    decision = next(e for e in read_events(tmp_path / "state") if e["event"] == "decision")
     assert decision["action"] == "job_reschedule" and "the platform restarts the whole job" in decision["reason"]
 
 

@@ -12,14 +12,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 from pytest import approx
 
-from conftest import REPO
-
-CHILDREN = REPO / "tests" / "children"
-
-
-def agent_argv(tmp_path, *options: str, child: str, args: tuple = ()) -> list[str]:
-    return [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", *options,
-            "--", sys.executable, str(CHILDREN / child), *args]
+from conftest import CHILDREN, agent, agent_argv
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -30,8 +23,7 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
 def test_the_textfile_holds_the_counters_and_the_goodput_of_the_whole_run(tmp_path, cli):
     prom = tmp_path / "textfile" / "hacfg.prom"
     prom.parent.mkdir()
-    result = subprocess.run(agent_argv(tmp_path, "--max-restarts", "1", "--metrics-file", str(prom), child="crash.py"),
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = agent(tmp_path, "--max-restarts", "1", "--metrics-file", str(prom), child="crash.py")
     assert result.returncode == 138
     assert [p.name for p in prom.parent.iterdir()] == ["hacfg.prom"]  # written by rename: no temporary file left
     got = samples(prom.read_text())
@@ -49,7 +41,7 @@ def test_the_textfile_holds_the_counters_and_the_goodput_of_the_whole_run(tmp_pa
 
 
 def test_the_port_is_scraped_while_the_command_runs(tmp_path):
-    agent = subprocess.Popen(agent_argv(tmp_path, "--metrics-port", "127.0.0.1:0", child="wait_for_term.py"),
+    agent = subprocess.Popen([*agent_argv(tmp_path / "state", "--metrics-port", "127.0.0.1:0"), sys.executable, str(CHILDREN / "wait_for_term.py")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = next(line.split()[-1] for line in agent.stderr if line.startswith("[hacfg] metrics on "))
@@ -80,7 +72,6 @@ def test_a_busy_port_is_one_line_not_a_traceback(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(agent_argv(tmp_path, "--metrics-port", f"127.0.0.1:{port}", child="crash.py"),
-                                capture_output=True, text=True, timeout=60, check=False)
+        result = agent(tmp_path, "--metrics-port", f"127.0.0.1:{port}", child="crash.py")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"hacfg: error: cannot serve metrics on 127.0.0.1:{port}: Address already in use"

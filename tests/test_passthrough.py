@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
+from conftest import findings
 
 HEAD = "version: 1\nscenario: multi-node\ncheckpoint: {path: obs://b/ckpt, interval: 30m, resume: true}\n"
-
-
-def findings(cli, path):
-    return {(f["rule"], f["line"], f["column"]) for f in json.loads(cli("lint", "-f", "json", path).out)["findings"]}
+AT = ("rule", "line", "column")  # what a finding is compared by here
 
 
 def test_an_owned_key_that_overrides_the_scenario_is_an_error_at_its_line(cli, write):
@@ -24,7 +21,7 @@ passthrough:
 """)
     result = cli("lint", path)
     assert result.code == 1
-    assert {f for f in findings(cli, path) if f[0] == "HA020"} == {("HA020", 8, 7), ("HA020", 9, 7), ("HA020", 11, 20)}
+    assert {f for f in findings(cli, path, keys=AT) if f[0] == "HA020"} == {("HA020", 8, 7), ("HA020", 9, 7), ("HA020", 11, 20)}
     assert 'passthrough sets fault-tolerance/job-retry-num to "1" over restart.max ("8")' in result.out
 
 
@@ -37,7 +34,7 @@ passthrough:
   algorithm:
     environments: {MA_HANG_DETECT_TIME: "30"}
 """)
-    assert findings(cli, path) == set()
+    assert findings(cli, path, keys=AT) == set()
 
 
 def test_body_rules_read_passthrough(cli, write):
@@ -50,7 +47,7 @@ passthrough:
       fault-tolerance/hang-retires: "true"
       jupyter-lab/enable: 1
 """)
-    assert findings(cli, path) == {("HA012", 6, 11), ("HA015", 8, 27), ("HA008", 9, 7), ("HA007", 10, 27)}
+    assert findings(cli, path, keys=AT) == {("HA012", 6, 11), ("HA015", 8, 27), ("HA008", 9, 7), ("HA007", 10, 27)}
 
 
 def test_ignoring_the_override_rule_still_judges_the_overriding_key(cli, project):
@@ -61,7 +58,7 @@ passthrough:
   metadata:
     annotations: {fault-tolerance/job-retry-num: "500"}
 """)
-    both = findings(cli, "ha.yaml")
+    both = findings(cli, "ha.yaml", keys=AT)
     assert {rule for rule, _, _ in both} >= {"HA020", "HA001", "HA006"}
     (project / "pyproject.toml").write_text('[tool.hacfg]\nignore = ["HA020"]\n')
-    assert findings(cli, "ha.yaml") == {f for f in both if f[0] != "HA020"}
+    assert findings(cli, "ha.yaml", keys=AT) == {f for f in both if f[0] != "HA020"}

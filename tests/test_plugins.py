@@ -10,7 +10,7 @@ import types
 import pluggy
 import pytest
 
-from conftest import REPO, imported_modules, run_hacfg
+from conftest import REPO, distribution, imported_modules, read_events, run_hacfg
 from hacfg.agent.classify import classify
 from hacfg.lint import engine as lint
 from hacfg.lint.settings import Settings
@@ -22,19 +22,11 @@ PLUGINS = REPO / "tests" / "plugins"
 BODY = '{"kind": "job", "metadata": {"name": "x", "annotations": {"fault-tolerance/job-retry-num": 3}}, "spec": {"volumes": [{}]}}\n'
 
 
-def distribution(folder, name, version, entry_points):
-    """An unpacked distribution with entry points, as pip leaves one in site-packages."""
-    dist = folder / f"{name.replace('-', '_')}-{version}.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (dist / "entry_points.txt").write_text("[hacfg]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
-
-
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     """Broken plugins installed on sys.path for this test; the plugin manager loads afresh."""
     entry_points = {"broken": "broken_import", "raising": "raising", "garbage": "garbage", "rival": "claims"}
-    distribution(tmp_path / "site", "broken-plugins", "1.2.3", entry_points)
+    distribution(tmp_path / "site", "broken-plugins", entry_points, version="1.2.3")
     monkeypatch.syspath_prepend(str(PLUGINS))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.chdir(tmp_path)
@@ -165,7 +157,7 @@ def test_agent_reports_broken_prechecks_and_classifiers_as_events(tmp_path):
         sys.executable, "-c", "import os; os.kill(os.getpid(), 9)", env=env,
     )
     assert result.code == 138
-    events = [json.loads(line) for line in (tmp_path / "s2" / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path / "s2")
     failures = [e for e in events if e["event"] == "plugin_failure"]
     assert failures[0]["plugin"] == "raising" and failures[0]["error"] == "ValueError: classifier bug"
     assert [e["cause"] for e in events if e["event"] == "attempt_exit"] == ["environment", "environment"]
@@ -179,7 +171,7 @@ def test_recovery_hooks_see_every_event_and_run_before_each_restart(tmp_path):
     )
     assert result.code == 138, result.err
     told = [json.loads(line) for line in log.read_text().splitlines()]
-    events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path / "state")
     assert [{k: v for k, v in t.items() if k != "hook"} for t in told if t["hook"] == "event"] == events  # each one, once written
     restarts = [(t["action"], t["attempt"], t["cause"], t["node"]) for t in told if t["hook"] == "restart"]
     assert restarts == [("proc_restart", 1, "environment", 0), ("job_reschedule", 2, "environment", 0)]
@@ -193,7 +185,7 @@ def test_a_failing_recovery_hook_is_an_event_and_the_restart_goes_ahead(tmp_path
         sys.executable, "-c", "import os; os.kill(os.getpid(), 9)", env={"PYTHONPATH": str(PLUGINS)},
     )
     assert result.code == 138 and "Traceback" not in result.err
-    events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path / "state")
     assert [e["event"] for e in events].count("attempt_start") == 2
     failures = [(e["hook"], e["error"]) for e in events if e["event"] == "plugin_failure"]
     assert failures == [
@@ -207,7 +199,7 @@ def test_a_failing_recovery_hook_is_an_event_and_the_restart_goes_ahead(tmp_path
 
 def test_a_builtin_plugin_that_fails_to_load_exits_3_with_one_line(tmp_path):
     """A broken installation, as a checkout on PYTHONPATH next to another hacfg's metadata gives."""
-    distribution(tmp_path, "hacfg", "0.0.1", {"presets": "hacfg.plugins.presets", "rules-gone": "hacfg.plugins.no_such_rules"})
+    distribution(tmp_path, "hacfg", {"presets": "hacfg.plugins.presets", "rules-gone": "hacfg.plugins.no_such_rules"}, version="0.0.1")
     for command in (("rules",), ("lint", "."), ("build", "single-node")):
         result = run_hacfg(*command, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
         assert result.code == 3, result.err
@@ -220,7 +212,7 @@ def test_a_builtin_plugin_that_fails_to_load_exits_3_with_one_line(tmp_path):
 def test_a_broken_builtin_plugin_fails_the_commands_that_call_its_hook(tmp_path):
     """Its hook declared, the plugin is imported only when that hook is called: build calls no rules."""
     entry_points = {"presets": "hacfg.plugins.presets", "modelarts": "hacfg.plugins.modelarts", "rules-gone": "hacfg.plugins.rules.gone"}
-    distribution(tmp_path, "hacfg", "0.0.1", entry_points)
+    distribution(tmp_path, "hacfg", entry_points, version="0.0.1")
     for command in (("rules",), ("lint", ".")):
         result = run_hacfg(*command, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
         assert (result.code, result.err) == (
@@ -233,7 +225,7 @@ def test_a_broken_builtin_plugin_fails_the_commands_that_call_its_hook(tmp_path)
 
 
 def test_no_builtin_plugins_at_all_exits_3(tmp_path):
-    distribution(tmp_path, "hacfg", "0.0.1", {})
+    distribution(tmp_path, "hacfg", {}, version="0.0.1")
     result = run_hacfg("rules", cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
     assert result.code == 3
     assert result.err.startswith("hacfg: error: hacfg's own plugins are not registered") and result.err.count("\n") == 1
@@ -310,7 +302,7 @@ def test_builtin_plugins_imported_late_are_called_in_the_order_loading_all_at_on
     """Other distributions' plugins before and after hacfg's, a --plugin module only on a hook no built-in
     implements, and one registered in-process, the hooks called in an order of their own."""
     for where, name in ((tmp_path / "before", "site_before"), (tmp_path / "after", "site_after")):
-        distribution(where, name.replace("_", "-"), "1.0", {name: name})
+        distribution(where, name.replace("_", "-"), {name: name})
     for name in ("site_before", "site_after", "in_process"):
         (tmp_path / f"{name}.py").write_text(EVERYWHERE)
     (tmp_path / "trial.py").write_text("from hacfg.plugin import hookimpl\n" + EVERYWHERE[EVERYWHERE.index("@hookimpl\ndef hacfg_agent_event") :])

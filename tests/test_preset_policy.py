@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, findings
 from hacfg.plugin.provided import presets
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.config import load_config
@@ -16,22 +16,13 @@ OUTPUT_CHANNEL = "/home/ma-user/modelarts/outputs/train_url_0"
 STATED = "checkpoint: {path: obs://b/ckpt, interval: 30m, resume: true}\n"
 
 
-def lint(cli, path, *args):
-    result = cli("lint", "-f", "json", *args, path)
-    return json.loads(result.out)["findings"]
-
-
-def rules(cli, path, *args) -> set[str]:
-    return {f["rule"] for f in lint(cli, path, *args)}
-
-
 @pytest.mark.parametrize("scenario", ["single-node", "multi-node", "llm-long-term"])
 @pytest.mark.parametrize("how", ["scenario: {name}\n", "scenario: {name}\nextends: {name}\n", "scenario: {name}\nextends: {preset}\n"])
 def test_a_preset_never_supplies_what_only_the_user_knows(cli, write, scenario, how):
     preset = presets()[scenario]
     path = write("ha.yaml", "version: 1\n" + how.format(name=scenario, preset=preset))
     assert load_config(path, presets()).config.checkpoint == Checkpoint(path=None, interval=None, resume=False)
-    found = {f["rule"]: f for f in lint(cli, path)}
+    found = {f["rule"]: f for f in findings(cli, path)}
     assert {"HA001", "HA017"} <= set(found)
     assert found["HA001"]["line"] == (3 if "extends" in how else 2) and found["HA001"]["message"].endswith(
         f"set checkpoint.path: {OUTPUT_CHANNEL} (the {scenario} preset's recommendation)"
@@ -44,9 +35,9 @@ def test_a_preset_never_supplies_what_only_the_user_knows(cli, write, scenario, 
 
 def test_the_one_line_the_message_names_makes_the_file_clean(cli, write):
     path = write("ha.yaml", "version: 1\nscenario: llm-long-term\n")
-    assert rules(cli, path) == {"HA001", "HA011", "HA017"}
+    assert findings(cli, path, keys="rule") == {"HA001", "HA011", "HA017"}
     path.write_text(f"version: 1\nscenario: llm-long-term\ncheckpoint: {{path: {OUTPUT_CHANNEL}, interval: 30m, resume: true}}\n")
-    assert rules(cli, path) == set()
+    assert findings(cli, path, keys="rule") == set()
 
 
 def test_the_users_own_base_file_may_state_them(cli, write):
@@ -54,7 +45,7 @@ def test_the_users_own_base_file_may_state_them(cli, write):
     path = write("jobs/ha.yaml", "version: 1\nscenario: llm-long-term\nextends: ../base/team.yaml\n")
     config = load_config(path, presets()).config
     assert config.checkpoint.path == "obs://b/ckpt" and config.checkpoint.resume
-    assert rules(cli, path) == set()
+    assert findings(cli, path, keys="rule") == set()
 
 
 def test_init_writes_the_lines_for_the_user_to_confirm(cli, tmp_path):
@@ -63,7 +54,7 @@ def test_init_writes_the_lines_for_the_user_to_confirm(cli, tmp_path):
         assert cli("init", "--scenario", scenario, "-o", target).code == 0
         text = target.read_text()
         assert f"path: {OUTPUT_CHANNEL}" in text and "resume: true" in text and "interval:" in text
-        assert rules(cli, target) == set()
+        assert findings(cli, target, keys="rule") == set()
 
 
 def test_the_preset_annotations_are_still_table_4(cli):
@@ -112,8 +103,8 @@ def test_table_4_lints_clean_as_scenario_and_as_body(cli, write, scenario, platf
         pytest.skip("OTC allows at most 3 restarts")
     scenario_file = write("ha.yaml", f"version: 1\nscenario: {scenario}\njob: {{nodes: {nodes}}}\n{STATED}{restart}")
     body_file = write("body.json", _body(annotations, nodes))
-    assert rules(cli, scenario_file, "--platform", platform) == set()
-    assert rules(cli, body_file, "--platform", platform) == set()
+    assert findings(cli, scenario_file, "--platform", platform, keys="rule") == set()
+    assert findings(cli, body_file, "--platform", platform, keys="rule") == set()
 
 
 @pytest.mark.parametrize(
@@ -128,15 +119,15 @@ def test_table_4_lints_clean_as_scenario_and_as_body(cli, write, scenario, platf
 def test_one_verdict_per_meaning(cli, write, restart, annotations, expected):
     scenario_file = write("ha.yaml", f"version: 1\nscenario: multi-node\n{STATED}restart: {restart}\n")
     body_file = write("body.json", _body(annotations, 2))
-    assert rules(cli, scenario_file) == rules(cli, body_file) == expected
+    assert findings(cli, scenario_file, keys="rule") == findings(cli, body_file, keys="rule") == expected
 
 
 @pytest.mark.parametrize("max_", [1, 2, 3])
 def test_no_advice_beyond_what_otc_allows(cli, write, max_):
     scenario_file = write("ha.yaml", f"version: 1\nscenario: single-node\nplatform: otc\n{STATED}restart: {{max: {max_}, unconditional: true}}\n")
     body_file = write("body.json", _body({ma.JOB_RETRY_NUM: str(max_), ma.UNCONDITIONAL_RETRY: "true"}, 1))
-    for findings in (lint(cli, scenario_file), lint(cli, body_file, "--platform", "otc")):
-        (ha009,) = [f for f in findings if f["rule"] == "HA009"]
+    for found in (findings(cli, scenario_file), findings(cli, body_file, "--platform", "otc")):
+        (ha009,) = [f for f in found if f["rule"] == "HA009"]
         assert "above" not in ha009["message"] and "recommended combination" in ha009["message"]
-    huaweicloud = [f for f in lint(cli, body_file) if f["rule"] == "HA009"]
+    huaweicloud = [f for f in findings(cli, body_file) if f["rule"] == "HA009"]
     assert "above 3" in huaweicloud[0]["message"]

@@ -14,7 +14,7 @@ import time
 import pytest
 from pytest import approx
 
-from conftest import REPO
+from conftest import REPO, read_events
 from hacfg.agent.goodput import when
 
 EXAMPLE = REPO / "examples" / "resumable-training"
@@ -52,7 +52,7 @@ def run_with_faults(tmp_path, script: str, faults: list[str], train_args: list[s
             injected.append((fault, int(line.split()[1]), time.time()))
             pid = None
     agent.wait(timeout=120)
-    events = [json.loads(line) for line in (tmp_path / "ckpt" / ".hacfg" / "node-0" / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path / "ckpt" / ".hacfg" / "node-0")
     return agent, events, injected, lines
 
 

@@ -2,8 +2,8 @@
 
 One test per statement. Each docstring starts with the document and the sentence it checks,
 quoted as written there (``test_every_quote_is_in_its_document`` holds them to it); the
-documents are /work/shared/seeds/ha-configuration.txt and ha-scenarios.txt, cross-checked with
-the reference notes (modelarts.md). Nothing here moves a threshold: where the real thing
+documents are ``shared/seeds/ha-configuration.txt`` and ``ha-scenarios.txt`` beside the
+repository, cross-checked with the reference notes (``shared/reference/modelarts.md``). Nothing here moves a threshold: where the real thing
 cannot be had on a test machine (a 32 GB disk, an open-files limit above the hard limit), the
 check runs on a tmpfs of the exact size in a private mount namespace, or the limit read is
 replaced at exactly the threshold and one unit above it.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_hacfg
+from conftest import REPO, findings, read_events, run_hacfg
 from hacfg.agent.policy import Budgets, Policy, decide
 from hacfg.agent.prechecks import prechecks
 from hacfg.plugin.agent import GiB, PrecheckContext, PrecheckSettings
@@ -33,10 +33,12 @@ from hacfg.plugin.provided import presets as available_presets
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.config import load_config
 
+# The documents live beside the repository (``../shared``), or beside a folder holding it, as a worktree.
+SHARED = next((folder / "shared" for folder in REPO.parents if (folder / "shared").is_dir()), REPO.parent / "shared")
 DOCUMENTS = {
-    "ha-configuration.txt": Path("/work/shared/seeds/ha-configuration.txt"),
-    "ha-scenarios.txt": Path("/work/shared/seeds/ha-scenarios.txt"),
-    "modelarts.md": Path("/work/shared/reference/modelarts.md"),
+    "ha-configuration.txt": SHARED / "seeds" / "ha-configuration.txt",
+    "ha-scenarios.txt": SHARED / "seeds" / "ha-scenarios.txt",
+    "modelarts.md": SHARED / "reference" / "modelarts.md",
 }
 QUOTE = re.compile(r'^(?P<doc>[\w.-]+): "(?P<quote>.+?)"(?:\s|$)', re.DOTALL)
 LOGS = REPO / "tests" / "data" / "logs"
@@ -55,6 +57,8 @@ def annotations(cli, scenario: str | Path) -> dict[str, str]:
     return json.loads(result.out)["metadata"]["annotations"]
 
 
+# What a finding is compared by: its rule, where in the file's logical tree, how severe.
+WHAT_WHERE = ("rule", "logical_path", "severity")
 # A whole body needs something to run and somewhere to run it; these seeds are about the rest.
 RUNNABLE = "passthrough: {algorithm: {id: seed-algorithm}, spec: {resource: {pool_id: seed-pool}}}\n"
 
@@ -63,12 +67,6 @@ def built(cli, write, text: str, *args: str) -> tuple[dict, str]:
     result = cli("build", write("ha.yaml", text + RUNNABLE), *args)
     assert result.code == 0, result.err
     return json.loads(result.out), result.err
-
-
-def findings(cli, path: Path, *args: str) -> set[tuple[str, str, str]]:
-    """(rule, logical path, severity) of every finding."""
-    report = json.loads(cli("lint", "-f", "json", *args, path).out)
-    return {(f["rule"], f["logical_path"], f["severity"]) for f in report["findings"]}
 
 
 def body(annotations: dict | None = None, environments: dict | None = None) -> str:
@@ -98,7 +96,7 @@ class AgentRun:
         return last["max_restarts"] - last["counted"]
 
 
-def agent(tmp_path: Path, restart: str, script: str, *options: str) -> AgentRun:
+def agent_run(tmp_path: Path, restart: str, script: str, *options: str) -> AgentRun:
     """``hacfg agent`` on a CPU single-node job without pre-checks, around ``sh -c script``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "ha.yaml"
@@ -110,7 +108,7 @@ def agent(tmp_path: Path, restart: str, script: str, *options: str) -> AgentRun:
     result = run_hacfg(
         "agent", "--config", config, "--state-dir", tmp_path / "state", *options, "--", "sh", "-c", command
     )
-    events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    events = read_events(tmp_path / "state")
     attempts = [(int(a), int(r)) for a, r in (line.split() for line in seen.read_text().splitlines())]
     return AgentRun(result.code, attempts, events, result.err)
 
@@ -122,7 +120,7 @@ KILLED = "kill -9 $$"
 @pytest.fixture(scope="module")
 def hang_run(tmp_path_factory) -> AgentRun:
     """A command that hangs every time, under restart upon suspension with restart.max 10."""
-    return agent(
+    return agent_run(
         tmp_path_factory.mktemp("hang"),
         "{max: 10, on_hang: true}",
         "exec sleep 60",
@@ -204,7 +202,7 @@ def test_suspension_detected_only_on_gpu_and_npu(cli, write):
         )
         job = json.loads(cli("build", path).out)
         emitted = job["algorithm"].get("environments", {}).get(ma.HANG_DETECT_TIME)
-        hang_errors = {f for f in findings(cli, path) if f[0] == "HA004"}
+        hang_errors = {f for f in findings(cli, path, keys=WHAT_WHERE) if f[0] == "HA004"}
         if accelerator == "cpu":
             assert emitted is None and hang_errors == {("HA004", "hang.detect", "error")}
         else:
@@ -251,7 +249,7 @@ def test_only_three_consecutive_unconditional_restarts(tmp_path):
 
     A command failing with a user error, restart.max 10: three restarts, then the agent gives up with its code.
     """
-    run = agent(tmp_path, "{max: 10, unconditional: true}", USER_ERROR)
+    run = agent_run(tmp_path, "{max: 10, unconditional: true}", USER_ERROR)
     assert run.actions == ["proc_restart"] * 3 + ["give_up"]
     assert run.code == 1 and len(run.attempts) == 4
 
@@ -261,7 +259,7 @@ def test_unconditional_restarts_occupy_the_maximum(tmp_path):
 
     restart.max 2 stops user-error restarts after two, before the three-in-a-row cap.
     """
-    run = agent(tmp_path, "{max: 2, unconditional: true}", USER_ERROR)
+    run = agent_run(tmp_path, "{max: 2, unconditional: true}", USER_ERROR)
     assert run.actions == ["proc_restart", "proc_restart", "give_up"]
     assert run.events[-1]["counted"] == 2 and "restart budget of 2 spent" in run.err
 
@@ -271,12 +269,12 @@ def test_unconditional_example_leaves_seven_restarts(tmp_path):
 
     restart.max 10: three user errors restart and leave 7, which environment faults then use; a fourth user error in a row does not restart.
     """
-    run = agent(
+    run = agent_run(
         tmp_path / "env", "{max: 10, unconditional: true}", f'[ "$HACFG_ATTEMPT" -le 3 ] && {USER_ERROR}; {KILLED}'
     )
     assert [r for _, r in run.attempts] == list(range(11))
     assert run.actions == ["proc_restart"] * 10 + ["job_reschedule"] and run.code == 138
-    after_three = agent(tmp_path / "user", "{max: 10, unconditional: true}", USER_ERROR)
+    after_three = agent_run(tmp_path / "user", "{max: 10, unconditional: true}", USER_ERROR)
     assert after_three.remaining == 7 and after_three.actions[-1] == "give_up"
 
 
@@ -315,7 +313,7 @@ def test_api_example_annotations_round_trip(cli, tmp_path):
     """
     request = tmp_path / "job.json"
     request.write_text(body(API_EXAMPLE))
-    assert not {f for f in findings(cli, request) if f[2] == "error"}
+    assert not {f for f in findings(cli, request, keys=WHAT_WHERE) if f[2] == "error"}
     assert cli("import", request, "-o", tmp_path / "ha.yaml").code == 0
     assert annotations(cli, tmp_path / "ha.yaml") == API_EXAMPLE
 
@@ -325,7 +323,7 @@ def test_job_retry_num_enables_auto_restart(tmp_path):
 
     restart.max 3 (the key's value) restarts an environment fault in place.
     """
-    run = agent(tmp_path, "{max: 3}", KILLED)
+    run = agent_run(tmp_path, "{max: 3}", KILLED)
     assert run.actions == ["proc_restart"] * 3 + ["job_reschedule"]
 
 
@@ -337,7 +335,7 @@ def test_job_retry_num_is_an_integer_from_1_to_128(cli, tmp_path):
     for value, bad in (("1", False), ("128", False), ("0", True), ("129", True), ("3.5", True), ("three", True)):
         request = tmp_path / f"job-{value}.json"
         request.write_text(body({ma.JOB_RETRY_NUM: value}))
-        assert (("HA006", f'metadata.annotations."{ma.JOB_RETRY_NUM}"', "error") in findings(cli, request)) == bad, (
+        assert (("HA006", f'metadata.annotations."{ma.JOB_RETRY_NUM}"', "error") in findings(cli, request, keys=WHAT_WHERE)) == bad, (
             value
         )
 
@@ -353,7 +351,7 @@ def test_job_retry_num_default_0_is_not_reissued(cli, tmp_path):
     assert cli("import", request, "-o", tmp_path / "ha.yaml").code == 0
     assert load_config(tmp_path / "ha.yaml", available_presets()).config.restart.max == 0
     assert ma.JOB_RETRY_NUM not in annotations(cli, tmp_path / "ha.yaml")
-    run = agent(tmp_path / "agent", "{max: 0}", KILLED)
+    run = agent_run(tmp_path / "agent", "{max: 0}", KILLED)
     assert (run.actions, run.code, len(run.attempts)) == (["give_up"], 137, 1)
 
 
@@ -418,7 +416,7 @@ def test_pod_retry_num_annotation(cli, write, tmp_path):
     """
     job, _ = built(cli, write, "version: 1\nscenario: single-node\nrestart: {max: 1, pod_reschedules: 2}\n")
     assert job["metadata"]["annotations"][ma.POD_RETRY_NUM] == "2"
-    run = agent(tmp_path, "{max: 1, pod_reschedules: 2}", KILLED)
+    run = agent_run(tmp_path, "{max: 1, pod_reschedules: 2}", KILLED)
     assert run.actions == ["proc_restart", "pod_reschedule"] and run.code == 138
 
 
@@ -562,19 +560,19 @@ def test_workflow_checkpoint_saving_and_loading(cli, write):
     """
     no_path = write("a.yaml", "version: 1\nscenario: single-node\ncheckpoint: {path: null}\nrestart: {max: 2}\n")
     no_resume = write("b.yaml", "version: 1\nscenario: single-node\ncheckpoint: {resume: false}\nrestart: {max: 2}\n")
-    assert ("HA001", "restart.max", "error") in findings(cli, no_path)
-    assert ("HA017", "checkpoint.resume", "warning") in findings(cli, no_resume)
+    assert ("HA001", "restart.max", "error") in findings(cli, no_path, keys=WHAT_WHERE)
+    assert ("HA017", "checkpoint.resume", "warning") in findings(cli, no_resume, keys=WHAT_WHERE)
 
 
 def test_workflow_checkpoint_path_survives_a_restart(cli, write):
     """ha-configuration.txt: "Confirm that the checkpoint path is located in a location accessible after a job restarts." """
     for path in ("/tmp/ckpt", "/cache/ckpt", "/dev/shm/ckpt", "ckpt"):
         assert ("HA002", "checkpoint.path", "error") in findings(
-            cli, write("ha.yaml", f"version: 1\nscenario: multi-node\ncheckpoint: {{path: {path}}}\n")
+            cli, write("ha.yaml", f"version: 1\nscenario: multi-node\ncheckpoint: {{path: {path}}}\n"), keys=WHAT_WHERE
         ), path
     assert not {
         f
-        for f in findings(cli, write("ok.yaml", "version: 1\nscenario: multi-node\ncheckpoint: {path: obs://b/ckpt}\n"))
+        for f in findings(cli, write("ok.yaml", "version: 1\nscenario: multi-node\ncheckpoint: {path: obs://b/ckpt}\n"), keys=WHAT_WHERE)
         if f[0] == "HA002"
     }
 
@@ -585,12 +583,12 @@ def test_workflow_appropriate_maximum(cli, write):
     Unconditional restarts with a budget of 3 or fewer can spend it all on one bug (HA009); 4 is enough.
     """
     assert ("HA009", "restart.max", "warning") in findings(
-        cli, write("a.yaml", "version: 1\nscenario: single-node\nrestart: {max: 3, unconditional: true}\n")
+        cli, write("a.yaml", "version: 1\nscenario: single-node\nrestart: {max: 3, unconditional: true}\n"), keys=WHAT_WHERE
     )
     assert not {
         f
         for f in findings(
-            cli, write("b.yaml", "version: 1\nscenario: single-node\nrestart: {max: 4, unconditional: true}\n")
+            cli, write("b.yaml", "version: 1\nscenario: single-node\nrestart: {max: 4, unconditional: true}\n"), keys=WHAT_WHERE
         )
         if f[0] == "HA009"
     }
@@ -599,9 +597,9 @@ def test_workflow_appropriate_maximum(cli, write):
 def test_workflow_multi_node_hang_restart(cli, write):
     """ha-configuration.txt: "For multi-node multi-PU tasks, enable job suspension detection or restart upon suspension." """
     assert ("HA003", "restart.on_hang", "warning") in findings(
-        cli, write("a.yaml", "version: 1\nscenario: multi-node\nrestart: {on_hang: false}\n")
+        cli, write("a.yaml", "version: 1\nscenario: multi-node\nrestart: {on_hang: false}\n"), keys=WHAT_WHERE
     )
-    assert not {f for f in findings(cli, write("b.yaml", "version: 1\nscenario: multi-node\n")) if f[0] == "HA003"}
+    assert not {f for f in findings(cli, write("b.yaml", "version: 1\nscenario: multi-node\n"), keys=WHAT_WHERE) if f[0] == "HA003"}
 
 
 def test_workflow_operator_re_execution_on_ascend(cli, write):
@@ -612,7 +610,7 @@ def test_workflow_operator_re_execution_on_ascend(cli, write):
     job, _ = built(cli, write, "version: 1\nscenario: multi-node\njob: {accelerator: npu}\noperator_retry: true\n")
     assert job["metadata"]["annotations"][ma.HCCL_OP_RETRY] == "true"
     assert ("HA010", "operator_retry", "error") in findings(
-        cli, write("gpu.yaml", "version: 1\nscenario: multi-node\njob: {accelerator: gpu}\noperator_retry: true\n")
+        cli, write("gpu.yaml", "version: 1\nscenario: multi-node\njob: {accelerator: gpu}\noperator_retry: true\n"), keys=WHAT_WHERE
     )
 
 
@@ -621,7 +619,7 @@ def test_workflow_monitor_events(tmp_path, cli):
 
     Every attempt and decision is an event, and `hacfg events` shows them.
     """
-    run = agent(tmp_path, "{max: 1}", KILLED)
+    run = agent_run(tmp_path, "{max: 1}", KILLED)
     assert [e["event"] for e in run.events if e["event"] in ("attempt_start", "attempt_exit", "decision")] == [
         "attempt_start",
         "attempt_exit",
@@ -708,7 +706,7 @@ def test_restarted_while_the_count_is_not_reached(tmp_path):
 
     restart.max 2: attempts 1 and 2 are started again, the third failure is not.
     """
-    run = agent(tmp_path, "{max: 2}", KILLED)
+    run = agent_run(tmp_path, "{max: 2}", KILLED)
     assert run.attempts == [(1, 0), (2, 1), (3, 2)] and run.code == 138
 
 
@@ -718,13 +716,13 @@ def test_restarted_job_that_fails_logs_error_exiting(tmp_path):
     Three unconditional restarts, then the agent gives up: the job ends. (An exit 138 hands the job
     to the platform to retry elsewhere, so it has not ended yet.)
     """
-    run = agent(tmp_path, "{max: 5, unconditional: true}", USER_ERROR)
+    run = agent_run(tmp_path, "{max: 5, unconditional: true}", USER_ERROR)
     assert run.code == 1 and "error,exiting" in run.err
 
 
 def test_restart_count_and_maximum_are_shown(tmp_path, cli):
     """ha-configuration.txt: "Restarts displays the current number of restart times and the maximum number of restart times." """
-    run = agent(tmp_path, "{max: 2}", KILLED)
+    run = agent_run(tmp_path, "{max: 2}", KILLED)
     assert [(e["restarts"], e["max_restarts"]) for e in run.events if e["event"] == "decision"] == [
         (1, 2),
         (2, 2),
@@ -761,7 +759,7 @@ def test_single_node_suspension_detection_optional(cli, write):
     A single-node job may turn detection off without a finding.
     """
     stated = "checkpoint: {path: obs://b/ckpt, resume: true}\n"
-    assert not findings(cli, write("ha.yaml", f"version: 1\nscenario: single-node\n{stated}hang: {{detect: false}}\n"))
+    assert not findings(cli, write("ha.yaml", f"version: 1\nscenario: single-node\n{stated}hang: {{detect: false}}\n"), keys=WHAT_WHERE)
 
 
 def test_single_node_restart_upon_suspension_optional(cli):
@@ -770,7 +768,7 @@ def test_single_node_restart_upon_suspension_optional(cli):
     The single-node preset leaves restart upon suspension off, and the linter does not ask for it.
     """
     assert not preset("single-node").restart.on_hang
-    assert not findings(cli, available_presets()["single-node"])
+    assert not findings(cli, available_presets()["single-node"], keys=WHAT_WHERE)
 
 
 def test_single_node_operator_re_execution_not_needed():
@@ -801,7 +799,7 @@ def test_resumable_training_required(cli, write):
     for name in ("multi-node", "llm-long-term"):
         assert preset(name).checkpoint.path and preset(name).checkpoint.resume
         assert ("HA001", "checkpoint", "error") in findings(
-            cli, write(f"{name}.yaml", f"version: 1\nscenario: {name}\ncheckpoint: {{path: null}}\n")
+            cli, write(f"{name}.yaml", f"version: 1\nscenario: {name}\ncheckpoint: {{path: null}}\n"), keys=WHAT_WHERE
         )
 
 
@@ -811,10 +809,10 @@ def test_multi_node_reliable_shared_storage(cli, write):
     Local storage is a warning on one node and an error on many.
     """
     assert ("HA002", "checkpoint.path", "warning") in findings(
-        cli, write("a.yaml", "version: 1\nscenario: single-node\ncheckpoint: {path: /tmp/c}\n")
+        cli, write("a.yaml", "version: 1\nscenario: single-node\ncheckpoint: {path: /tmp/c}\n"), keys=WHAT_WHERE
     )
     assert ("HA002", "checkpoint.path", "error") in findings(
-        cli, write("b.yaml", "version: 1\nscenario: multi-node\ncheckpoint: {path: /tmp/c}\n")
+        cli, write("b.yaml", "version: 1\nscenario: multi-node\ncheckpoint: {path: /tmp/c}\n"), keys=WHAT_WHERE
     )
 
 
@@ -823,7 +821,7 @@ def test_re_entrant_scripts_are_launched_again(tmp_path):
 
     The same command runs again in place, told which attempt it is.
     """
-    run = agent(tmp_path, "{max: 2}", KILLED)
+    run = agent_run(tmp_path, "{max: 2}", KILLED)
     assert [a for a, _ in run.attempts] == [1, 2, 3]
 
 
@@ -873,7 +871,7 @@ def test_llm_periodic_checkpoints(cli, write):
     """
     assert preset("llm-long-term").checkpoint.interval == timedelta(minutes=30)
     assert ("HA011", "checkpoint.interval", "warning") in findings(
-        cli, write("a.yaml", "version: 1\nscenario: llm-long-term\ncheckpoint: {interval: 3h}\n")
+        cli, write("a.yaml", "version: 1\nscenario: llm-long-term\ncheckpoint: {interval: 3h}\n"), keys=WHAT_WHERE
     )
 
 
@@ -887,7 +885,7 @@ def test_llm_recovers_from_the_newest_valid_checkpoint(tmp_path):
     (ckpt / "checkpoint-100" / "trainer_state.json").write_text("{}")
     (ckpt / "checkpoint-200").mkdir()  # partial: no trainer_state.json
     seen = tmp_path / "resumed"
-    agent(tmp_path, "{max: 1}", f'echo "$HACFG_RESUME_FROM" >> {seen}; {KILLED}', "--checkpoint-path", str(ckpt))
+    agent_run(tmp_path, "{max: 1}", f'echo "$HACFG_RESUME_FROM" >> {seen}; {KILLED}', "--checkpoint-path", str(ckpt))
     assert seen.read_text().splitlines() == [str(ckpt / "checkpoint-100")] * 2
 
 
@@ -903,7 +901,7 @@ def test_llm_auto_restart_required(cli, write):
         "a.yaml",
         "version: 1\nscenario: llm-long-term\nrestart: {max: 0, unconditional: false, on_hang: false, pod_reschedules: 0}\n",
     )
-    assert any(rule_path == "restart.max" for _, rule_path, _ in findings(cli, path))
+    assert any(rule_path == "restart.max" for _, rule_path, _ in findings(cli, path, keys=WHAT_WHERE))
 
 
 def test_llm_suspension_detection_recommended():
@@ -953,7 +951,7 @@ def test_environment_limits(cli, tmp_path, count, name, value, bad):
     environments = {f"V{i}".ljust(name, "X"): "v" * value for i in range(count)}
     request = tmp_path / "job.json"
     request.write_text(body({ma.JOB_RETRY_NUM: "1"}, environments))
-    rules = {rule for rule, _, _ in findings(cli, request)}
+    rules = {rule for rule, _, _ in findings(cli, request, keys=WHAT_WHERE)}
     assert "HA100" not in rules and ("HA013" in rules) == bad
 
 
@@ -961,7 +959,7 @@ def test_environment_no_dollar(cli, tmp_path):
     """modelarts.md: "**No `$`** in variables" """
     request = tmp_path / "job.json"
     request.write_text(body({}, {"DATA": "$HOME/data"}))
-    assert ("HA013", "algorithm.environments.DATA", "error") in findings(cli, request)
+    assert ("HA013", "algorithm.environments.DATA", "error") in findings(cli, request, keys=WHAT_WHERE)
 
 
 def test_environment_names(cli, tmp_path):
@@ -969,7 +967,7 @@ def test_environment_names(cli, tmp_path):
     for name, bad in (("_A1", False), ("a_b", False), ("1A", True), ("A-B", True)):
         request = tmp_path / "job.json"
         request.write_text(body({}, {name: "x"}))
-        assert any(rule == "HA013" for rule, _, _ in findings(cli, request)) == bad, name
+        assert any(rule == "HA013" for rule, _, _ in findings(cli, request, keys=WHAT_WHERE)) == bad, name
 
 
 def test_otc_allows_1_to_3_restarts(cli, write, tmp_path):
@@ -984,8 +982,8 @@ def test_otc_allows_1_to_3_restarts(cli, write, tmp_path):
     )
     request = tmp_path / "job.json"
     request.write_text(body({ma.JOB_RETRY_NUM: "4"}))
-    assert any(rule == "HA006" for rule, _, _ in findings(cli, request, "--platform", "otc"))
-    assert not any(rule == "HA006" for rule, _, _ in findings(cli, request, "--platform", "huaweicloud"))
+    assert any(rule == "HA006" for rule, _, _ in findings(cli, request, "--platform", "otc", keys=WHAT_WHERE))
+    assert not any(rule == "HA006" for rule, _, _ in findings(cli, request, "--platform", "huaweicloud", keys=WHAT_WHERE))
 
 
 def test_job_name(cli, tmp_path):
@@ -993,7 +991,7 @@ def test_job_name(cli, tmp_path):
     for name, bad in (("a" * 64, False), ("a-b_C9", False), ("a" * 65, True), ("", True), ("a b", True)):
         request = tmp_path / "job.json"
         request.write_text(body({}).replace('"job1"', json.dumps(name)))
-        assert any(rule == "HA012" for rule, _, _ in findings(cli, request)) == bad, name
+        assert any(rule == "HA012" for rule, _, _ in findings(cli, request, keys=WHAT_WHERE)) == bad, name
 
 
 def test_annotation_values_are_strings(cli, tmp_path):
@@ -1003,7 +1001,7 @@ def test_annotation_values_are_strings(cli, tmp_path):
     """
     request = tmp_path / "job.json"
     request.write_text(body({ma.JOB_RETRY_NUM: 3, ma.HANG_RETRY: True}))
-    assert {path for rule, path, _ in findings(cli, request) if rule == "HA007"} == {
+    assert {path for rule, path, _ in findings(cli, request, keys=WHAT_WHERE) if rule == "HA007"} == {
         f'metadata.annotations."{ma.JOB_RETRY_NUM}"',
         f'metadata.annotations."{ma.HANG_RETRY}"',
     }
@@ -1037,6 +1035,7 @@ def test_retry_options_need_job_retry_num(cli, write):
     found = findings(
         cli,
         write("a.yaml", "version: 1\nscenario: single-node\nrestart: {max: 0, unconditional: true, on_hang: true}\n"),
+        keys=WHAT_WHERE,
     )
     assert {("HA005", "restart.unconditional", "error"), ("HA005", "restart.on_hang", "error")} <= found
 
@@ -1046,7 +1045,7 @@ def test_exit_137_is_an_environment_fault(tmp_path):
 
     Exit 137 restarts without restart.unconditional: it is an environment fault.
     """
-    run = agent(tmp_path, "{max: 1}", "exit 137")
+    run = agent_run(tmp_path, "{max: 1}", "exit 137")
     assert run.actions == ["proc_restart", "job_reschedule"]
     assert [e["cause"] for e in run.events if e["event"] == "attempt_exit"] == ["environment", "environment"]
 
@@ -1074,9 +1073,10 @@ def pinned() -> list[tuple[str, str, str]]:
 
 
 def test_every_quote_is_in_its_document():
-    texts = {name: _normalized(path.read_text()) for name, path in DOCUMENTS.items() if path.exists()}
-    if len(texts) < len(DOCUMENTS):
-        pytest.skip("the seed documents are not on this machine")
+    missing = [str(path) for path in DOCUMENTS.values() if not path.is_file()]
+    if missing:
+        pytest.skip(f"the platform's documents the quotes come from are missing: {', '.join(missing)}")
+    texts = {name: _normalized(path.read_text()) for name, path in DOCUMENTS.items()}
     wrong = [
         f"{test}: the docstring must start with a document and a quoted sentence"
         if document not in texts
