@@ -97,7 +97,7 @@ def distribution(site: Path, name: str, entry_points: dict[str, str], version: s
     return dist
 
 
-def imported_modules(*args: str | Path, cwd: Path = REPO) -> set[str]:
+def imported_modules(*args: str | Path, cwd: Path = REPO, env: dict | None = None) -> set[str]:
     """Every module a real ``hacfg ARGS`` process imports, however it exits (recorded as each is looked for)."""
     recorder = (
         "import runpy, sys\n"
@@ -107,9 +107,24 @@ def imported_modules(*args: str | Path, cwd: Path = REPO) -> set[str]:
         "sys.meta_path.insert(0, Recorder())\n"
         "runpy.run_module('hacfg', run_name='__main__', alter_sys=True)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", recorder, *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, "-c", recorder, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
     assert proc.returncode in (0, 1, 2), proc.stderr
     return {line.removeprefix("imported ") for line in proc.stderr.splitlines() if line.startswith("imported ")}
+
+
+@pytest.fixture
+def builtin_plugins_only(monkeypatch):
+    """hacfg's own plugins only, whatever else this environment has installed, in this process and the
+    ones a test starts: for tests that compare with hacfg's own catalogue."""
+    from hacfg.plugin import manager
+
+    monkeypatch.setenv(manager.AUTOLOAD_SWITCH, "1")
+    manager.reset()
+    yield
+    manager.reset()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_hacfg
+from conftest import REPO
 from hacfg import __version__
 
 
@@ -201,24 +201,24 @@ def test_help_pages_read_as_written(cli):
 
 
 def test_shell_completion_completes_commands_and_choices(tmp_path):
-    hacfg_bin = Path(sys.executable).parent
-    script = run_hacfg("--show-completion", "bash")
-    assert script.code == 0 and "_HACFG_COMPLETE=complete_bash" in script.out
-    (tmp_path / "completion.bash").write_text(script.out)
+    """Typed at a bash prompt: typer names the shell from the process that started hacfg, so the test
+    starts it from bash, whatever the shell (or none, or $SHELL unset) that runs the tests."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+
+    def bash(command: str) -> subprocess.CompletedProcess:
+        # `; exit $?`: bash forks for the command rather than becoming it, and stays its parent
+        return subprocess.run(["bash", "-c", f"{command}; exit $?"], capture_output=True, text=True, timeout=60, env=env)
+
+    script = bash("hacfg --show-completion")
+    assert script.returncode == 0 and "_HACFG_COMPLETE=complete_bash" in script.stdout, script.stdout + script.stderr
+    (tmp_path / "completion.bash").write_text(script.stdout)
 
     def complete(*words: str) -> list[str]:
-        shell = f'source {tmp_path}/completion.bash; COMP_WORDS=({" ".join(words)}); COMP_CWORD={len(words) - 1}; _hacfg_completion hacfg; printf "%s\\n" "${{COMPREPLY[@]}}"'
-        done = subprocess.run(
-            ["bash", "-c", shell],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "PATH": f"{hacfg_bin}:{os.environ['PATH']}"},
-        )
-        return done.stdout.split()
+        return bash(f'source {tmp_path}/completion.bash; COMP_WORDS=({" ".join(words)}); COMP_CWORD={len(words) - 1}; '
+                    '_hacfg_completion hacfg; printf "%s\\n" "${COMPREPLY[@]}"').stdout.split()
 
     assert complete("hacfg", "li") == ["lint"]
     assert complete("hacfg", "lint", "--format", "''") == ["text", "json", "sarif", "github"]
-    installed = run_hacfg("--install-completion", "bash", env={"HOME": str(tmp_path)})
-    assert installed.code == 0, installed.err
+    installed = bash("hacfg --install-completion")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
     assert "hacfg" in (tmp_path / ".bashrc").read_text()

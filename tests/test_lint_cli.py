@@ -196,7 +196,7 @@ def test_explain_and_rules(cli):
     assert "## Fix" in explained.out
     assert cli("explain", "HA700").code == 2
     listing = json.loads(cli("rules", "-f", "json").out)
-    assert {r["id"] for r in listing} >= {f"HA{n:03d}" for n in range(20)} | {"HA099", "HA100", "HA101", "HA102"}
+    assert {r["id"] for r in listing} >= {fixtures.name for fixtures in (REPO / "tests" / "rules").iterdir()}
 
 
 def test_fix_rewrites_only_the_broken_values(cli, project):
@@ -231,7 +231,7 @@ def test_lint_as_a_real_process_never_tracebacks(tmp_path):
     assert [line.split(": ")[1].split()[0] for line in result.out.splitlines()[:3]] == ["HA100"] * 3
 
 
-def test_rules_reference_page_is_current(cli):
+def test_rules_reference_page_is_current(cli, builtin_plugins_only):
     assert cli("rules", "-f", "markdown").out == (REPO / "docs/rules.md").read_text(), "run: hacfg rules -f markdown > docs/rules.md"
 
 

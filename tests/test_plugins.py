@@ -248,14 +248,66 @@ def test_each_builtin_plugin_declares_exactly_the_hooks_it_implements():
     assert declared == set(HOOKS)  # nothing declared for a plugin that is gone
 
 
-def test_a_command_imports_only_the_builtin_plugins_whose_hooks_it_calls():
-    rules = {"rules", "rules.annotations", "rules.checkpoint", "rules.hang", "rules.job", "rules.restart"}
+def builtin_plugins_implementing(*hooks: str) -> set[str]:
+    return {ep.value for ep in builtin_entry_points() if hooks_of(ep.value) & set(hooks)}
+
+
+def test_a_command_imports_only_the_builtin_plugins_whose_hooks_it_calls(builtin_plugins_only):
+    plugins = {ep.value for ep in builtin_entry_points()}
     lint_imports = imported_modules("lint", "examples/llama-pretrain/ha.yaml")
-    assert {name.removeprefix("hacfg.plugins.") for name in lint_imports if name.startswith("hacfg.plugins.")} == rules | {"presets"}
+    assert lint_imports & plugins == builtin_plugins_implementing("hacfg_rules", "hacfg_presets")
+    assert {"hacfg.plugins.rules.checkpoint", "hacfg.plugins.presets"} <= lint_imports
     assert not {name for name in lint_imports if name.startswith("hacfg.agent")}  # nor the agent's types
     build_imports = imported_modules("build", "examples/llama-pretrain/ha.yaml")
-    assert {name for name in build_imports if name.startswith("hacfg.plugins.")} == {"hacfg.plugins.presets", "hacfg.plugins.modelarts", "hacfg.plugins.volcano"}
+    assert build_imports & plugins == builtin_plugins_implementing("hacfg_presets", "hacfg_targets")
+    assert {"hacfg.plugins.modelarts", "hacfg.plugins.volcano"} <= build_imports
     assert not {name for name in build_imports if name.startswith("hacfg.agent")}
+
+
+THIRD_PARTY = '''\
+"""A plugin as its author writes it from docs/plugins.md: a rule and a pre-check."""
+
+from hacfg.plugin import Precheck, PrecheckContext, PrecheckResult, Problem, ScenarioContext, hookimpl, rule
+
+
+@rule("HEL001", "says-hello", "info")
+def says_hello(ctx: ScenarioContext):
+    """Says hello to every scenario file.
+
+    A rule of a third-party distribution, on every scenario file.
+    """
+    yield Problem(("scenario",), "hello from a third-party plugin")
+
+
+class Scratch(Precheck):
+    name = "scratch"
+
+    def run(self, ctx: PrecheckContext) -> list[PrecheckResult]:
+        return [PrecheckResult(self.name, "passed")]
+
+
+@hookimpl
+def hacfg_rules():
+    return [says_hello]
+
+
+@hookimpl
+def hacfg_prechecks():
+    return [Scratch()]
+'''
+
+
+def test_a_cold_lint_with_a_third_party_plugin_imports_no_agent_module(tmp_path):
+    """The documented import, ``from hacfg.plugin import ...``, costs a lint the types a plugin names, none of the agent."""
+    site = tmp_path / "site"
+    distribution(site, "hacfg-plugin-hello", {"hello": "hacfg_plugin_hello"})
+    (site / "hacfg_plugin_hello.py").write_text(THIRD_PARTY)
+    env = {"PYTHONPATH": str(site)}
+    linted = run_hacfg("lint", "examples/llama-pretrain/ha.yaml", cwd=REPO, env=env)
+    assert ":4:11: HEL001 info hello from a third-party plugin" in linted.out, linted.out + linted.err
+    imported = imported_modules("lint", "examples/llama-pretrain/ha.yaml", env=env)
+    assert {"hacfg_plugin_hello", "hacfg.plugin.agent"} <= imported  # loaded, with the pre-check types it subclasses
+    assert not {name for name in imported if name.startswith("hacfg.agent")}
 
 
 EVERYWHERE = """\
