@@ -47,6 +47,22 @@ def time_command(label: str, argv: list[str], *, repeat: int = 15, warmup: int =
     return Timing(label, runs)
 
 
+def time_interleaved(commands: dict[str, tuple[list[str], dict[str, str]]], *, repeat: int = 31, warmup: int = 2) -> list[Timing]:
+    """Wall time of each command (label -> argv, environment), run in turn, round after round: a
+    difference of a few percent stays visible on a machine whose load changes while it is timed."""
+    runs: dict[str, list[float]] = {label: [] for label in commands}
+    for i in range(warmup + repeat):
+        for label, (argv, env) in commands.items():
+            start = time.perf_counter()
+            proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+            elapsed = time.perf_counter() - start
+            if proc.returncode not in (0, 1):
+                sys.exit(f"{label}: exit {proc.returncode}: {proc.stderr.decode()[:500]}")
+            if i >= warmup:
+                runs[label].append(elapsed)
+    return [Timing(label, times) for label, times in runs.items()]
+
+
 def require(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:

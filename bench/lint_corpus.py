@@ -1,25 +1,31 @@
 """`hacfg lint` on a generated corpus of realistic scenario files, next to yamllint and check-jsonschema.
 
 Run: python bench/lint_corpus.py [--files 500]. Targets: corpus lint <= 0.25x check-jsonschema;
-cold one-file lint <= 1.0x yamllint.
+cold one-file lint <= 1.0x yamllint; the same lint with the Ascend example plugin installed (its
+rule and pre-check types come from ``hacfg.plugin``, as any plugin's do) <= 1.03x the lint without it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import os
 import random
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, compile_bytecode, ms, require, time_command, verdicts_table
+from common import Timing, Verdict, compile_bytecode, ms, require, time_command, time_interleaved, verdicts_table
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("single-node", "multi-node", "llm-long-term")
 CORPUS_TARGET = 0.25  # of check-jsonschema, which checks the same files against the committed schema
 # What any one-file lint on hacfg's stack pays before its own code: the interpreter, PyYAML, pluggy.
 FLOOR = "import yaml, pluggy"
+ASCEND = REPO / "examples" / "hacfg-plugin-ascend"
+PLUGIN_TARGET = 1.03  # of the same lint with only hacfg's own plugins
 
 
 def scenario_file(rng: random.Random, index: int) -> str:
@@ -76,13 +82,38 @@ def verdicts(files: int = 500, repeat: int = 5) -> list[Verdict]:
         one_peer = time_command("yamllint FILE", [yamllint, paths[0]])
         one = time_command("hacfg lint FILE", [hacfg, "lint", paths[0]])
         floor = time_command("python: import yaml, pluggy", [sys.executable, "-c", FLOOR])
+        with_plugin, without = plugin_cost(hacfg, paths[0], Path(tmp))
     corpus_ratio = ours.median / checker_timing.median
     cold_ratio = one.median / one_peer.median
+    plugin_ratio = with_plugin.median / without.median
     return [
         Verdict(f"lint corpus, {files} files", ms(ours), f"check-jsonschema {ms(checker_timing)}", corpus_ratio, f"<= {CORPUS_TARGET}x", corpus_ratio <= CORPUS_TARGET),
         Verdict("cold lint, one file", ms(one), f"yamllint {ms(one_peer)}", cold_ratio, "<= 1.0x yamllint", cold_ratio <= 1.0),
         Verdict("  floor: python, yaml, pluggy", ms(floor), f"yamllint {ms(one_peer)}", floor.median / one_peer.median, "(reference)", None),
+        Verdict("cold lint, Ascend plugin", ms(with_plugin), f"without it {ms(without)}", plugin_ratio, f"<= {PLUGIN_TARGET}x without", plugin_ratio <= PLUGIN_TARGET),
     ]
+
+
+def plugin_cost(hacfg: str, file: str, tmp: Path) -> tuple[Timing, Timing]:
+    """``hacfg lint FILE`` with the Ascend example plugin installed, and with hacfg's own plugins only.
+
+    The plugin is pip-installed into a folder on PYTHONPATH (unless this environment has it
+    already); without it, the same command skips third-party entry points."""
+    site = tmp / "site"
+    site.mkdir()
+    try:
+        importlib.metadata.version("hacfg-plugin-ascend")
+    except importlib.metadata.PackageNotFoundError:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(ASCEND)], check=True)
+    environment = {**os.environ, "PYTHONPATH": str(site)}
+    listed = subprocess.run([hacfg, "rules"], env=environment, capture_output=True, text=True).stdout
+    if "ASC101" not in listed:
+        sys.exit(f"the Ascend example plugin does not load from {site}: hacfg rules lists no ASC101")
+    with_plugin, without = time_interleaved({
+        "hacfg lint FILE, Ascend plugin": ([hacfg, "lint", file], environment),
+        "hacfg lint FILE, without it": ([hacfg, "lint", file], {**environment, "HACFG_DISABLE_PLUGIN_AUTOLOAD": "1"}),
+    })
+    return with_plugin, without
 
 
 def main() -> None:
