@@ -155,8 +155,7 @@ def test_resume_from_the_newest_complete_checkpoint_skipping_a_partial_one(tmp_p
     (ckpt / "checkpoint-100" / "trainer_state.json").write_text("{}")
     (ckpt / "checkpoint-200").mkdir()  # being written when the job died: no trainer_state.json
     (ckpt / "checkpoint-200" / "model.safetensors").write_text("partial")
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--checkpoint-path", str(ckpt),
-            "--", sys.executable, "-c", "import os; print(os.environ['HACFG_RESUME_FROM'])"]
+    argv = [*agent_argv(tmp_path / "state", "--checkpoint-path", str(ckpt)), sys.executable, "-c", "import os; print(os.environ['HACFG_RESUME_FROM'])"]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert result.stdout == f"{ckpt}/checkpoint-100\n"
 
@@ -179,8 +178,7 @@ def test_the_command_is_never_run_through_a_shell(tmp_path):
 
 
 def test_a_command_that_does_not_exist(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "s"), "--no-precheck", "--", "no-such-command-xyz"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run([*agent_argv(tmp_path / "s"), "no-such-command-xyz"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 127
     assert "cannot run 'no-such-command-xyz'" in result.stderr
 
@@ -213,7 +211,6 @@ def test_input_piped_to_the_agent_reaches_the_command(tmp_path):
 
 
 def test_a_closed_stdin_does_not_leak_the_agents_own_pipes(tmp_path):
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(tmp_path / "state"), "--no-precheck", "--",
-            sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"]
+    argv = [*agent_argv(tmp_path / "state"), sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, preexec_fn=lambda: os.close(0))
     assert (result.returncode, result.stdout) == (0, "''\n")

@@ -11,8 +11,9 @@ import pytest
 
 
 @pytest.fixture
-def precheck(tmp_path, cli, monkeypatch):
-    """Run ``hacfg precheck`` in this process on a scenario, with paths and thresholds moved under tmp_path."""
+def precheck(tmp_path, cli, monkeypatch, builtin_plugins_only):
+    """Run ``hacfg precheck`` in this process on a scenario, with paths and thresholds moved under
+    tmp_path, and only hacfg's own pre-checks."""
 
     def run(scenario_extra: str = "", **env: str):
         config = tmp_path / "ha.yaml"

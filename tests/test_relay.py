@@ -11,7 +11,7 @@ import tty
 
 import pytest
 
-from conftest import REPO
+from conftest import CHILDREN, agent_argv
 from hacfg.agent import relay as relay_module
 from hacfg.agent.relay import PIPE_BYTES, grow_pipe, relay, splice_allowed
 
@@ -169,14 +169,11 @@ def test_only_a_pipe_is_spliced_from(tmp_path, pipe):
         assert not splice_allowed(handle.fileno(), pipe[1])
 
 
-AGENT = [sys.executable, "-m", "hacfg", "agent", "--no-precheck"]
-
-
 def test_the_agent_appends_to_a_log_opened_with_append(tmp_path):
     log = tmp_path / "train.log"
     log.write_bytes(b"attempt from yesterday\n")
     with open(log, "ab") as handle:
-        argv = [*AGENT, "--state-dir", str(tmp_path / "state"), "--", sys.executable, str(REPO / "tests/children/echo_bytes.py")]
+        argv = [*agent_argv(tmp_path / "state"), sys.executable, str(CHILDREN / "echo_bytes.py")]
         result = subprocess.run(argv, stdout=handle, stderr=subprocess.PIPE, timeout=60)
     assert result.returncode == 0
     assert log.read_bytes() == b"attempt from yesterday\n" + bytes(range(256)) * 64
@@ -185,7 +182,7 @@ def test_the_agent_appends_to_a_log_opened_with_append(tmp_path):
 def test_the_agent_relays_to_a_terminal(tmp_path):
     master, slave = os.openpty()
     tty.setraw(slave)
-    argv = [*AGENT, "--state-dir", str(tmp_path / "state"), "--", sys.executable, str(REPO / "tests/children/echo_bytes.py")]
+    argv = [*agent_argv(tmp_path / "state"), sys.executable, str(CHILDREN / "echo_bytes.py")]
     proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.DEVNULL)
     os.close(slave)
     received = bytearray()
