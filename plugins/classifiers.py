@@ -21,7 +21,8 @@ PEER_PATTERNS = re.compile(
     r"|\[[^\]]*gloo[^\]]*\].*(?:Timed out|timeout|closed|reset|Connection refused)"
     r"|NCCL.*(?:remote process exited|ncclRemoteError|Watchdog caught collective operation timeout)"
     r"|ProcessGroup\w*.*(?:timeout|timed out|Timeout)|Watchdog caught collective operation timeout"
-    r"|HCCL.*(?:timeout|link down|notify wait)|DistNetworkError|DistStoreError|c10d.*(?:store|Store).*(?:timeout|closed|failed)"
+    r"|HCCL.*(?:timeout|link down|notify wait)|DistNetworkError|DistStoreError"
+    r"|c10d.*(?:store|Store).*(?:timeout|closed|failed)"
     r"|Socket Timeout|Failed to recv, got 0 bytes",
     re.IGNORECASE,
 )
@@ -46,13 +47,23 @@ def hacfg_classify_failure(failure: Failure) -> Classification | None:
     for line in reversed(failure.tail):  # the last telling line: what happened closest to the end
         if match := CHILD_SIGNAL.search(line):
             number = int(match.group(1) or match.group(3))
-            return Classification(Cause.ENVIRONMENT, f"{failure.describe()}: a worker under torchrun was killed by signal {number}")
+            return Classification(
+                Cause.ENVIRONMENT, f"{failure.describe()}: a worker under torchrun was killed by signal {number}"
+            )
         if match := PEER_PATTERNS.search(line):
-            return Classification(Cause.ENVIRONMENT, f"{failure.describe()} after {match.group(0)!r}: another rank failed first", peer=True)
+            return Classification(
+                Cause.ENVIRONMENT,
+                f"{failure.describe()} after {match.group(0)!r}: another rank failed first",
+                peer=True,
+            )
         if match := ENVIRONMENT_PATTERNS.search(line):
             return Classification(Cause.ENVIRONMENT, f"{failure.describe()} after {match.group(0)!r} in the output")
     if any(TRACEBACK.match(line) for line in failure.tail):
-        raised = (line for line in reversed(failure.tail) if EXCEPTION_LINE.match(line) and "ChildFailedError" not in line)
+        raised = (
+            line for line in reversed(failure.tail) if EXCEPTION_LINE.match(line) and "ChildFailedError" not in line
+        )
         last = re.sub(RANK_PREFIX, "", next(raised, "an exception"))  # torchrun's wrapper names no cause
-        return Classification(Cause.USER, f"{failure.describe()}: Python exception in the command: {last.strip()[:200]}")
+        return Classification(
+            Cause.USER, f"{failure.describe()}: Python exception in the command: {last.strip()[:200]}"
+        )
     return None

@@ -179,7 +179,9 @@ class Supervisor:
             step=self._heartbeat_step(since=started_wall),
         )
 
-    def _watch(self, proc: Process, pumps: list[threading.Thread], wake_read: int, started: float) -> tuple[bool, int | None, bool]:
+    def _watch(
+        self, proc: Process, pumps: list[threading.Thread], wake_read: int, started: float
+    ) -> tuple[bool, int | None, bool]:
         """Wait for the child to end, watching for hangs, signals and stop requests;
         (hung, signal received, stopped on request)."""
         last_activity = started
@@ -227,7 +229,11 @@ class Supervisor:
             # 1 s: sample accelerators, notice an exit with the pipes held open; until the first sign
             # of life, 50 ms, so the start-up time is measured from it, not from the next look
             waits = [0.05 if exited_at or not seen_activity else 1.0]
-            waits += [t - now for t in (kill_at, last_activity + timeout if timeout and kill_at is None else None) if t is not None]
+            waits += [
+                t - now
+                for t in (kill_at, last_activity + timeout if timeout and kill_at is None else None)
+                if t is not None
+            ]
             ready, _, _ = select.select([wake_read], [], [], max(0.0, min(waits)))
             if ready:
                 for signum in _drain_signals(wake_read):

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from hacfg.agent.attempt import TAIL_LINES
 from hacfg.agent.classify import classify
 from hacfg.agent.policy import Budgets, Decision, Policy, decide
+from hacfg.agent.vocabulary import Cause
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.agent import Classification, Failure
 from hacfg.scenario.source import InputError
@@ -246,7 +247,7 @@ def policy_label(policy: Policy, source: str | None) -> str:
     return f"{source or 'no --config'}: {', '.join(allowed)}"
 
 
-CAUSES = {"environment": "environment fault", "user": "user error", "hang": "hang"}
+CAUSES = {Cause.ENVIRONMENT: "environment fault", Cause.USER: "user error", Cause.HANG: "hang"}
 
 
 def render_text(diagnoses: list[Diagnosis], policy_name: str) -> str:

@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from hacfg.agent.vocabulary import Ending, Event
+
 KINDS = ("startup", "productive", "save", "lost", "hang_wait", "grace", "restart")
+
 LABELS = {
     "startup": ("start-up", "attempt start to the first output or heartbeat"),
     "productive": ("productive", "work kept: up to the checkpoint resumed from, or to the end"),
@@ -78,7 +81,7 @@ class Attempt:
     def moments(self) -> dict[str, datetime]:
         """The cuts of the span, each clamped between its neighbours."""
         alive = min(self.first_activity or self.end, self.end)
-        if self.cause == "success":
+        if self.cause == Ending.SUCCESS:
             return {"alive": alive, "kept": self.end, "fault": self.end, "stop": self.end}
         stop = max(self.end - timedelta(seconds=self.stopping or 0), alive)
         # a saved checkpoint is progress, whatever else is known
@@ -110,7 +113,7 @@ class Attempt:
         return min(total, max((kept - alive).total_seconds(), 0.0))
 
     def lost_steps(self) -> int | None:
-        if self.step is None or self.cause == "success":
+        if self.step is None or self.cause == Ending.SUCCESS:
             return None
         # beats are rate-limited: the last one reported can be behind the checkpoint saved after it
         return max(self.step - (self.kept["step"] if self.kept else _step_of(self.resume_from)), 0)
@@ -133,24 +136,24 @@ def attempts(events: list[dict[str, Any]], node: int | None = None) -> list[Atte
     current: Attempt | None = None
     for event in (e for e in events if e.get("node", 0) == node):
         kind, time = event.get("event"), when(event)
-        if current is not None and kind in ("attempt_start", "agent_start"):  # the agent stopped mid-attempt
-            current.end, current.cut, current.cause = time, True, "environment"
+        if current is not None and kind in (Event.ATTEMPT_START, Event.AGENT_START):  # the agent stopped mid-attempt
+            current.end, current.cut, current.cause = time, True, Ending.ENVIRONMENT
             current = None
-        if kind == "attempt_start":
+        if kind == Event.ATTEMPT_START:
             number = int(event.get("attempt", len(found) + 1))
             current = Attempt(number, node, time, time, resume_from=event.get("resume_from"))
             if found:
                 found[-1].next_start = time
             found.append(current)
         elif current is None:
-            if kind == "decision" and found and found[-1].action is None:
+            if kind == Event.DECISION and found and found[-1].action is None:
                 found[-1].action = event.get("action")
                 found[-1].cause = event.get("cause", found[-1].cause)
-        elif kind == "first_activity":
+        elif kind == Event.FIRST_ACTIVITY:
             current.first_activity = current.start + timedelta(seconds=float(event.get("after", 0)))
-        elif kind == "hang":
+        elif kind == Event.HANG:
             current.hang, current.idle = time, float(event.get("idle", event.get("timeout", 0)))
-        elif kind == "attempt_exit":
+        elif kind == Event.ATTEMPT_EXIT:
             current.end, current.cause = time, event.get("cause", "?")
             current.stopping, current.step = event.get("stopping"), event.get("step")
             current.checkpoints = list(event.get("checkpoints") or [])

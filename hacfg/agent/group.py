@@ -31,7 +31,9 @@ from datetime import timedelta
 from typing import Any
 
 from hacfg.agent.policy import RETRY_ELSEWHERE, Policy
-from hacfg.agent.rounds import NodeState, Outcome, Plan, Verdict, judge, plan_round, precheck_verdict
+from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict
+from hacfg.agent.state import NodeState
+from hacfg.agent.vocabulary import Action, Ending
 from hacfg.scenario.source import InputError
 
 DEFAULT_PORT = 29400  # torchrun's c10d rendezvous port
@@ -72,7 +74,10 @@ def resolve_spec(
         return None
     rank = node_rank if node_rank is not None else _int(env, "NODE_RANK", "VC_TASK_INDEX", "GROUP_RANK")
     if rank is None:
-        raise InputError(f"a {count}-node job needs this node's rank: pass --node-rank or set NODE_RANK (VC_TASK_INDEX on ModelArts and Volcano)")
+        raise InputError(
+            f"a {count}-node job needs this node's rank: pass --node-rank or set NODE_RANK"
+            " (VC_TASK_INDEX on ModelArts and Volcano)"
+        )
     if not 0 <= rank < count:
         raise InputError(f"--node-rank {rank} is outside a {count}-node job (0 to {count - 1})")
     host, port = _endpoint(endpoint, env)
@@ -98,7 +103,10 @@ def _endpoint(endpoint: str | None, env: dict[str, str]) -> tuple[str, int]:
     else:
         host = env.get("MASTER_ADDR") or env.get("VC_WORKER_HOSTS", "").split(",")[0].strip()
         if not host:
-            raise InputError("a multi-node job needs node 0's address: pass --rdzv-endpoint HOST:PORT or set MASTER_ADDR (VC_WORKER_HOSTS on Volcano)")
+            raise InputError(
+                "a multi-node job needs node 0's address: pass --rdzv-endpoint HOST:PORT or set MASTER_ADDR"
+                " (VC_WORKER_HOSTS on Volcano)"
+            )
     training_port = _int(env, "MASTER_PORT")
     return host, DEFAULT_PORT + 1 if training_port == DEFAULT_PORT else DEFAULT_PORT
 
@@ -122,8 +130,8 @@ class GroupLost(Exception):
     """The group's store went away (node 0's agent stopped) and did not come back in time."""
 
 
-class Group:
-    """This node's view of the group; the same calls as :class:`hacfg.agent.rounds.LocalRounds`."""
+class GroupRounds:
+    """This node's view of the group; the same calls as :class:`hacfg.agent.rounds.SingleNodeRounds`."""
 
     def __init__(self, spec: GroupSpec, policy: Policy, store_class: Any, *, echo: Callable[[str], None]):
         self.spec = spec
@@ -161,11 +169,15 @@ class Group:
                 return
             except _network_errors() as err:
                 if time.monotonic() >= deadline:
-                    raise GroupLost(f"cannot reach the group's store at {self.spec.host}:{self.spec.port}: {_first_line(err)}") from None
+                    raise GroupLost(
+                        f"cannot reach the group's store at {self.spec.host}:{self.spec.port}: {_first_line(err)}"
+                    ) from None
                 time.sleep(0.5)
 
     def _reconnect(self, err: BaseException) -> None:
-        self.echo(f"[hacfg] lost the group's store ({_first_line(err)}); reconnecting to {self.spec.host}:{self.spec.port}")
+        self.echo(
+            f"[hacfg] lost the group's store ({_first_line(err)}); reconnecting to {self.spec.host}:{self.spec.port}"
+        )
         self.store = None
         self._connect()
 
@@ -184,7 +196,7 @@ class Group:
             rank = interrupted[0]
             plan = Plan(newest.round, newest.budgets, resume_step=self._newest_step())
             reason = f"the agent of node {rank} stopped during round {newest.round} (the group's store restarted)"
-            verdict = judge(plan, [Outcome(rank, "environment", reason, RETRY_ELSEWHERE)], self.policy)
+            verdict = judge(plan, [Outcome(rank, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy)
             self.store.set(f"r{newest.round}/decision", json.dumps(verdict.to_json()))
         self.store.set("ready", "1")
 
@@ -202,7 +214,7 @@ class Group:
             self.plan = Plan.from_json(json.loads(self.store.get(f"{prefix}/plan")))
             self.state.round = current
             reason = f"the agent of node {self.spec.rank} restarted during round {current}"
-            return self.end(Outcome(self.spec.rank, "environment", reason, RETRY_ELSEWHERE))
+            return self.end(Outcome(self.spec.rank, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE))
         self.state.round = max(current - 1, 0)
         return None
 
@@ -241,12 +253,23 @@ class Group:
         keys = [f"r{number}/join/{rank}" for rank in range(self.spec.nnodes)]
         if not self._wait(keys, self.spec.timeout):
             reason = f"nodes {self._missing(keys)} did not join round {number} within {self.spec.timeout:g}s"
-            verdict = Verdict(number, "environment", reason, 0, "job_reschedule", "the job cannot form: retry elsewhere", state.budgets, RETRY_ELSEWHERE)
+            verdict = Verdict(
+                number,
+                Ending.ENVIRONMENT,
+                reason,
+                0,
+                Action.JOB_RESCHEDULE,
+                "the job cannot form: retry elsewhere",
+                state.budgets,
+                RETRY_ELSEWHERE,
+            )
             return self._publish_final(number, verdict)
         for rank, key in enumerate(keys):
             failure = json.loads(self.store.get(key)).get("precheck")
             if failure:
-                return self._publish_final(number, precheck_verdict(number, state.budgets, self.policy, f"node {rank}: {failure}", rank))
+                return self._publish_final(
+                    number, precheck_verdict(number, state.budgets, self.policy, f"node {rank}: {failure}", rank)
+                )
         plan = plan_round(number, state.budgets, self.policy)
         self.store.set(f"r{number}/plan", json.dumps(plan.to_json()))
         return plan.to_json()
@@ -262,7 +285,9 @@ class Group:
         """While the workers run: call ``stop(reason)`` once the round ends elsewhere (or the group is lost)."""
         assert self.plan is not None
         done = threading.Event()
-        monitor = threading.Thread(target=self._monitor, args=(self.plan.round, stop, done), daemon=True, name="hacfg-group")
+        monitor = threading.Thread(
+            target=self._monitor, args=(self.plan.round, stop, done), daemon=True, name="hacfg-group"
+        )
         monitor.start()
         try:
             yield
@@ -327,7 +352,7 @@ class Group:
         assert self.plan is not None
         number = self.plan.round
         prefix = f"r{number}"
-        if outcome.cause != "success":
+        if outcome.cause != Ending.SUCCESS:
             self.store.compare_set(f"{prefix}/stop", "", json.dumps({"rank": self.spec.rank, "reason": outcome.reason}))
         seq = self.store.add(f"{prefix}/seq", 1)
         report = Outcome(**{**outcome.to_json(), "seq": seq})
@@ -354,7 +379,15 @@ class Group:
             if self.store.check([key]):
                 outcomes.append(Outcome.from_json(json.loads(self.store.get(key))))
             else:
-                outcomes.append(Outcome(rank, "environment", f"node {rank} did not report how round {number} ended (its agent is gone)", RETRY_ELSEWHERE, seq=1 << 30))
+                outcomes.append(
+                    Outcome(
+                        rank,
+                        Ending.ENVIRONMENT,
+                        f"node {rank} did not report how round {number} ended (its agent is gone)",
+                        RETRY_ELSEWHERE,
+                        seq=1 << 30,
+                    )
+                )
         return outcomes
 
     def _silent(self, rank: int, seen: dict[int, tuple[int, float]]) -> bool:

@@ -1,13 +1,10 @@
 """The agent loop: pre-checks, then rounds of plan -> attempt -> verdict, until one is final.
 
-States, in the order an agent passes through them, each recorded as an event:
-``agent_start`` -> ``precheck`` (each result) -> ``attempt_start`` -> ``first_activity`` ->
-[``hang``] -> ``attempt_exit`` (code or signal, cause, the checkpoints it saved) -> ``decision``
-(``proc_restart``, ``pod_reschedule``, ``job_reschedule``, ``give_up``, ``stop`` or ``success``)
--> ... -> ``agent_exit``.
+The states it passes through, and the event each writes, are tabled in
+:mod:`hacfg.agent.vocabulary`.
 
-A round's plan and verdict come from :class:`~hacfg.agent.rounds.LocalRounds` on one node and
-from :class:`~hacfg.agent.group.Group` on several, so every node of a job starts each round
+A round's plan and verdict come from :class:`~hacfg.agent.rounds.SingleNodeRounds` on one node and
+from :class:`~hacfg.agent.group.GroupRounds` on several, so every node of a job starts each round
 from the same checkpoint and ends it with the same decision.
 """
 
@@ -31,8 +28,9 @@ from hacfg.agent.classify import classify
 from hacfg.agent.group import GroupLost
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
-from hacfg.agent.rounds import STOPPED, SUCCESS, LocalRounds, NodeState, Outcome, Plan, Rounds, Verdict, resume_visible
-from hacfg.agent.state import EventLog, StateStore, stamp
+from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict, resume_visible
+from hacfg.agent.state import EventLog, NodeState, StateStore, stamp
+from hacfg.agent.vocabulary import Action, Cause, Ending, Event
 from hacfg.agent.warm import WarmStarts
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.agent import Failure, PrecheckContext, PrecheckSettings, Restart
@@ -42,7 +40,6 @@ if TYPE_CHECKING:
 
 HEARTBEAT_FILE = "heartbeat"
 WARM_LOG = "warm.log"  # the warm interpreters' own output: what they imported, why one could not serve
-RESTARTS = ("proc_restart", "pod_reschedule", "job_reschedule")  # the job runs again, here or elsewhere
 # The platform's log keyword for a restarted job that ends in failure (ha-configuration seed).
 FAILED_AFTER_RESTARTS = "error,exiting"
 
@@ -68,7 +65,7 @@ class Agent:
         self.command = command
         self.warm = WarmStarts(command, state_dir / WARM_LOG, enabled=warm, preload=preload)
         self.policy = policy
-        self.rounds = rounds or LocalRounds(policy)
+        self.rounds = rounds or SingleNodeRounds(policy)
         self.rank = node or 0
         self.store = StateStore(state_dir)
         self.heartbeat = state_dir / HEARTBEAT_FILE
@@ -83,8 +80,8 @@ class Agent:
             return self._run()
         except GroupLost as err:
             self.echo(f"[hacfg] {err}; exiting {RETRY_ELSEWHERE} so the platform restarts the job")
-            self.events.write("decision", action="job_reschedule", cause="environment", reason=str(err))
-            self.events.write("agent_exit", exit_code=RETRY_ELSEWHERE)
+            self.events.write(Event.DECISION, action=Action.JOB_RESCHEDULE, cause=Cause.ENVIRONMENT, reason=str(err))
+            self.events.write(Event.AGENT_EXIT, exit_code=RETRY_ELSEWHERE)
             return RETRY_ELSEWHERE
         finally:
             self.warm.close()
@@ -95,8 +92,8 @@ class Agent:
         state = self.store.load()
         if self.store.recovered:
             self.echo(f"[hacfg] {self.store.recovered}")
-            self.events.write("state_recovered", detail=self.store.recovered)
-        self.events.write("agent_start", pid=os.getpid(), command=self.command, **self._counters(state.budgets))
+            self.events.write(Event.STATE_RECOVERED, detail=self.store.recovered)
+        self.events.write(Event.AGENT_START, pid=os.getpid(), command=self.command, **self._counters(state.budgets))
         if state.running:
             self.echo("[hacfg] the previous agent stopped during an attempt; counting it as an environment fault")
         precheck_failure = self._prechecks() if self.policy.precheck else None
@@ -132,14 +129,22 @@ class Agent:
             "HACFG_HEARTBEAT_INTERVAL": f"{min(1.0, self.policy.hang_timeout / 4):g}",
         }
         start = self.warm.start(env)
-        self.events.write("attempt_start", round=plan.round, resume_from=plan.resume_from, start=start.how, start_reason=start.reason,
-                          **self._counters(budgets))
+        self.events.write(
+            Event.ATTEMPT_START,
+            round=plan.round,
+            resume_from=plan.resume_from,
+            start=start.how,
+            start_reason=start.reason,
+            **self._counters(budgets),
+        )
         unseen = resume_visible(plan)
         if unseen:
             start.discard()
             self.echo(f"[hacfg] {unseen}")
-            self.events.write("attempt_exit", round=plan.round, cause="environment", reason=unseen, exit_code=None)
-            return Outcome(self.rank, "environment", unseen, RETRY_ELSEWHERE)
+            self.events.write(
+                Event.ATTEMPT_EXIT, round=plan.round, cause=Ending.ENVIRONMENT, reason=unseen, exit_code=None
+            )
+            return Outcome(self.rank, Ending.ENVIRONMENT, unseen, RETRY_ELSEWHERE)
         detect = self.policy.hang_detect
         supervisor = Supervisor(
             self.command,
@@ -149,8 +154,12 @@ class Agent:
             heartbeat=self.heartbeat,
             grace=self.policy.grace,
             on_hang=lambda tail, idle: self._hang(budgets, tail, idle),
-            on_signal=lambda signum: self.events.write("signal", signal=signal.Signals(signum).name, attempt=budgets.attempt),
-            on_first_activity=lambda after: self.events.write("first_activity", round=plan.round, attempt=budgets.attempt, after=round(after, 3)),
+            on_signal=lambda signum: self.events.write(
+                Event.SIGNAL, signal=signal.Signals(signum).name, attempt=budgets.attempt
+            ),
+            on_first_activity=lambda after: self.events.write(
+                Event.FIRST_ACTIVITY, round=plan.round, attempt=budgets.attempt, after=round(after, 3)
+            ),
             accelerator=nvml_probe() if detect and self.policy.accelerator == "gpu" else None,
             launch=start,
             keep=self.warm.keep,
@@ -160,8 +169,10 @@ class Agent:
                 result = supervisor.run()
         except OSError as err:  # the command could not be started at all
             self.echo(f"[hacfg] cannot run {self.command[0]!r}: {err.strerror or err}")
-            self.events.write("attempt_exit", round=plan.round, exit_code=127, cause="user", reason=f"cannot start: {err}")
-            return Outcome(self.rank, "user", f"cannot start {self.command[0]!r}: {err.strerror or err}", 127)
+            self.events.write(
+                Event.ATTEMPT_EXIT, round=plan.round, exit_code=127, cause=Ending.USER, reason=f"cannot start: {err}"
+            )
+            return Outcome(self.rank, Ending.USER, f"cannot start {self.command[0]!r}: {err.strerror or err}", 127)
         failure = Failure(result.exit_code, result.signal, result.tail, result.hung)
         exit_fields = {
             "round": plan.round,
@@ -174,25 +185,32 @@ class Agent:
         }
         if result.interrupted is not None:
             reason = f"agent received {signal.Signals(result.interrupted).name}"
-            self.events.write("attempt_exit", cause=STOPPED, reason=reason, **exit_fields)
-            return Outcome(self.rank, STOPPED, reason, 128 + result.interrupted)
+            self.events.write(Event.ATTEMPT_EXIT, cause=Ending.STOPPED, reason=reason, **exit_fields)
+            return Outcome(self.rank, Ending.STOPPED, reason, 128 + result.interrupted)
         if result.exit_code == 0 and not result.hung:
-            self.events.write("attempt_exit", cause=SUCCESS, **exit_fields)
-            return Outcome(self.rank, SUCCESS, "finished", 0)
+            self.events.write(Event.ATTEMPT_EXIT, cause=Ending.SUCCESS, **exit_fields)
+            return Outcome(self.rank, Ending.SUCCESS, "finished", 0)
         if result.stop_reason is not None:  # the round ended elsewhere first
-            self.events.write("attempt_exit", cause="peer", reason=result.stop_reason, **exit_fields)
-            return Outcome(self.rank, "environment", result.stop_reason, failure.code, peer=True)
+            self.events.write(Event.ATTEMPT_EXIT, cause=Ending.PEER, reason=result.stop_reason, **exit_fields)
+            return Outcome(self.rank, Ending.ENVIRONMENT, result.stop_reason, failure.code, peer=True)
         verdict = classify(failure)
         self._plugin_failures()
-        self.events.write("attempt_exit", cause=verdict.cause, reason=verdict.reason, classifier=verdict.classifier, peer=verdict.peer, **exit_fields)
-        return Outcome(self.rank, verdict.cause, verdict.reason, failure.code, peer=verdict.peer)
+        self.events.write(
+            Event.ATTEMPT_EXIT,
+            cause=verdict.cause,
+            reason=verdict.reason,
+            classifier=verdict.classifier,
+            peer=verdict.peer,
+            **exit_fields,
+        )
+        return Outcome(self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer)
 
     def _apply(self, verdict: Verdict) -> NodeState:
         """Persist the round's verdict and record it, identically on every node."""
         state = NodeState(verdict.budgets, verdict.round, running=False)
         self.store.save(state)
         self.events.write(
-            "decision",
+            Event.DECISION,
             round=verdict.round,
             cause=verdict.cause,
             cause_node=verdict.rank,
@@ -203,20 +221,34 @@ class Agent:
             checkpoint=verdict.resume_from,
             **self._counters(verdict.budgets),
         )
-        if verdict.action != SUCCESS:
+        if verdict.action != Action.SUCCESS:
             where = f" on node {verdict.rank}" if self.events.node is not None else ""
-            self.echo(f"[hacfg] attempt {verdict.budgets.attempt} {verdict.cause}{where} ({verdict.reason}): {verdict.action}, {verdict.detail}")
-        if verdict.action in RESTARTS:
-            ended = Restart(verdict.action, verdict.budgets.attempt, verdict.cause, verdict.reason, self.rank, verdict.resume_from)
+            self.echo(
+                f"[hacfg] attempt {verdict.budgets.attempt} {verdict.cause}{where} ({verdict.reason}): "
+                f"{verdict.action}, {verdict.detail}"
+            )
+        if verdict.action.runs_again:
+            ended = Restart(
+                verdict.action, verdict.budgets.attempt, verdict.cause, verdict.reason, self.rank, verdict.resume_from
+            )
             self._call_plugins("hacfg_before_restart", restart=ended)
-        if verdict.action == "give_up" and verdict.budgets.restarts:
-            self.echo(f"[hacfg] {FAILED_AFTER_RESTARTS}: the job failed after {verdict.budgets.restarts} restart(s); last cause: {verdict.cause}, {verdict.reason}")
+        if verdict.action == Action.GIVE_UP and verdict.budgets.restarts:
+            self.echo(
+                f"[hacfg] {FAILED_AFTER_RESTARTS}: the job failed after {verdict.budgets.restarts} restart(s); "
+                f"last cause: {verdict.cause}, {verdict.reason}"
+            )
         return state
 
     def _hang(self, budgets: Budgets, tail: tuple[str, ...], idle: float) -> None:
         timeout = self.policy.hang_timeout
         self.echo(f"[hacfg] attempt {budgets.attempt} hung: no output and no heartbeat for {timeout:g}s; stopping it")
-        self.events.write("hang", attempt=budgets.attempt, timeout=timeout, idle=round(idle, 3), last_output=[line[-500:] for line in tail[-10:]])
+        self.events.write(
+            Event.HANG,
+            attempt=budgets.attempt,
+            timeout=timeout,
+            idle=round(idle, 3),
+            last_output=[line[-500:] for line in tail[-10:]],
+        )
 
     def _prechecks(self) -> str | None:
         """Run the pre-checks; what failed, or None."""
@@ -224,7 +256,14 @@ class Agent:
         failed = []
         for result in run_prechecks(ctx):
             self.echo(result.line())
-            self.events.write("precheck", item=result.name, status=result.status, value=result.value, need=result.need, detail=result.detail)
+            self.events.write(
+                Event.PRECHECK,
+                item=result.name,
+                status=result.status,
+                value=result.value,
+                need=result.need,
+                detail=result.detail,
+            )
             if result.status == "failed":
                 failed.append(result.name)
         self._plugin_failures()
@@ -248,10 +287,10 @@ class Agent:
         """A plugin that broke is one line and one event, once; the agent carries on without it."""
         for failure in plugin_manager.drain():
             self.echo(f"[hacfg] {failure}")
-            self.events.write("plugin_failure", plugin=failure.plugin, hook=failure.hook, error=failure.error)
+            self.events.write(Event.PLUGIN_FAILURE, plugin=failure.plugin, hook=failure.hook, error=failure.error)
 
     def _exit(self, code: int, budgets: Budgets) -> int:
-        self.events.write("agent_exit", exit_code=code, **self._counters(budgets))
+        self.events.write(Event.AGENT_EXIT, exit_code=code, **self._counters(budgets))
         return code
 
     def _counters(self, budgets: Budgets) -> dict[str, int]:
@@ -274,7 +313,11 @@ def _saved_since(root: Path | None, since: float) -> list[dict[str, Any]]:
         except OSError:
             continue  # removed by the script's own retention since it was listed
         if mtime >= since:
-            record: dict[str, Any] = {"step": found.step, "path": str(found.path), "time": stamp(datetime.fromtimestamp(mtime, UTC))}
+            record: dict[str, Any] = {
+                "step": found.step,
+                "path": str(found.path),
+                "time": stamp(datetime.fromtimestamp(mtime, UTC)),
+            }
             seconds = checkpoints.save_seconds(found.path)
             if seconds is not None:
                 record["save_s"] = round(seconds, 3)
@@ -309,23 +352,38 @@ def run_agent(
     """Supervise ``command`` on this node: alone, or as one node of a group formed through torch's store."""
     from hacfg.agent import group
 
-    spec = None if standalone else group.resolve_spec(
-        nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, timeout=rdzv_timeout, config_nodes=config_nodes, env=dict(os.environ)
+    spec = (
+        None
+        if standalone
+        else group.resolve_spec(
+            nnodes=nnodes,
+            node_rank=node_rank,
+            endpoint=rdzv_endpoint,
+            timeout=rdzv_timeout,
+            config_nodes=config_nodes,
+            env=dict(os.environ),
+        )
     )
     node = spec.rank if spec is not None else None
     directory = state_dir or default_state_dir(policy, node or 0)
     log = events or directory / "events.jsonl"
     metrics = _metrics(log, metrics_file, metrics_listen, echo) if metrics_file or metrics_listen else None
-    rounds: Rounds = LocalRounds(policy)
+    rounds: Rounds = SingleNodeRounds(policy)
     if spec is not None:
         store_class = group.torch_store()
         if store_class is None:
-            echo(f"[hacfg] node {spec.rank} of {spec.nnodes}: torch is not installed, so the nodes cannot restart together in place; "
-                 f"any restart exits {RETRY_ELSEWHERE} and the platform restarts the whole job")
-            rounds = LocalRounds(policy, in_place=False)
+            echo(
+                f"[hacfg] node {spec.rank} of {spec.nnodes}: torch is not installed, "
+                "so the nodes cannot restart together in place; "
+                f"any restart exits {RETRY_ELSEWHERE} and the platform restarts the whole job"
+            )
+            rounds = SingleNodeRounds(policy, in_place=False)
         else:
-            echo(f"[hacfg] node {spec.rank} of {spec.nnodes}: group store at {spec.host}:{spec.port}" + (" (hosted here)" if spec.leader else ""))
-            rounds = group.Group(spec, policy, store_class, echo=echo)
+            echo(
+                f"[hacfg] node {spec.rank} of {spec.nnodes}: group store at {spec.host}:{spec.port}"
+                + (" (hosted here)" if spec.leader else "")
+            )
+            rounds = group.GroupRounds(spec, policy, store_class, echo=echo)
     agent = Agent(command, policy, directory, log, rounds=rounds, node=node, echo=echo, warm=warm, preload=preload)
     if metrics is None:
         return agent.run()

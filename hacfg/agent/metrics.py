@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.agent import goodput
+from hacfg.agent.vocabulary import Ending, Event
 from hacfg.scenario.source import InputError
 
 PREFIX = "hacfg_"
@@ -89,8 +90,8 @@ class Metrics:
             events = list(self.events)
         counters: dict[str, Any] = next((e for e in reversed(events) if "counted" in e), {})
         kinds = [e.get("event") for e in events]
-        bounds = [k for k in kinds if k in ("attempt_start", "attempt_exit", "agent_start")]
-        running = bool(bounds) and bounds[-1] == "attempt_start"
+        bounds = [k for k in kinds if k in (Event.ATTEMPT_START, Event.ATTEMPT_EXIT, Event.AGENT_START)]
+        running = bool(bounds) and bounds[-1] == Event.ATTEMPT_START
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             return GaugeMetricFamily(PREFIX + name, doc, value=value)
@@ -101,14 +102,16 @@ class Metrics:
         yield gauge("restarts_counted", "Restarts counted against restart.max.", counters.get("counted", 0))
         yield gauge("restarts_max", "restart.max.", counters.get("max_restarts", 0))
         failures = CounterMetricFamily(PREFIX + "failures", "Attempts that failed, by cause.", labels=["cause"])
-        exits = [e for e in events if e.get("event") == "attempt_exit"]
-        causes = Counter(e.get("cause") for e in exits if e.get("cause") != "success")
+        exits = [e for e in events if e.get("event") == Event.ATTEMPT_EXIT]
+        causes = Counter(e.get("cause") for e in exits if e.get("cause") != Ending.SUCCESS)
         for cause, count in sorted(causes.items()):
             failures.add_metric([str(cause)], count)
         yield failures
-        yield CounterMetricFamily(PREFIX + "hangs", "Hangs detected.", value=kinds.count("hang"))
+        yield CounterMetricFamily(PREFIX + "hangs", "Hangs detected.", value=kinds.count(Event.HANG))
         decisions = CounterMetricFamily(PREFIX + "decisions", "Decisions taken after attempts.", labels=["action"])
-        for action, count in sorted(Counter(e.get("action") for e in events if e.get("event") == "decision").items()):
+        for action, count in sorted(
+            Counter(e.get("action") for e in events if e.get("event") == Event.DECISION).items()
+        ):
             decisions.add_metric([str(action)], count)
         yield decisions
         result = goodput.breakdown(events)

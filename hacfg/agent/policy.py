@@ -10,15 +10,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hacfg.agent.vocabulary import Action, Cause
 from hacfg.scenario import modelarts as ma
+from hacfg.scenario.config import load_config
+from hacfg.scenario.model import parse_duration
+from hacfg.scenario.source import InputError
 
 if TYPE_CHECKING:
+    from hacfg.scenario.config import Presets
     from hacfg.scenario.model import HAConfig
 
 RETRY_ELSEWHERE = 138  # Kubeflow's user-defined retryable code; the volcano target restarts the pod or job
@@ -70,14 +74,18 @@ def decide(cause: Cause, budgets: Budgets, policy: Policy, *, progressed: bool, 
     cap = ma.CONSECUTIVE_RESTART_CAP
     if progressed:
         budgets.user_streak = budgets.hang_streak = 0
-    if cause == "hang":
+    if cause == Cause.HANG:
         if policy.on_hang and budgets.hang_streak < cap:
             budgets.hang_streak += 1
             return _restart(budgets, f"hang restart {budgets.hang_streak} of {cap} in a row (not counted)")
         if not policy.on_hang:
-            return _escalate(policy, "hung; restart upon suspension is off") if policy.max_restarts else _give_up("hung; restart upon suspension is off", command_code)
+            return (
+                _escalate(policy, "hung; restart upon suspension is off")
+                if policy.max_restarts
+                else _give_up("hung; restart upon suspension is off", command_code)
+            )
         return _escalate(policy, f"{cap} hang restarts in a row")
-    if cause == "environment":
+    if cause == Cause.ENVIRONMENT:
         if budgets.counted < policy.max_restarts:
             budgets.counted += 1
             return _restart(budgets, f"environment fault: restart {budgets.counted} of {policy.max_restarts}")
@@ -92,7 +100,10 @@ def decide(cause: Cause, budgets: Budgets, policy: Policy, *, progressed: bool, 
         return _give_up(f"restart budget of {policy.max_restarts} spent", command_code)
     budgets.counted += 1
     budgets.user_streak += 1
-    return _restart(budgets, f"unconditional restart {budgets.user_streak} of {cap} in a row, {budgets.counted} of {policy.max_restarts}")
+    return _restart(
+        budgets,
+        f"unconditional restart {budgets.user_streak} of {cap} in a row, {budgets.counted} of {policy.max_restarts}",
+    )
 
 
 def _restart(budgets: Budgets, reason: str) -> Decision:
@@ -125,3 +136,26 @@ def policy_from_config(config: HAConfig) -> Policy:
         network=config.job.network,
         nodes=config.job.nodes,
     )
+
+
+DURATIONS = ("hang_timeout", "initial_hang_timeout")
+
+
+def load_policy(config: Path | None, presets: Presets, **overrides: Any) -> Policy:
+    """The scenario file's policy (the defaults without one), then each override that is not None.
+
+    Durations are given as text (``30m``); ``hang_timeout`` also turns hang detection on.
+    """
+    policy = policy_from_config(load_config(config, presets).config) if config else Policy()
+    changes = {key: value for key, value in overrides.items() if value is not None}
+    for key in DURATIONS:
+        if key in changes:
+            try:
+                changes[key] = parse_duration(changes[key]).total_seconds()
+            except ValueError as err:
+                raise InputError(f"--{key.replace('_', '-')}: {err}") from None
+    if "hang_timeout" in changes:
+        changes["hang_detect"] = True
+    if "checkpoint_path" in changes:
+        changes["checkpoint_path"] = Path(changes["checkpoint_path"])
+    return replace(policy, **changes)

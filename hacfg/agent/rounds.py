@@ -1,8 +1,8 @@
 """Rounds: one start of the workers on every node, ended by one verdict for the whole job.
 
 A round is planned (attempt number, counters, the checkpoint to resume from), run, and judged.
-On one node the agent plans and judges by itself (:class:`LocalRounds`); in a group of nodes
-the leader does it for everyone (:mod:`hacfg.agent.group`). Both use the same two functions,
+On one node the agent plans and judges by itself (:class:`SingleNodeRounds`); in a group of nodes
+the leader does it for everyone (:class:`~hacfg.agent.group.GroupRounds`). Both use the same two functions,
 :func:`plan_round` and :func:`judge`, so one node and many follow one set of rules.
 """
 
@@ -11,33 +11,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from hacfg.agent import checkpoints
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
-from hacfg.agent.vocabulary import Cause
-
-SUCCESS = "success"
-STOPPED = "stopped"
-
-
-@dataclass
-class NodeState:
-    """What one node's agent persists: the job's counters and where it is in the rounds."""
-
-    budgets: Budgets = field(default_factory=Budgets)
-    round: int = 0  # the last round this node started (0: none yet)
-    running: bool = False  # its workers were running in ``round`` when the state was written
-
-    def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self.budgets), "round": self.round, "running": self.running}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> NodeState:
-        budgets = Budgets(**{f.name: int(data[f.name]) for f in dataclasses.fields(Budgets)})
-        return cls(budgets, int(data.get("round", budgets.attempt)), bool(data.get("running", False)))
+from hacfg.agent.state import NodeState
+from hacfg.agent.vocabulary import Action, Cause, Ending
 
 
 @dataclass(frozen=True)
@@ -50,7 +31,12 @@ class Plan:
     resume_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"round": self.round, "budgets": dataclasses.asdict(self.budgets), "resume_step": self.resume_step, "resume_from": self.resume_from}
+        return {
+            "round": self.round,
+            "budgets": dataclasses.asdict(self.budgets),
+            "resume_step": self.resume_step,
+            "resume_from": self.resume_from,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
@@ -62,7 +48,7 @@ class Outcome:
     """How one node's workers ended in a round."""
 
     rank: int
-    cause: str  # success | environment | user | hang | stopped
+    cause: Ending
     reason: str
     code: int = 0  # the shell's view: exit code, or 128 + signal
     peer: bool = False  # a consequence of another node's failure: recorded, never the round's cause
@@ -73,7 +59,8 @@ class Outcome:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Outcome:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
+        return cls(**{**fields, "cause": Ending(fields["cause"])})
 
 
 @dataclass(frozen=True)
@@ -81,10 +68,10 @@ class Verdict:
     """The round's one cause and one decision, identical on every node."""
 
     round: int
-    cause: str
+    cause: Ending
     reason: str
     rank: int  # the node where the cause was seen
-    action: str  # success | stop | proc_restart | pod_reschedule | job_reschedule | give_up
+    action: Action
     detail: str
     budgets: Budgets
     exit_code: int | None = None  # set when every agent stops
@@ -96,7 +83,8 @@ class Verdict:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Verdict:
-        return cls(**{**data, "budgets": Budgets(**data["budgets"])})
+        budgets = Budgets(**data["budgets"])
+        return cls(**{**data, "cause": Ending(data["cause"]), "action": Action(data["action"]), "budgets": budgets})
 
 
 def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
@@ -116,35 +104,61 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
     after = checkpoints.newest_complete(policy.checkpoint_path)
     progressed = after is not None and (plan.resume_step is None or after.step > plan.resume_step)
 
-    def verdict(cause: str, reason: str, rank: int, action: str, detail: str, exit_code: int | None) -> Verdict:
-        return Verdict(plan.round, cause, reason, rank, action, detail, budgets, exit_code, progressed, str(after.path) if after else None)
+    def verdict(cause: Ending, reason: str, rank: int, action: Action, detail: str, exit_code: int | None) -> Verdict:
+        return Verdict(
+            plan.round,
+            cause,
+            reason,
+            rank,
+            action,
+            detail,
+            budgets,
+            exit_code,
+            progressed,
+            str(after.path) if after else None,
+        )
 
-    failures = sorted((o for o in outcomes if o.cause != SUCCESS), key=lambda o: (o.peer, o.seq, o.rank))
+    failures = sorted((o for o in outcomes if o.cause != Ending.SUCCESS), key=lambda o: (o.peer, o.seq, o.rank))
     if not failures:
-        return verdict(SUCCESS, "every worker finished", 0, SUCCESS, "done", 0)
+        return verdict(Ending.SUCCESS, "every worker finished", 0, Action.SUCCESS, "done", 0)
     first = failures[0]
-    if first.cause == STOPPED:
-        return verdict(STOPPED, first.reason, first.rank, "stop", "the agent was told to stop", first.code)
-    cause: Cause = "environment" if first.peer else first.cause  # type: ignore[assignment]  # only consequences seen: the peer is gone
+    if first.cause == Ending.STOPPED:
+        return verdict(Ending.STOPPED, first.reason, first.rank, Action.STOP, "the agent was told to stop", first.code)
+    cause = Cause.ENVIRONMENT if first.peer else Cause(first.cause)  # only consequences seen: the peer is gone
     decision = decide(cause, budgets, policy, progressed=progressed, command_code=first.code)
-    return verdict(cause, first.reason, first.rank, decision.action, decision.reason, decision.exit_code)
+    return verdict(Ending(cause), first.reason, first.rank, decision.action, decision.reason, decision.exit_code)
 
 
 def precheck_verdict(number: int, budgets: Budgets, policy: Policy, reason: str, rank: int = 0) -> Verdict:
     """A failed pre-check: this hardware is not fit, so the job is retried elsewhere (exit 138)."""
-    action = "pod_reschedule" if policy.pod_reschedules else "job_reschedule"
-    return Verdict(number, "environment", f"pre-check failed: {reason}", rank, action, "pre-check failed: retry elsewhere", budgets, RETRY_ELSEWHERE)
+    action = Action.POD_RESCHEDULE if policy.pod_reschedules else Action.JOB_RESCHEDULE
+    return Verdict(
+        number,
+        Ending.ENVIRONMENT,
+        f"pre-check failed: {reason}",
+        rank,
+        action,
+        "pre-check failed: retry elsewhere",
+        budgets,
+        RETRY_ELSEWHERE,
+    )
 
 
 def without_in_place_restart(verdict: Verdict, why: str) -> Verdict:
     """For a job whose nodes cannot restart together: hand a restart to the platform (exit 138)."""
-    if verdict.action != "proc_restart":
+    if verdict.action != Action.PROC_RESTART:
         return verdict
-    return dataclasses.replace(verdict, action="job_reschedule", detail=f"{verdict.detail}; {why}: the platform restarts the whole job", exit_code=RETRY_ELSEWHERE)
+    return dataclasses.replace(
+        verdict,
+        action=Action.JOB_RESCHEDULE,
+        detail=f"{verdict.detail}; {why}: the platform restarts the whole job",
+        exit_code=RETRY_ELSEWHERE,
+    )
 
 
 class Rounds(Protocol):
-    """Where a node's rounds are planned and judged: by itself (LocalRounds) or by its group."""
+    """Where a node's rounds are planned and judged: by itself (SingleNodeRounds) or by its group
+    (GroupRounds)."""
 
     def recover(self, state: NodeState) -> Verdict | None: ...
 
@@ -157,7 +171,7 @@ class Rounds(Protocol):
     def close(self) -> None: ...
 
 
-class LocalRounds:
+class SingleNodeRounds:
     """One node on its own: it plans and judges its rounds itself."""
 
     def __init__(self, policy: Policy, *, in_place: bool = True):
@@ -172,7 +186,7 @@ class LocalRounds:
         found = checkpoints.newest_complete(self.policy.checkpoint_path)
         plan = Plan(state.round, state.budgets, resume_step=found.step if found else None)
         reason = "the previous agent stopped during an attempt"
-        return self._local(judge(plan, [Outcome(0, "environment", reason, RETRY_ELSEWHERE)], self.policy))
+        return self._local(judge(plan, [Outcome(0, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy))
 
     def begin(self, state: NodeState, precheck_failure: str | None = None) -> Plan | Verdict:
         if precheck_failure:
@@ -199,4 +213,7 @@ def resume_visible(plan: Plan) -> str | None:
     """Why this node cannot resume from the plan's checkpoint (storage not shared), or None."""
     if plan.resume_from is None or Path(plan.resume_from).exists():
         return None
-    return f"cannot see the checkpoint {plan.resume_from} chosen for the job: checkpoint.path must be storage every node shares"
+    return (
+        f"cannot see the checkpoint {plan.resume_from} chosen for the job: "
+        "checkpoint.path must be storage every node shares"
+    )

@@ -1,23 +1,44 @@
-"""The agent's memory: counters in a state file (atomic writes, one agent per directory) and an events log."""
+"""The agent's memory: its state (the job's counters and its place in the rounds) in a state file,
+written atomically, one agent per directory; and the events log."""
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hacfg.agent.rounds import NodeState
+from hacfg.agent.policy import Budgets
+from hacfg.agent.vocabulary import Event
 from hacfg.fsutil import atomic_write
 from hacfg.scenario.source import InputError, Span
 
 STATE_FILE = "state.json"
 LOCK_FILE = "agent.lock"
 PRIVATE = 0o600
+
+
+@dataclass
+class NodeState:
+    """What one node's agent persists: the job's counters and where it is in the rounds."""
+
+    budgets: Budgets = field(default_factory=Budgets)
+    round: int = 0  # the last round this node started (0: none yet)
+    running: bool = False  # its workers were running in ``round`` when the state was written
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.budgets), "round": self.round, "running": self.running}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NodeState:
+        budgets = Budgets(**{f.name: int(data[f.name]) for f in dataclasses.fields(Budgets)})
+        return cls(budgets, int(data.get("round", budgets.attempt)), bool(data.get("running", False)))
 
 
 class StateStore:
@@ -37,7 +58,9 @@ class StateStore:
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise InputError(f"another hacfg agent (pid {holder}) is running on this state directory", file=str(self.directory)) from None
+            raise InputError(
+                f"another hacfg agent (pid {holder}) is running on this state directory", file=str(self.directory)
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
@@ -71,7 +94,7 @@ class EventLog:
         self.broken = False
         self.listeners: list[Callable[[dict[str, Any]], None]] = []  # told of every record, once written
 
-    def write(self, event: str, **fields: Any) -> dict[str, Any]:
+    def write(self, event: Event, **fields: Any) -> dict[str, Any]:
         record = {"time": stamp(datetime.now(UTC)), "event": event, **fields}
         if self.node is not None:
             record["node"] = self.node
@@ -110,6 +133,8 @@ def read_events(path: Path) -> list[dict[str, Any]]:
         try:
             datetime.fromisoformat(str(record["time"]))
         except (KeyError, ValueError):
-            raise InputError("not an agent event: no valid ISO 8601 \"time\"", Span(str(path), number, 1, number, 1)) from None
+            raise InputError(
+                'not an agent event: no valid ISO 8601 "time"', Span(str(path), number, 1, number, 1)
+            ) from None
         events.append(record)
     return events

@@ -6,16 +6,20 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-Event = dict[str, Any]
+from hacfg.agent.vocabulary import Action, Event
 
-_SHOWN: dict[str, Callable[[Event], str]] = {
-    "agent_start": lambda e: f"pid {e.get('pid')}: {' '.join(map(str, e.get('command') or []))}",
-    "precheck": lambda e: f"{e.get('item')} {e.get('status')} {e.get('value') or ''} {e.get('need') or ''} {e.get('detail') or ''}".strip(),
-    "attempt_start": lambda e: f"resume from {e.get('resume_from') or '(nothing)'}",
-    "first_activity": lambda e: f"first output or heartbeat after {e.get('after')}s",
-    "hang": lambda e: f"no output or heartbeat for {e.get('idle', e.get('timeout'))}s",
-    "signal": lambda e: f"agent received {e.get('signal')}",
-    "attempt_exit": lambda e: " ".join(
+Record = dict[str, Any]
+
+_SHOWN: dict[str, Callable[[Record], str]] = {
+    Event.AGENT_START: lambda e: f"pid {e.get('pid')}: {' '.join(map(str, e.get('command') or []))}",
+    Event.PRECHECK: lambda e: " ".join(
+        str(e.get(key) or "") for key in ("item", "status", "value", "need", "detail")
+    ).strip(),
+    Event.ATTEMPT_START: lambda e: f"resume from {e.get('resume_from') or '(nothing)'}",
+    Event.FIRST_ACTIVITY: lambda e: f"first output or heartbeat after {e.get('after')}s",
+    Event.HANG: lambda e: f"no output or heartbeat for {e.get('idle', e.get('timeout'))}s",
+    Event.SIGNAL: lambda e: f"agent received {e.get('signal')}",
+    Event.ATTEMPT_EXIT: lambda e: " ".join(
         part
         for part in (
             f"signal {e['signal']}" if e.get("signal") else f"exit {e.get('exit_code')}",
@@ -27,13 +31,20 @@ _SHOWN: dict[str, Callable[[Event], str]] = {
         )
         if part
     ),
-    "decision": lambda e: f"{e.get('action')}: {e.get('reason')}" + (f" (round {e['round']}, {e.get('cause')} on node {e.get('cause_node')})" if "cause_node" in e and e.get("action") != "success" else ""),
-    "agent_exit": lambda e: f"exit {e.get('exit_code')}",
-    "state_recovered": lambda e: str(e.get("detail")),
+    Event.DECISION: lambda e: (
+        f"{e.get('action')}: {e.get('reason')}"
+        + (
+            f" (round {e['round']}, {e.get('cause')} on node {e.get('cause_node')})"
+            if "cause_node" in e and e.get("action") != Action.SUCCESS
+            else ""
+        )
+    ),
+    Event.AGENT_EXIT: lambda e: f"exit {e.get('exit_code')}",
+    Event.STATE_RECOVERED: lambda e: str(e.get("detail")),
 }
 
 
-def _nothing(event: Event) -> str:
+def _nothing(event: Record) -> str:
     return ""
 
 
@@ -43,15 +54,23 @@ def table(events: list[dict[str, Any]]) -> str:
     attempt = restarts = ""
     for event in events:
         attempt = str(event.get("attempt", attempt))
-        restarts = f"{event['counted']}/{event['max_restarts']}" if "counted" in event and "max_restarts" in event else restarts
+        restarts = (
+            f"{event['counted']}/{event['max_restarts']}"
+            if "counted" in event and "max_restarts" in event
+            else restarts
+        )
         describe = _SHOWN.get(str(event.get("event", "")), _nothing)
         time_text = str(event.get("time", ""))[11:23]
         node = f"node {event.get('node')}: " if nodes else ""
         rows.append((time_text, attempt, restarts, str(event.get("event", "?")), node + describe(event)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows
-    ) + "\n"
+    return (
+        "\n".join(
+            "  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths, strict=True)) + "  " + row[4]
+            for row in rows
+        )
+        + "\n"
+    )
 
 
 def merge(logs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -100,29 +119,76 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
             left = x(attempt.start)
             for kind, width in attempt.seconds().items():
                 if width > 0:
-                    axes.barh(lane, width, left=left, height=0.5, color=COLOURS[kind], hatch="//" if kind == "lost" else None, edgecolor="white", linewidth=0.5)
+                    axes.barh(
+                        lane,
+                        width,
+                        left=left,
+                        height=0.5,
+                        color=COLOURS[kind],
+                        hatch="//" if kind == "lost" else None,
+                        edgecolor="white",
+                        linewidth=0.5,
+                    )
                 left += width
             axes.text(x(attempt.start), lane - 0.3, f"attempt {attempt.attempt}", fontsize=8, va="bottom")
-            if attempt.action and attempt.action != "success":
-                axes.text(x(attempt.end), lane + 0.3, f"{attempt.cause}: {attempt.action}", fontsize=7, va="top", color="#424242")
+            if attempt.action and attempt.action != Action.SUCCESS:
+                axes.text(
+                    x(attempt.end),
+                    lane + 0.3,
+                    f"{attempt.cause}: {attempt.action}",
+                    fontsize=7,
+                    va="top",
+                    color="#424242",
+                )
             kept = attempt.moments()["kept"]
             for saved in attempt.checkpoints:
                 moment = goodput.parse_time(saved["time"])
-                axes.plot(x(moment), lane, marker="v", markersize=7, color="black", markerfacecolor="black" if moment <= kept else "white", zorder=3)
+                axes.plot(
+                    x(moment),
+                    lane,
+                    marker="v",
+                    markersize=7,
+                    color="black",
+                    markerfacecolor="black" if moment <= kept else "white",
+                    zorder=3,
+                )
             if attempt.hang is not None:
-                axes.plot(x(attempt.hang), lane, marker="X", markersize=10, color="#6a1b9a", markeredgecolor="white", zorder=4)
+                axes.plot(
+                    x(attempt.hang), lane, marker="X", markersize=10, color="#6a1b9a", markeredgecolor="white", zorder=4
+                )
     axes.set_yticks(range(len(nodes)), [f"node {node}" for node in nodes])
     axes.set_ylim(len(nodes) - 0.4, -0.6)
     axes.set_xlim(left=0)
     axes.set_xlabel("seconds since the first event")
-    axes.set_title(f"hacfg recovery timeline: ETTR {result.ettr:.0%} ({result.totals['productive']:.1f}s productive of {result.wall:.1f}s wall)")
-    handles: list[Artist] = [Patch(facecolor=c, hatch="//" if k == "lost" else None, edgecolor="white", label=goodput.LABELS[k][0]) for k, c in COLOURS.items()]
+    axes.set_title(
+        f"hacfg recovery timeline: ETTR {result.ettr:.0%} "
+        f"({result.totals['productive']:.1f}s productive of {result.wall:.1f}s wall)"
+    )
+    handles: list[Artist] = [
+        Patch(facecolor=c, hatch="//" if k == "lost" else None, edgecolor="white", label=goodput.LABELS[k][0])
+        for k, c in COLOURS.items()
+    ]
     handles += [
         Line2D([], [], marker="v", color="black", linestyle="none", label="checkpoint"),
-        Line2D([], [], marker="v", color="black", markerfacecolor="white", linestyle="none", label="checkpoint never resumed"),
+        Line2D(
+            [],
+            [],
+            marker="v",
+            color="black",
+            markerfacecolor="white",
+            linestyle="none",
+            label="checkpoint never resumed",
+        ),
         Line2D([], [], marker="X", color="#6a1b9a", linestyle="none", markersize=9, label="hang detected"),
     ]
-    axes.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -(0.1 + 0.2 / len(nodes))), ncol=5, fontsize=8, frameon=False)
+    axes.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -(0.1 + 0.2 / len(nodes))),
+        ncol=5,
+        fontsize=8,
+        frameon=False,
+    )
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in an SVG: searchable, selectable
         figure.savefig(path, dpi=120, bbox_inches="tight")
     pyplot.close(figure)

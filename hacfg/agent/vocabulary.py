@@ -1,6 +1,30 @@
-"""The words the agent writes and reads: causes, actions and the kinds of event.
+"""The words the agent writes and reads: how attempts end, what is decided, the kinds of event.
 
-Each is a ``StrEnum``, so a member is the very string the events log has always held.
+Each is a ``StrEnum``, so a member is the very string the events log has always held, and a
+log written before these types existed reads the same.
+
+A node's agent passes through these states; each transition is recorded as one event:
+
+============  ===================================  ===============================================
+state         entered when                         event written
+============  ===================================  ===============================================
+starting      the agent starts, state loaded       ``agent_start`` (``state_recovered`` first if
+                                                   the state file was unreadable)
+checking      pre-checks are on                    ``precheck`` per item
+planned       a round is planned: attempt number,  (none; the plan is in ``attempt_start``)
+              counters, the checkpoint to resume
+running       the workers start                    ``attempt_start``, then ``first_activity`` at
+                                                   the first output or heartbeat
+ended         the workers exit, hang or are told   ``hang`` when hung, ``signal`` when the agent
+              to stop                              is signalled, then ``attempt_exit`` with an
+                                                   :class:`Ending`
+judged        the round's verdict, one per job     ``decision`` with an :class:`Action`
+exited        the verdict is final                 ``agent_exit``
+============  ===================================  ===============================================
+
+From *judged*, ``proc_restart`` goes back to *planned*; every other action ends in *exited*:
+``success`` (0), ``stop`` (128 + signal), ``pod_reschedule``/``job_reschedule`` (138, retry
+elsewhere) and ``give_up`` (the command's own code).
 """
 
 from __future__ import annotations
@@ -9,17 +33,51 @@ from enum import StrEnum
 
 
 class Cause(StrEnum):
-    """Why an attempt ended badly, as the restart rules tell causes apart."""
+    """Why an attempt failed, as the restart rules tell failures apart."""
 
-    ENVIRONMENT = "environment"
-    USER = "user"
-    HANG = "hang"
+    ENVIRONMENT = "environment"  # counted against restart.max
+    USER = "user"  # restarted only when unconditional, at most 3 in a row; counted
+    HANG = "hang"  # restarted on hang, at most 3 in a row; not counted
+
+
+class Ending(StrEnum):
+    """How one node's workers ended in a round (``attempt_exit``'s ``cause``)."""
+
+    SUCCESS = "success"
+    STOPPED = "stopped"  # the agent was told to stop
+    PEER = "peer"  # ended because another node's workers failed first
+    ENVIRONMENT = Cause.ENVIRONMENT.value
+    USER = Cause.USER.value
+    HANG = Cause.HANG.value
 
 
 class Action(StrEnum):
-    """What the restart rules decide after an attempt, in the platform's recovery words."""
+    """What a round's verdict does next, in the platform's recovery words (``decision``'s ``action``)."""
 
-    PROC_RESTART = "proc_restart"
-    POD_RESCHEDULE = "pod_reschedule"
-    JOB_RESCHEDULE = "job_reschedule"
+    SUCCESS = "success"
+    STOP = "stop"
+    PROC_RESTART = "proc_restart"  # in place, on this node
+    POD_RESCHEDULE = "pod_reschedule"  # exit 138: the platform restarts the pod elsewhere
+    JOB_RESCHEDULE = "job_reschedule"  # exit 138: the platform restarts the whole job
     GIVE_UP = "give_up"
+
+    @property
+    def runs_again(self) -> bool:
+        """The job runs again, here or elsewhere."""
+        return self in (Action.PROC_RESTART, Action.POD_RESCHEDULE, Action.JOB_RESCHEDULE)
+
+
+class Event(StrEnum):
+    """The kinds of record in the events log (each record's ``event``)."""
+
+    AGENT_START = "agent_start"
+    STATE_RECOVERED = "state_recovered"
+    PRECHECK = "precheck"
+    ATTEMPT_START = "attempt_start"
+    FIRST_ACTIVITY = "first_activity"
+    SIGNAL = "signal"
+    HANG = "hang"
+    ATTEMPT_EXIT = "attempt_exit"
+    DECISION = "decision"
+    PLUGIN_FAILURE = "plugin_failure"
+    AGENT_EXIT = "agent_exit"

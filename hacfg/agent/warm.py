@@ -202,8 +202,14 @@ class Server:
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         go_read, go_write = os.pipe()
-        request = {"command": command, "script": self.entry.script, "module": self.entry.module,
-                   "args": list(self.entry.args), "env": env, "cwd": os.getcwd()}
+        request = {
+            "command": command,
+            "script": self.entry.script,
+            "module": self.entry.module,
+            "args": list(self.entry.args),
+            "env": env,
+            "cwd": os.getcwd(),
+        }
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], [0, out_write, err_write, go_read])
             ready = select.select([self.sock], [], [], FORK_TIMEOUT)[0]

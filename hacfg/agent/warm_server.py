@@ -78,8 +78,11 @@ def serve() -> None:
         sock.send(json.dumps({"ready": False, "reason": failure}).encode())
         return
     ready = {"ready": True, "preloaded": preloaded, "skipped": skipped, "seconds": round(time.monotonic() - started, 3)}
-    print(f"warm interpreter {os.getpid()} ready: imported {', '.join(preloaded) or 'nothing'} in {ready['seconds']}s"
-          + (f", skipped {', '.join(skipped)}" if skipped else ""), flush=True)
+    print(
+        f"warm interpreter {os.getpid()} ready: imported {', '.join(preloaded) or 'nothing'} in {ready['seconds']}s"
+        + (f", skipped {', '.join(skipped)}" if skipped else ""),
+        flush=True,
+    )
     sock.send(json.dumps(ready).encode())
     try:
         message, fds, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, 4)

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 
 
 def _agent_policy(config: Path | None, **overrides: Any) -> Policy:
-    from hacfg.agent.options import policy_for
+    from hacfg.agent.policy import load_policy
     from hacfg.plugin import provided as registry
 
-    return policy_for(config, registry.presets() if config else {}, **overrides)
+    return load_policy(config, registry.presets() if config else {}, **overrides)
 
 
 def run_agent(
