@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -124,27 +125,24 @@ def hang_latency(tmp: Path, timeout: float = 2.0) -> float:
     return (parse(stamp["hang"]) - parse(stamp["attempt_start"])).total_seconds() - timeout
 
 
-def verdicts() -> list[Verdict]:
+def verdicts() -> Iterator[Verdict]:
+    """Each row as soon as it is measured."""
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         ours, theirs = restart_latency(tmp)
+        if theirs is None:
+            yield Verdict("restart latency", f"{ours * 1000:.1f}ms", "torchrun: not installed", None, ">= 10x lower", None)
+        else:
+            yield Verdict("restart latency", f"{ours * 1000:.1f}ms", f"torchrun {theirs * 1000:.1f}ms", theirs / ours, ">= 10x lower", theirs / ours >= 10)
         agent_mbs, pipe_mbs = relay(tmp)
+        yield Verdict(f"relay {RELAY_MB} MB", f"{agent_mbs:.0f} MB/s", f"plain pipe {pipe_mbs:.0f} MB/s", agent_mbs / pipe_mbs, ">= 1.0x pipe", agent_mbs / pipe_mbs >= 1.0)
         cpu = idle_cpu(tmp)
+        yield Verdict("idle CPU", f"{cpu:.2f}% of a core", "-", None, "< 1%", cpu < 1)
         late = hang_latency(tmp)
-    if theirs is None:
-        restart = Verdict("restart latency", f"{ours * 1000:.1f}ms", "torchrun: not installed", None, ">= 10x lower", None)
-    else:
-        restart = Verdict("restart latency", f"{ours * 1000:.1f}ms", f"torchrun {theirs * 1000:.1f}ms", theirs / ours, ">= 10x lower", theirs / ours >= 10)
-    return [
-        restart,
-        Verdict(f"relay {RELAY_MB} MB", f"{agent_mbs:.0f} MB/s", f"plain pipe {pipe_mbs:.0f} MB/s", agent_mbs / pipe_mbs, ">= 1.0x pipe", agent_mbs / pipe_mbs >= 1.0),
-        Verdict("idle CPU", f"{cpu:.2f}% of a core", "-", None, "< 1%", cpu < 1),
-        Verdict("hang detection latency", f"{late:+.3f}s", "2s timeout", None, "<= timeout + 1s", late <= 1),
-    ]
-
+        yield Verdict("hang detection latency", f"{late:+.3f}s", "2s timeout", None, "<= timeout + 1s", late <= 1)
 
 def main() -> None:
-    print(verdicts_table(verdicts()))
+    print(verdicts_table(list(verdicts())))
 
 
 if __name__ == "__main__":

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass
@@ -87,9 +95,11 @@ class Verdict:
         return f"{self.name:<28} {self.measured:>20} {self.peer:>34} {ratio:>8}  {self.target:<18} {status}"
 
 
+HEADER = f"{'benchmark':<28} {'hacfg':>20} {'peer':>34} {'ratio':>8}  {'target':<18} status"
+
+
 def verdicts_table(verdicts: list[Verdict]) -> str:
-    header = f"{'benchmark':<28} {'hacfg':>20} {'peer':>34} {'ratio':>8}  {'target':<18} status"
-    return "\n".join([header, *(v.row() for v in verdicts)])
+    return "\n".join([HEADER, *(v.row() for v in verdicts)])
 
 
 def ms(timing: Timing) -> str:
@@ -105,3 +115,74 @@ def table(rows: list[Timing], baseline: Timing) -> str:
             f"{max(row.runs) * 1000:>7.1f}ms {row.median / baseline.median:>6.2f}x"
         )
     return "\n".join(lines)
+
+
+def become_subreaper() -> None:
+    """Orphans of the benchmarked commands reparent to this process, not to init, so the cleanup
+    still finds a worker whose launcher has already gone."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _processes() -> dict[int, tuple[bytes, int]]:
+    """Every process's state letter and parent, from /proc."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_bytes()
+            except OSError:
+                continue
+            state, parent = stat[stat.rfind(b")") + 2 :].split()[:2]
+            found[int(entry)] = (state, int(parent))
+    return found
+
+
+def descendants(roots: Collection[int]) -> set[int]:
+    """Every process below ``roots``, by the parent links in /proc: sessions and process groups do
+    not matter (torchrun starts each worker in a session of its own)."""
+    children: dict[int, list[int]] = {}
+    for pid, (_, parent) in _processes().items():
+        children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def kill_tree(roots: Collection[int]) -> None:
+    """SIGKILL ``roots`` and every process below them, then reap those that are this process's.
+
+    The tree is frozen first (SIGSTOP, until no new process appears), so nothing forks between the
+    look and the kill; with :func:`become_subreaper`, what a dead parent leaves behind is ours to reap.
+    """
+    frozen: set[int] = set()
+    while new := (set(roots) | descendants(roots) | descendants(frozen)) - frozen - {os.getpid()}:
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen |= new
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    pending, deadline = set(frozen), time.monotonic() + 10
+    while pending and time.monotonic() < deadline:
+        table = _processes()
+        for pid in list(pending):
+            try:
+                done = os.waitpid(pid, os.WNOHANG)[0] == pid
+            except ChildProcessError:  # not ours: gone, or a zombie whose parent outside the tree reaps it
+                done = pid not in table or (table[pid][0] == b"Z" and table[pid][1] not in pending)
+            if done:
+                pending.discard(pid)
+        if pending:
+            time.sleep(0.01)
+
+
+def kill_descendants() -> None:
+    """Leave nothing behind: every process this one started, and theirs, however they detached."""
+    kill_tree(descendants([os.getpid()]))

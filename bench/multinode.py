@@ -17,18 +17,18 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, verdicts_table
+from common import Verdict, become_subreaper, kill_descendants, verdicts_table
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
@@ -84,16 +84,12 @@ def launch(launcher: str, workdir: Path, fault: str | None) -> list[str]:
                     "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--rdzv-id", "bench", "--rdzv-conf", "join_timeout=60", "--max-restarts", "3", "--monitor-interval", "0.1", *train]
         log = workdir / f"node{rank}.log"
         logs.append(log)
-        # Its own session: a launcher that never finishes is killed with its workers.
         procs.append(subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**env, "NODE_RANK": str(rank)}, start_new_session=True))
+    deadline = time.monotonic() + 180
     for proc in procs:
-        try:
-            proc.wait(timeout=180)
-        except subprocess.TimeoutExpired:  # the job never finished: no recovery to time
-            for stuck in procs:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(stuck.pid, signal.SIGKILL)
-                stuck.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # the job never finished: no recovery to time
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    kill_descendants()  # a stuck launcher, and workers that outlived theirs
     return [log.read_text(errors="replace") for log in logs]
 
 
@@ -122,10 +118,12 @@ def measure(outputs: list[str], final: Path, reference: dict) -> Run:
     return Run(max(first_steps) - min(fault_at) if recovered else None, diverged)
 
 
-def compare() -> tuple[str, list[Verdict]]:
+def compare() -> list[Verdict]:
+    """The verdicts; each fault's line goes to stderr as soon as its runs are done."""
     import torch
 
-    lines, verdicts = [f"{'fault':<22} {'hacfg (s)':>24} {'torchrun c10d (s)':>24}  divergent runs"], []
+    verdicts: list[Verdict] = []
+    print(f"{'fault':<22} {'hacfg (s)':>24} {'torchrun c10d (s)':>24}  divergent runs", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         launch("hacfg", root / "reference", None)
@@ -143,7 +141,8 @@ def compare() -> tuple[str, list[Verdict]]:
             for launcher, found in runs.items():
                 totals[launcher] += found
             cells = [_cell(runs[launcher]) for launcher in ("hacfg", "torchrun")]
-            lines.append(f"{name:<22} {cells[0]:>24} {cells[1]:>24}  {sum(r.divergent for r in runs['hacfg'])} vs {sum(r.divergent for r in runs['torchrun'])}")
+            divergent_runs = f"{sum(r.divergent for r in runs['hacfg'])} vs {sum(r.divergent for r in runs['torchrun'])}"
+            print(f"{name:<22} {cells[0]:>24} {cells[1]:>24}  {divergent_runs}", file=sys.stderr, flush=True)
     ours, theirs = _median(totals["hacfg"]), _median(totals["torchrun"])
     divergent = sum(r.divergent for r in totals["hacfg"])
     ratio = ours / theirs if ours is not None and theirs else None
@@ -157,7 +156,7 @@ def compare() -> tuple[str, list[Verdict]]:
         worst = max(stops)
         verdicts.append(Verdict("multi-node stop, all ranks", f"{statistics.median(stops) * 1000:.0f}ms (max {worst * 1000:.0f})",
                                 f"then next round {statistics.median(decides) * 1000:.0f}ms", None, "< 2 s", worst < 2.0))
-    return "\n".join(lines), verdicts
+    return verdicts
 
 
 def _median(runs: list[Run]) -> float | None:
@@ -177,10 +176,9 @@ def verdicts() -> list[Verdict]:
         import torch  # noqa: F401
     except ImportError:
         return [Verdict("multi-node recovery", "-", "torch is not installed", None, "<= 1x torchrun", None)]
-    detail, found = compare()
-    print(detail, end="\n\n", file=sys.stderr)
-    return found
+    return compare()
 
 
 if __name__ == "__main__":
+    become_subreaper()
     print(verdicts_table(verdicts()))

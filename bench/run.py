@@ -6,6 +6,10 @@
 Absolute times depend on the machine; the targets are ratios against peers measured in the
 same run: medians of several runs, with min and max. The language server's peer is what an
 editor without it runs on every save: a cold `hacfg lint` of the same file.
+
+Each row is printed as soon as it is measured (the whole run takes minutes). Nothing the run
+started outlives it: the process adopts orphans, and every process below it is killed at the end
+of each benchmark, however it detached.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -22,7 +27,11 @@ import cold_plan
 import lint_corpus
 import multinode
 import server
-from common import verdicts_table
+from common import HEADER, Verdict, become_subreaper, kill_descendants
+
+BENCHMARKS: list[Callable[[], Iterable[Verdict]]] = [
+    lint_corpus.verdicts, cold_build.verdicts, cold_plan.verdicts, server.verdicts, agent.verdicts, multinode.verdicts,
+]
 
 
 def machine() -> str:
@@ -31,9 +40,17 @@ def machine() -> str:
 
 
 def main() -> None:
-    verdicts = [*lint_corpus.verdicts(), *cold_build.verdicts(), *cold_plan.verdicts(), *server.verdicts(), *agent.verdicts(), *multinode.verdicts()]
+    become_subreaper()
     print(f"machine: {machine()}\n")
-    print(verdicts_table(verdicts))
+    print(HEADER, flush=True)
+    verdicts: list[Verdict] = []
+    for benchmark in BENCHMARKS:
+        try:
+            for verdict in benchmark():
+                print(verdict.row(), flush=True)
+                verdicts.append(verdict)
+        finally:
+            kill_descendants()
     missed = [v.name for v in verdicts if v.ok is False]
     print(f"\n{len(verdicts) - len(missed)} of {len(verdicts)} targets met" + (f"; missed: {', '.join(missed)}" if missed else ""))
 
