@@ -106,7 +106,9 @@ def run_precheck(config: Path | None = None) -> int:
     return RETRY_ELSEWHERE if any(r.status == "failed" for r in results) else EXIT_OK
 
 
-def run_events(files: Sequence[Path], fmt: Literal["table", "json"] = "table", plot: Path | None = None) -> int:
+def run_events(
+    files: Sequence[Path], config: Path | None = None, fmt: Literal["table", "json"] = "table", plot: Path | None = None
+) -> int:
     """``hacfg events``: the nodes' event logs merged into one job, with where the time went."""
     import dataclasses
     import json
@@ -115,8 +117,7 @@ def run_events(files: Sequence[Path], fmt: Literal["table", "json"] = "table", p
     from hacfg.agent.goodput import breakdown, report
     from hacfg.agent.timeline import table
 
-    paths = files or sorted(Path(".hacfg").glob("node-*/events.jsonl")) or [Path(".hacfg/events.jsonl")]
-    records = event_records(paths)
+    records = event_records(files or default_event_logs(config))
     result = breakdown(records)
     measured = measure(records)
     if fmt == "json":
@@ -130,6 +131,22 @@ def run_events(files: Sequence[Path], fmt: Literal["table", "json"] = "table", p
         draw(records, str(plot))
         say(f"wrote {plot}")
     return EXIT_OK
+
+
+def default_event_logs(config: Path | None) -> list[Path]:
+    """Every node's log where the agent writes it by default: under the checkpoint path of the
+    scenario file (``--config``, else ``./ha.yaml`` when there is one), else under ``./.hacfg``."""
+    from hacfg.agent.loop import default_state_dir
+    from hacfg.scenario.source import InputError
+
+    scenario = config or (Path("ha.yaml") if Path("ha.yaml").is_file() else None)
+    folder = default_state_dir(_agent_policy(scenario), 0).parent
+    pattern = f"{folder}/node-*/events.jsonl"
+    found = sorted(folder.glob("node-*/events.jsonl"))
+    if not found:
+        where = f" (checkpoint.path of {scenario})" if scenario else " (no --config and no ./ha.yaml)"
+        raise InputError(f"no event logs at {pattern}{where}; name them: hacfg events PATH/.hacfg/node-*/events.jsonl")
+    return found
 
 
 def run_diagnose(logs: Sequence[Path], config: str | None = None, fmt: Literal["text", "json"] = "text") -> int:

@@ -363,7 +363,10 @@ def events_command(
         None,
         readable=False,
         metavar="EVENTS.jsonl...",
-        help="Event logs, one per node (default: .hacfg/node-*/events.jsonl).",
+        help="Event logs, one per node (default: CHECKPOINT/.hacfg/node-*/events.jsonl, else .hacfg/node-*/...).",
+    ),
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", readable=False, help="The scenario file whose checkpoint.path holds the logs."
     ),
     fmt: Literal["table", "json"] = typer.Option(
         "table", "--format", "-f", help="json: the time breakdown and the events, for scripts."
@@ -374,7 +377,7 @@ def events_command(
 ) -> None:
     """Show the agent's recovery events and where the time went: start-up, productive, lost work,
     hang detection, grace, restarts, and the ETTR; several nodes' logs make one job."""
-    raise typer.Exit(agent_commands.run_events(files or [], fmt=fmt, plot=plot))
+    raise typer.Exit(agent_commands.run_events(files or [], config=config, fmt=fmt, plot=plot))
 
 
 @app.command("plan")
