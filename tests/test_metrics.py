@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pytest import approx
 
@@ -40,22 +43,96 @@ def test_the_textfile_holds_the_counters_and_the_goodput_of_the_whole_run(tmp_pa
     assert got[("hacfg_ettr_ratio", ())] == approx(goodput["ettr"], abs=1e-3)
 
 
-def test_the_port_is_scraped_while_the_command_runs(tmp_path):
-    agent = subprocess.Popen([*agent_argv(tmp_path / "state", "--metrics-port", "127.0.0.1:0"), sys.executable, str(CHILDREN / "wait_for_term.py")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        return samples(response.read().decode())
+
+
+def serving(tmp_path, *options: str) -> tuple[subprocess.Popen, str]:
+    """An agent running tests/children/wait_for_term.py with --metrics-port, and its /metrics URL once it is ready."""
+    argv = [*agent_argv(tmp_path / "state", "--metrics-port", "127.0.0.1:0", *options), sys.executable, str(CHILDREN / "wait_for_term.py")]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = next(line.split()[-1] for line in agent.stderr if line.startswith("[hacfg] metrics on "))
+    assert agent.stdout.readline() == "ready\n"
+    return agent, url
+
+
+def test_the_port_is_scraped_while_the_command_runs_and_once_more_after_it_ended(tmp_path):
+    agent, url = serving(tmp_path)
     try:
-        url = next(line.split()[-1] for line in agent.stderr if line.startswith("[hacfg] metrics on "))
         assert url.startswith("http://127.0.0.1:") and not url.startswith("http://127.0.0.1:0/")
-        assert agent.stdout.readline() == "ready\n"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            assert response.headers["Content-Type"].startswith("text/plain")
-            got = samples(response.read().decode())
+        got = scrape(url)
         assert got[("hacfg_attempt", ())] == 1 and got[("hacfg_attempt_running", ())] == 1
         assert got[("hacfg_goodput_seconds", (("kind", "startup"),))] >= 0
     finally:
         agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=30)
+    time.sleep(1)
+    assert agent.poll() is None  # the final values wait for a scrape
+    final = scrape(url)
+    assert final[("hacfg_attempt_running", ())] == 0 and final[("hacfg_decisions_total", (("action", "stop"),))] == 1
+    agent.wait(timeout=10)
     assert agent.returncode == 128 + signal.SIGTERM  # stopped as told; the server went with the agent
+
+
+def test_with_no_scrape_the_final_values_linger_only_as_long_as_asked(tmp_path):
+    agent, _ = serving(tmp_path, "--metrics-linger", "1s")
+    agent.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    agent.wait(timeout=20)
+    assert 0.9 <= time.monotonic() - started < 10
+
+
+def test_every_cause_and_action_is_exported_at_zero_before_the_first_failure(tmp_path):
+    agent, url = serving(tmp_path, "--metrics-linger", "0s")
+    try:
+        got = scrape(url)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=20)
+    assert {labels[0][1]: value for (name, labels), value in got.items() if name == "hacfg_failures_total"} == {
+        "environment": 0, "hang": 0, "peer": 0, "stopped": 0, "user": 0,
+    }
+    actions = {labels[0][1]: value for (name, labels), value in got.items() if name == "hacfg_decisions_total"}
+    assert actions == dict.fromkeys(["give_up", "job_reschedule", "pod_reschedule", "proc_restart", "stop", "success"], 0)
+
+
+def test_wall_time_and_ettr_move_between_events(tmp_path):
+    agent, url = serving(tmp_path, "--metrics-linger", "0s")
+    try:
+        first = scrape(url)
+        time.sleep(1.5)
+        second = scrape(url)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=20)
+    assert second[("hacfg_wall_seconds", ())] - first[("hacfg_wall_seconds", ())] >= 1.4
+    assert second[("hacfg_ettr_ratio", ())] > first[("hacfg_ettr_ratio", ())]  # the running attempt is productive so far
+
+
+def test_the_textfile_is_refreshed_between_events(tmp_path):
+    from hacfg.agent.metrics import Metrics
+
+    prom = tmp_path / "hacfg.prom"
+    started = {"time": "2026-01-01T00:00:00.000+00:00", "event": "agent_start"}
+    metrics = Metrics([], textfile=prom, refresh=0.2)
+    try:
+        metrics.record(started)
+        before = samples(prom.read_text())[("hacfg_wall_seconds", ())]
+        time.sleep(0.6)
+        after = samples(prom.read_text())[("hacfg_wall_seconds", ())]
+    finally:
+        metrics.close()
+    assert after - before >= 0.3
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian: apt-get install prometheus)")
+def test_promtool_finds_nothing_to_say_of_the_exposition(tmp_path):
+    prom = tmp_path / "hacfg.prom"
+    result = agent(tmp_path, "--max-restarts", "1", "--metrics-file", str(prom), child="crash.py")
+    assert result.returncode == 138
+    checked = subprocess.run(["promtool", "check", "metrics"], input=prom.read_text(), capture_output=True, text=True)
+    assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
 
 
 def test_metrics_options_fail_in_one_line(tmp_path, cli, monkeypatch):

@@ -77,11 +77,12 @@ class Attempt:
     kept: dict[str, Any] | None = None  # the checkpoint its productive time runs up to
     next_start: datetime | None = None
     cut: bool = False  # no attempt_exit: the agent itself was stopped during it
+    running: bool = False  # still running at the moment the breakdown is taken
 
     def moments(self) -> dict[str, datetime]:
         """The cuts of the span, each clamped between its neighbours."""
         alive = min(self.first_activity or self.end, self.end)
-        if self.cause == Ending.SUCCESS:
+        if self.cause == Ending.SUCCESS or self.running:  # a running attempt has lost nothing yet
             return {"alive": alive, "kept": self.end, "fault": self.end, "stop": self.end}
         stop = max(self.end - timedelta(seconds=self.stopping or 0), alive)
         # a saved checkpoint is progress, whatever else is known
@@ -129,8 +130,9 @@ def _step_of(path: str | None) -> int:
     return (step_of(path.rstrip("/").rsplit("/", 1)[-1]) or 0) if path else 0
 
 
-def attempts(events: list[dict[str, Any]], node: int | None = None) -> list[Attempt]:
-    """Every attempt of ``node`` (default: node 0, or the only node), in order, with its moments."""
+def attempts(events: list[dict[str, Any]], node: int | None = None, now: datetime | None = None) -> list[Attempt]:
+    """Every attempt of ``node`` (default: node 0, or the only node), in order, with its moments;
+    with ``now``, an attempt that has not ended runs until then."""
     node = node if node is not None else 0
     found: list[Attempt] = []
     current: Attempt | None = None
@@ -158,6 +160,8 @@ def attempts(events: list[dict[str, Any]], node: int | None = None) -> list[Atte
             current.stopping, current.step = event.get("stopping"), event.get("step")
             current.checkpoints = list(event.get("checkpoints") or [])
             current = None
+    if current is not None and now is not None and now > current.end:
+        current.end, current.running = now, True
     for index, attempt in enumerate(found):
         following = found[index + 1].resume_from if index + 1 < len(found) else None
         kept = [c for c in attempt.checkpoints if index + 1 == len(found) or c.get("path") == following]
@@ -199,12 +203,16 @@ class Breakdown:
         }
 
 
-def breakdown(events: list[dict[str, Any]]) -> Breakdown:
-    """The job's time, split into the kinds above; they add up to the wall time."""
+def breakdown(events: list[dict[str, Any]], now: datetime | None = None) -> Breakdown:
+    """The job's time, split into the kinds above; they add up to the wall time.
+
+    As of the latest event, or of ``now`` while the job runs: the attempt running then counts as
+    productive so far, and moves to lost what it had not saved if it fails."""
     if not events:
         return Breakdown(0.0, dict.fromkeys((*KINDS, "other"), 0.0), [])
-    wall = (when(events[-1]) - when(events[0])).total_seconds()
-    spans = attempts(events)
+    end = max(when(events[-1]), now) if now is not None else when(events[-1])
+    wall = (end - when(events[0])).total_seconds()
+    spans = attempts(events, now=now)
     totals = {kind: sum(a.seconds()[kind] for a in spans) for kind in KINDS}
     totals["other"] = max(wall - sum(totals.values()), 0.0)
     return Breakdown(wall, totals, spans)

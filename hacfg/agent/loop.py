@@ -345,6 +345,7 @@ def run_agent(
     config_nodes: int | None = None,
     metrics_file: Path | None = None,
     metrics_listen: tuple[str, int] | None = None,
+    metrics_linger: float = 30.0,
     echo: Callable[[str], None] = _say,
     warm: bool = True,
     preload: list[str] | None = None,
@@ -391,7 +392,7 @@ def run_agent(
     try:
         return agent.run()
     finally:
-        metrics.close()
+        metrics.close(linger=metrics_linger)
 
 
 def _metrics(log: Path, textfile: Path | None, listen: tuple[str, int] | None, echo: Callable[[str], None]) -> Metrics:

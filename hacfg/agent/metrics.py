@@ -1,9 +1,13 @@
 """The agent's counters and goodput in Prometheus' text format, for dashboards and alerts.
 
-``hacfg agent --metrics-file PATH`` rewrites ``PATH`` atomically after every event (name it
-``*.prom`` in node_exporter's ``--collector.textfile.directory``); ``--metrics-port [HOST:]PORT``
-serves ``/metrics`` over HTTP. Both show the same families (listed in docs/goodput.md), computed
-from the node's whole event log, earlier agents' events included, as of its latest event.
+``hacfg agent --metrics-file PATH`` rewrites ``PATH`` atomically after every event and every
+``REFRESH_SECONDS`` (name it ``*.prom`` in node_exporter's ``--collector.textfile.directory``);
+``--metrics-port [HOST:]PORT`` serves ``/metrics`` over HTTP. Both show the same families (listed in
+docs/goodput.md), computed from the node's whole event log, earlier agents' events included, as of
+the moment they are read: wall time and ETTR move while an attempt runs. Every label value of
+every counter is there from the start, at 0, so ``increase()`` sees the first failure of each cause.
+When the agent ends, the endpoint stays up until a scrape has read the final values, or for
+``--metrics-linger`` at most.
 """
 
 from __future__ import annotations
@@ -11,14 +15,17 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hacfg.agent import goodput
-from hacfg.agent.vocabulary import Ending, Event
+from hacfg.agent.vocabulary import Action, Ending, Event
 from hacfg.scenario.source import InputError
 
 PREFIX = "hacfg_"
+REFRESH_SECONDS = 15.0  # node_exporter's and Prometheus' default scrape interval
+FAILURE_CAUSES = [ending for ending in Ending if ending != Ending.SUCCESS]
 
 
 def _prometheus() -> Any:
@@ -42,7 +49,12 @@ class Metrics:
     """Keeps the node's events and renders them as metric families on every collection."""
 
     def __init__(
-        self, history: list[dict[str, Any]], *, textfile: Path | None = None, echo: Callable[[str], None] = print
+        self,
+        history: list[dict[str, Any]],
+        *,
+        textfile: Path | None = None,
+        echo: Callable[[str], None] = print,
+        refresh: float = REFRESH_SECONDS,
     ):
         self.prometheus = _prometheus()
         self.events = list(history)
@@ -53,6 +65,12 @@ class Metrics:
         self.registry.register(self)
         self.server: Any = None
         self.broken = False
+        self.finished = threading.Event()  # the agent's last event is recorded
+        self.final_scrape = threading.Event()  # ... and a scrape has read it
+        self._writing = threading.local()  # a textfile write is no scrape
+        self._stop_refresh = threading.Event()
+        if textfile is not None:
+            threading.Thread(target=self._refresh, args=(refresh,), name="hacfg-metrics", daemon=True).start()
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` from a background thread; the port it listens on."""
@@ -66,10 +84,19 @@ class Metrics:
         """One more event (an :class:`~hacfg.agent.state.EventLog` listener); rewrite the textfile."""
         with self.lock:
             self.events.append(event)
+        self._write_textfile()
+
+    def _refresh(self, every: float) -> None:
+        """Between events too: wall time and ETTR move while an attempt runs."""
+        while not self._stop_refresh.wait(every):
+            self._write_textfile()
+
+    def _write_textfile(self) -> None:
         if self.textfile is None:
             return
         from hacfg.fsutil import write_output
 
+        self._writing.active = True
         try:
             write_output(self.textfile, self.prometheus.generate_latest(self.registry))
         except OSError as err:
@@ -77,9 +104,16 @@ class Metrics:
                 self.broken = True
                 reason = err.strerror or err
                 self.echo(f"[hacfg] cannot write metrics to {self.textfile}: {reason}; supervision continues")
+        finally:
+            self._writing.active = False
 
-    def close(self) -> None:
+    def close(self, linger: float = 0.0) -> None:
+        """Stop, once a scrape has read the final values or after ``linger`` seconds."""
+        self._stop_refresh.set()
+        self.finished.set()
+        self._write_textfile()
         if self.server is not None:
+            self.final_scrape.wait(linger)
             self.server.shutdown()
             self.server.server_close()
 
@@ -88,6 +122,11 @@ class Metrics:
 
         with self.lock:
             events = list(self.events)
+        finished = self.finished.is_set()
+        if finished and not getattr(self._writing, "active", False):
+            self.final_scrape.set()
+        # while the agent runs, time runs on between its events
+        result = goodput.breakdown(events, now=None if finished else datetime.now(UTC))
         counters: dict[str, Any] = next((e for e in reversed(events) if "counted" in e), {})
         kinds = [e.get("event") for e in events]
         bounds = [k for k in kinds if k in (Event.ATTEMPT_START, Event.ATTEMPT_EXIT, Event.AGENT_START)]
@@ -104,22 +143,20 @@ class Metrics:
         failures = CounterMetricFamily(PREFIX + "failures", "Attempts that failed, by cause.", labels=["cause"])
         exits = [e for e in events if e.get("event") == Event.ATTEMPT_EXIT]
         causes = Counter(e.get("cause") for e in exits if e.get("cause") != Ending.SUCCESS)
-        for cause, count in sorted(causes.items()):
-            failures.add_metric([str(cause)], count)
+        for cause in sorted({*FAILURE_CAUSES, *map(str, causes)}):
+            failures.add_metric([cause], causes[cause])
         yield failures
         yield CounterMetricFamily(PREFIX + "hangs", "Hangs detected.", value=kinds.count(Event.HANG))
         decisions = CounterMetricFamily(PREFIX + "decisions", "Decisions taken after attempts.", labels=["action"])
-        for action, count in sorted(
-            Counter(e.get("action") for e in events if e.get("event") == Event.DECISION).items()
-        ):
-            decisions.add_metric([str(action)], count)
+        actions = Counter(e.get("action") for e in events if e.get("event") == Event.DECISION)
+        for action in sorted({*Action, *map(str, actions)}):
+            decisions.add_metric([action], actions[action])
         yield decisions
-        result = goodput.breakdown(events)
         seconds = GaugeMetricFamily(PREFIX + "goodput_seconds", "The wall time by goodput kind.", labels=["kind"])
         for kind, value in result.totals.items():
             seconds.add_metric([kind], value)
         yield seconds
-        yield gauge("wall_seconds", "First event to the latest.", result.wall)
+        yield gauge("wall_seconds", "First event to now (to the last event once the agent ended).", result.wall)
         yield gauge("ettr_ratio", "Effective training time ratio: productive over wall time.", result.ettr)
         if events:
             latest = goodput.when(events[-1]).timestamp()

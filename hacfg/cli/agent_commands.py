@@ -47,6 +47,7 @@ def run_agent(
     standalone: bool = False,
     metrics_file: Path | None = None,
     metrics_listen: tuple[str, int] | None = None,
+    metrics_linger: str = "30s",
     warm: bool = True,
     preload: str | None = None,
 ) -> int:
@@ -77,9 +78,20 @@ def run_agent(
         config_nodes=policy.nodes if config else None,
         metrics_file=metrics_file,
         metrics_listen=metrics_listen,
+        metrics_linger=_seconds(metrics_linger, "--metrics-linger"),
         warm=warm,
         preload=_module_names(preload) if preload is not None else None,
     )
+
+
+def _seconds(text: str, option: str) -> float:
+    from hacfg.scenario.model import parse_duration
+    from hacfg.scenario.source import InputError
+
+    try:
+        return float(parse_duration(text).total_seconds())
+    except ValueError as err:
+        raise InputError(f"{option}: {err}") from None
 
 
 def _module_names(text: str) -> list[str]:

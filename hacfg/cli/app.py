@@ -298,6 +298,12 @@ def agent_command(
     metrics_port: Optional[str] = typer.Option(
         None, "--metrics-port", metavar="[HOST:]PORT", help="Serve Prometheus metrics on /metrics."
     ),
+    metrics_linger: str = typer.Option(
+        "30s",
+        "--metrics-linger",
+        metavar="DURATION",
+        help="After the agent ends, serve the final metrics until a scrape reads them, or this long.",
+    ),
     warm: bool = typer.Option(
         True, "--warm/--no-warm", help="Fork Python restarts from an interpreter that imported the script's packages."
     ),
@@ -337,6 +343,7 @@ def agent_command(
         standalone=standalone,
         metrics_file=metrics_file,
         metrics_listen=listen,
+        metrics_linger=metrics_linger,
         warm=warm,
         preload=preload,
     )
