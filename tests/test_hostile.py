@@ -172,3 +172,10 @@ def test_import_writes_no_scenario_nested_past_what_hacfg_reads(cli, tmp_path, d
     else:
         assert result.code == 2
         assert re.fullmatch(rf"{body}:1:\d+: nested 200 levels deep: under passthrough .*\n", result.err)
+
+
+def test_a_whole_float_past_a_doubles_range_is_infinite_as_1e400_is():
+    from hacfg.scenario.source import parse
+
+    text = f"a: !!float {'7' * 400}\nb: !!float -{'7' * 400}\nc: 1e400\nd: !!float 12\n"
+    assert parse(text, "ha.yaml").data == {"a": float("inf"), "b": float("-inf"), "c": float("inf"), "d": 12.0}

@@ -421,6 +421,14 @@ def resolve_plain(value: str) -> Any:
     return _SPECIAL_FLOATS.get(value.lower(), value)
 
 
+def _as_float(value: int | float) -> float:
+    """``!!float`` of a whole number past a double's range is infinite, as ``1e400`` reads."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 class TooLong(ValueError):
     """An integer longer than hacfg reads: Python could not print it back (its int/str limit)."""
 
@@ -511,4 +519,4 @@ class _Builder:
         value = resolve_plain(node.value)
         if not _is_a(value, kind):
             raise self.fail(f"{node.value!r} is not a valid !!{kind}", node)
-        return float(value) if kind == "float" else value
+        return _as_float(value) if kind == "float" else value
