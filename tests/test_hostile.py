@@ -145,7 +145,7 @@ def test_huge_numbers_in_strings_are_findings_or_passthrough(cli, tmp_path):
     """Counts and durations written as strings reach int() and timedelta() further in."""
     duration = tmp_path / "ha.yaml"
     duration.write_text(f"version: 1\nscenario: single-node\nhang:\n  timeout: {HUGE}m\n")
-    assert cli("lint", duration).out.startswith(f"{duration}:4:12: HA102 error hang.timeout: a duration longer than")
+    assert f"{duration}:4:12: HA102 error hang.timeout: a duration longer than 999999999 days" in cli("lint", duration).out
     body = tmp_path / "job.json"
     annotations = {"fault-tolerance/job-retry-num": HUGE, "fault-tolerance/pod-retry-num": HUGE}
     environment = {"MA_HANG_DETECT_TIME": "9" * 17}
