@@ -173,10 +173,11 @@ def wheel_venv(tmp_path_factory) -> Venv:
 
 
 def pytest_addoption(parser):
-    parser.addoption("--slow", action="store_true", help="Run the property-based tests with many more examples.")
+    # Not --slow: the marker of that name (`pytest -m "not slow"`) says which tests to skip.
+    parser.addoption("--many-examples", action="store_true", help="Run the property-based tests with many more examples.")
 
 
 @pytest.fixture(scope="session")
 def examples(request) -> int:
-    """How many examples each property-based test runs: thousands in CI, far more with --slow."""
-    return 20000 if request.config.getoption("--slow") else 1000
+    """How many examples each property-based test runs: thousands in CI, far more with --many-examples."""
+    return 20000 if request.config.getoption("--many-examples") else 1000

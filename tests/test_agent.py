@@ -62,6 +62,7 @@ def test_progress_between_failures_resets_the_streak(tmp_path):
     assert decisions(tmp_path) == ["proc_restart"] * 5 + ["success"]
 
 
+@pytest.mark.slow
 def test_hung_child_is_killed_restarted_not_counted_three_in_a_row(tmp_path):
     started = time.monotonic()
     result = agent(tmp_path, "--max-restarts", "1", "--hang-retry", "--hang-timeout", "1s", "--initial-hang-timeout", "1s", "--grace", "1", child="silent.py")
@@ -74,12 +75,14 @@ def test_hung_child_is_killed_restarted_not_counted_three_in_a_row(tmp_path):
     assert time.monotonic() - started < 20
 
 
+@pytest.mark.slow
 def test_heartbeat_keeps_a_silent_child_alive(tmp_path):
     result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "1s", child="heartbeat_then_exit.py", env={"PYTHONPATH": str(REPO)})
     assert (result.returncode, result.stdout) == (0, "done\n")
     assert not [e for e in read_events(tmp_path / "state") if e["event"] == "hang"]
 
 
+@pytest.mark.slow
 def test_child_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path):
     started = time.monotonic()
     result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "1s", "--grace", "1", child="ignore_term.py")

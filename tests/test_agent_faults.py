@@ -10,7 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import CHILDREN, REPO, agent_argv, read_events
+
+pytestmark = pytest.mark.slow  # a hundred kills, clock jumps, broken disks
 
 
 def children_of(pid: int) -> list[tuple[int, str]]:

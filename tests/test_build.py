@@ -69,6 +69,7 @@ def test_full_body_of_the_example(cli):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["modelarts", "volcano"])
 def test_output_is_deterministic(target):
     """Byte for byte, in processes whose string hashing (so set and dict-of-set order) differs."""
@@ -244,6 +245,7 @@ def test_into_keeps_the_bodys_node_count_unless_the_file_states_one(cli, write, 
     assert json.loads((tmp_path / "out.json").read_text())["spec"]["resource"]["node_count"] == 8
 
 
+@pytest.mark.slow
 def test_jsonschema_is_imported_only_to_explain_an_invalid_output(write):
     """It takes longer to import than the rest of a build; a valid output is decided without it."""
     for target in ("modelarts", "volcano"):

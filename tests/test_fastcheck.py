@@ -135,6 +135,7 @@ def perturbed(document: dict[str, Any], changes: list[tuple[tuple[str, ...], Any
 NEAR_MISSES = st.builds(perturbed, PLAIN, st.lists(st.tuples(st.sampled_from(PLACES), EDGES), max_size=2))
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(NEAR_MISSES, st.sampled_from(["huaweicloud", "otc", None, 7]))
 def test_the_fast_path_never_disagrees_with_pydantic(document, platform):

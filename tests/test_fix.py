@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -85,11 +86,13 @@ def yaml_body(layout: dict, text: str) -> tuple[str, bool]:
     return layout["newline"].join(lines) + layout["newline"], layout["bom"]
 
 
+@pytest.mark.slow
 def test_json_bodies_keep_every_other_byte(tmp_path_factory, examples):
     strategy = st.builds(json_body, layouts, json_text, st.sampled_from(["  ", "    ", "\t", "\t\t"]), st.booleans())
     check(tmp_path_factory, examples, strategy, "job.json")
 
 
+@pytest.mark.slow
 def test_yaml_bodies_keep_every_other_byte(tmp_path_factory, examples):
     check(tmp_path_factory, examples, st.builds(yaml_body, layouts, yaml_text), "job.yaml")
 

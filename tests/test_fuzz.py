@@ -15,6 +15,8 @@ from conftest import REPO, run_hacfg
 from hacfg.cli.main import main
 from hacfg.scenario.source import InputError, parse
 
+pytestmark = pytest.mark.slow  # thousands of generated inputs
+
 FRAGMENTS = [
     line
     for path in [*sorted((REPO / "presets").glob("*.yaml")), *sorted((REPO / "tests" / "rules").rglob("*.yaml"))]

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import REPO
+
+pytestmark = pytest.mark.slow  # builds a wheel and installs it in a fresh virtualenv
 
 
 def test_wheel_installs_and_builds_from_another_directory(wheel_venv, tmp_path):

@@ -65,6 +65,7 @@ def hacfg(*args: str | Path, cwd: Path) -> tuple[Result, set[str]]:
     return Result(proc.returncode, proc.stdout, err), {line.rsplit("|", 1)[1].strip() for line in timings}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [
@@ -107,6 +108,7 @@ def test_shell_completion_goes_to_typer_whatever_the_arguments(tmp_path):
     assert proc.returncode == 0 and "_hacfg_completion" in proc.stdout, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_large_report_reaches_a_pipe_and_a_file_whole(tmp_path):
     for index in range(300):
         (tmp_path / f"job{index}").mkdir()

@@ -25,6 +25,8 @@ torch = pytest.importorskip("torch")
 
 from conftest import REPO  # noqa: E402
 
+pytestmark = pytest.mark.slow  # groups of agents around real torch DDP
+
 TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
 STEPS, EVERY = 16, 4
 

@@ -139,6 +139,7 @@ def test_the_registered_plugin_is_gone_after_the_test():
     assert "TST001" not in lint.registry()
 
 
+@pytest.mark.slow
 def test_agent_reports_broken_prechecks_and_classifiers_as_events(tmp_path):
     env = {
         "PYTHONPATH": str(PLUGINS),
@@ -163,6 +164,7 @@ def test_agent_reports_broken_prechecks_and_classifiers_as_events(tmp_path):
     assert [e["cause"] for e in events if e["event"] == "attempt_exit"] == ["environment", "environment"]
 
 
+@pytest.mark.slow
 def test_recovery_hooks_see_every_event_and_run_before_each_restart(tmp_path):
     log = tmp_path / "recovery.jsonl"
     result = run_hacfg(
@@ -179,6 +181,7 @@ def test_recovery_hooks_see_every_event_and_run_before_each_restart(tmp_path):
     assert order[order.index("restart") - 1:order.index("restart") + 2] == ["decision", "restart", "attempt_start"]
 
 
+@pytest.mark.slow
 def test_a_failing_recovery_hook_is_an_event_and_the_restart_goes_ahead(tmp_path):
     result = run_hacfg(
         "--plugin", "raising_hooks", "agent", "--max-restarts", "1", "--no-precheck", "--state-dir", tmp_path / "state", "--",
@@ -197,6 +200,7 @@ def test_a_failing_recovery_hook_is_an_event_and_the_restart_goes_ahead(tmp_path
     assert "[hacfg] plugin 'raising_hooks' raised in hacfg_before_restart: PermissionError: /dev/shm" in result.err
 
 
+@pytest.mark.slow
 def test_a_builtin_plugin_that_fails_to_load_exits_3_with_one_line(tmp_path):
     """A broken installation, as a checkout on PYTHONPATH next to another hacfg's metadata gives."""
     distribution(tmp_path, "hacfg", {"presets": "hacfg.plugins.presets", "rules-gone": "hacfg.plugins.no_such_rules"}, version="0.0.1")
@@ -209,6 +213,7 @@ def test_a_builtin_plugin_that_fails_to_load_exits_3_with_one_line(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_a_broken_builtin_plugin_fails_the_commands_that_call_its_hook(tmp_path):
     """Its hook declared, the plugin is imported only when that hook is called: build calls no rules."""
     entry_points = {"presets": "hacfg.plugins.presets", "modelarts": "hacfg.plugins.modelarts", "rules-gone": "hacfg.plugins.rules.gone"}

@@ -15,7 +15,8 @@ import yaml
 
 from conftest import REPO
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+# slow: pre-commit builds its hook environments
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("git") is None, reason="needs git")]
 
 BODY = {
     "kind": "job",

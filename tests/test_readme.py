@@ -12,6 +12,8 @@ from test_lint_cli import BAD_BODY
 
 from conftest import REPO, run_hacfg
 
+pytestmark = pytest.mark.slow  # every command of the README, each a real process
+
 README = (REPO / "README.md").read_text()
 SECTIONS = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", README, re.DOTALL | re.MULTILINE))
 BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.DOTALL)

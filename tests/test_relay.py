@@ -169,6 +169,7 @@ def test_only_a_pipe_is_spliced_from(tmp_path, pipe):
         assert not splice_allowed(handle.fileno(), pipe[1])
 
 
+@pytest.mark.slow
 def test_the_agent_appends_to_a_log_opened_with_append(tmp_path):
     log = tmp_path / "train.log"
     log.write_bytes(b"attempt from yesterday\n")
@@ -179,6 +180,7 @@ def test_the_agent_appends_to_a_log_opened_with_append(tmp_path):
     assert log.read_bytes() == b"attempt from yesterday\n" + bytes(range(256)) * 64
 
 
+@pytest.mark.slow
 def test_the_agent_relays_to_a_terminal(tmp_path):
     master, slave = os.openpty()
     tty.setraw(slave)

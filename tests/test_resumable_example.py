@@ -17,6 +17,8 @@ from pytest import approx
 from conftest import REPO, read_events
 from hacfg.agent.goodput import when
 
+pytestmark = pytest.mark.slow  # real training runs with faults injected
+
 EXAMPLE = REPO / "examples" / "resumable-training"
 PRECHECKS_PASS = {
     "HACFG_PRECHECK_ROOT_MIN": "1K",
