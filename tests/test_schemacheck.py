@@ -63,6 +63,7 @@ def mutate(document, rng: random.Random):
     return document
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target_name", ["modelarts", "volcano"])
 def test_the_verdict_on_mutated_outputs_is_jsonschemas(target_name):
     target, documents = outputs(target_name)
@@ -117,6 +118,7 @@ LEFT_TO_JSONSCHEMA = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schema", SCHEMAS, ids=lambda schema: json.dumps(schema)[:40])
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(instance=json_values)

@@ -189,6 +189,7 @@ def ulimit_with(monkeypatch, limit: int, soft: int) -> dict[str, tuple[str, str]
 # --- ha-configuration.txt: constraints and Table 1 ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_suspension_detected_only_on_gpu_and_npu(cli, write):
     """ha-configuration.txt: "Suspension can be detected only for training jobs that run on GPUs or NPUs."
 
@@ -244,6 +245,7 @@ def test_auto_restart_default_maximum_is_3(cli, tmp_path):
     assert annotations(cli, tmp_path / "ha.yaml")[ma.JOB_RETRY_NUM] == "3"
 
 
+@pytest.mark.slow
 def test_only_three_consecutive_unconditional_restarts(tmp_path):
     """ha-configuration.txt: "To avoid invalid restart, the system supports only three consecutive unconditional restarts."
 
@@ -254,6 +256,7 @@ def test_only_three_consecutive_unconditional_restarts(tmp_path):
     assert run.code == 1 and len(run.attempts) == 4
 
 
+@pytest.mark.slow
 def test_unconditional_restarts_occupy_the_maximum(tmp_path):
     """ha-configuration.txt: "Note: Unconditional auto restart occupies Maximum number of restarts."
 
@@ -264,6 +267,7 @@ def test_unconditional_restarts_occupy_the_maximum(tmp_path):
     assert run.events[-1]["counted"] == 2 and "restart budget of 2 spent" in run.err
 
 
+@pytest.mark.slow
 def test_unconditional_example_leaves_seven_restarts(tmp_path):
     """ha-configuration.txt: "If the training job continues to repeatedly restart after the restart, Unconditional auto restart will no longer be triggered, leaving 7 remaining restart attempts."
 
@@ -278,6 +282,7 @@ def test_unconditional_example_leaves_seven_restarts(tmp_path):
     assert after_three.remaining == 7 and after_three.actions[-1] == "give_up"
 
 
+@pytest.mark.slow
 def test_hang_restarts_limited_to_three_in_a_row(hang_run):
     """ha-configuration.txt: "To prevent unnecessary restarts, ModelArts limits consecutive restarts to three."
 
@@ -287,12 +292,14 @@ def test_hang_restarts_limited_to_three_in_a_row(hang_run):
     assert hang_run.code == 138 and len(hang_run.attempts) == 4
 
 
+@pytest.mark.slow
 def test_hang_restarts_do_not_occupy_the_maximum(hang_run):
     """ha-configuration.txt: "Note: Restart Upon Suspension does not occupy Maximum number of restarts." """
     assert [e["counted"] for e in hang_run.events if e["event"] == "decision"] == [0, 0, 0, 0]
     assert [r for _, r in hang_run.attempts] == [0, 1, 2, 3]  # restarts, all the same
 
 
+@pytest.mark.slow
 def test_hang_example_leaves_ten_restarts(hang_run):
     """ha-configuration.txt: "The remaining number of restart times is 10."
 
@@ -423,6 +430,7 @@ def test_pod_retry_num_annotation(cli, write, tmp_path):
 # --- ha-configuration.txt: check items (Table 3) -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dns_resolves_the_volcano_host_files(tmp_path):
     """ha-configuration.txt: "The domain names of the volcano containers in the .host file in /etc/volcano are successfully resolved."
 
@@ -449,6 +457,7 @@ def verdicts_at_and_above(tmp_path: Path, item: str, variable: str, size: int) -
     return at, over
 
 
+@pytest.mark.slow
 @namespaces
 def test_disk_size_root_greater_than_32_gb(tmp_path):
     """ha-configuration.txt: "Disk size – Container root directory	disk-size root	None	The directory is greater than 32 GB."
@@ -458,6 +467,7 @@ def test_disk_size_root_greater_than_32_gb(tmp_path):
     assert verdicts_at_and_above(tmp_path, "disk-size root", "HACFG_PRECHECK_ROOT_PATH", 32 * GiB) == ("failed", "passed")
 
 
+@pytest.mark.slow
 @namespaces
 def test_disk_size_shm_greater_than_1_gb(tmp_path):
     """ha-configuration.txt: "Disk size – /dev/shm	disk-size shm	None	The directory is greater than 1 GB."
@@ -468,6 +478,7 @@ def test_disk_size_shm_greater_than_1_gb(tmp_path):
     assert precheck_on_tmpfs(tmp_path, {"/dev/shm": GiB + 4096})["disk-size shm"][0] == "passed"
 
 
+@pytest.mark.slow
 @namespaces
 def test_disk_size_cache_greater_than_32_gb(tmp_path):
     """ha-configuration.txt: "Disk size – /cache	disk-size cache	None	The directory is greater than 32 GB."
@@ -478,6 +489,7 @@ def test_disk_size_cache_greater_than_32_gb(tmp_path):
     assert verdicts_at_and_above(tmp_path, "disk-size cache", "HACFG_PRECHECK_CACHE_PATH", 32 * GiB) == ("failed", "passed")
 
 
+@pytest.mark.slow
 def test_ulimit_only_on_infiniband(tmp_path):
     """ha-configuration.txt: "ulimit check	ulimit	An IB network is used."
 
@@ -530,6 +542,7 @@ def test_ulimit_minimums(tmp_path, monkeypatch, item, limit, minimum, unit):
     assert ulimit_with(monkeypatch, limit, (minimum + 1) * unit)[item] == ("passed", str(minimum + 1))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("pynvml") is not None, reason="with NVML the check counts real GPUs, not device nodes"
 )
@@ -614,6 +627,7 @@ def test_workflow_operator_re_execution_on_ascend(cli, write):
     )
 
 
+@pytest.mark.slow
 def test_workflow_monitor_events(tmp_path, cli):
     """ha-configuration.txt: "Monitor logs, events, and recovery details while the job is running."
 
@@ -662,6 +676,7 @@ def test_table_4_long_term(cli):
 # --- ha-configuration.txt: effect of the check, restart details ---------------------------------
 
 
+@pytest.mark.slow
 def test_passed_checks_log_the_keyword_item(tmp_path):
     """ha-configuration.txt: "If the fault tolerance check is passed, the logs of the check items will be recorded, indicating that the check items are successful."
 
@@ -678,6 +693,7 @@ def test_passed_checks_log_the_keyword_item(tmp_path):
     assert "[hacfg] item=dns status=passed value=1/1" in result.err
 
 
+@pytest.mark.slow
 def test_failed_checks_log_the_keyword_item(tmp_path):
     """ha-configuration.txt: "If a fault tolerance check fails, check failure logs will be recorded."
 
@@ -701,6 +717,7 @@ def test_failed_checks_log_the_keyword_item(tmp_path):
     assert result.code == 138 and not marker.exists()
 
 
+@pytest.mark.slow
 def test_restarted_while_the_count_is_not_reached(tmp_path):
     """ha-configuration.txt: "If the number of job restarts does not reach the specified time, the job will be automatically issued again."
 
@@ -710,6 +727,7 @@ def test_restarted_while_the_count_is_not_reached(tmp_path):
     assert run.attempts == [(1, 0), (2, 1), (3, 2)] and run.code == 138
 
 
+@pytest.mark.slow
 def test_restarted_job_that_fails_logs_error_exiting(tmp_path):
     """ha-configuration.txt: "You can search for keywords error,exiting to obtain the logs recording a restarted job that ends with a failure."
 
@@ -720,6 +738,7 @@ def test_restarted_job_that_fails_logs_error_exiting(tmp_path):
     assert run.code == 1 and "error,exiting" in run.err
 
 
+@pytest.mark.slow
 def test_restart_count_and_maximum_are_shown(tmp_path, cli):
     """ha-configuration.txt: "Restarts displays the current number of restart times and the maximum number of restart times." """
     run = agent_run(tmp_path, "{max: 2}", KILLED)
@@ -816,6 +835,7 @@ def test_multi_node_reliable_shared_storage(cli, write):
     )
 
 
+@pytest.mark.slow
 def test_re_entrant_scripts_are_launched_again(tmp_path):
     """ha-scenarios.txt: "Ensure training scripts support repeated launches (i.e., re-entrancy capability)."
 
@@ -875,6 +895,7 @@ def test_llm_periodic_checkpoints(cli, write):
     )
 
 
+@pytest.mark.slow
 def test_llm_recovers_from_the_newest_valid_checkpoint(tmp_path):
     """ha-scenarios.txt: "Support automatic recovery from the most recent valid checkpoint."
 
@@ -1040,6 +1061,7 @@ def test_retry_options_need_job_retry_num(cli, write):
     assert {("HA005", "restart.unconditional", "error"), ("HA005", "restart.on_hang", "error")} <= found
 
 
+@pytest.mark.slow
 def test_exit_137_is_an_environment_fault(tmp_path):
     """modelarts.md: "a clean OOM kill gives exit code 137, which triggers unconditional rescheduling."
 

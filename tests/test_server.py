@@ -137,6 +137,7 @@ def apply(text: str, edit: types.TextEdit) -> str:
     return text[: offset(edit.range.start)] + edit.new_text + text[offset(edit.range.end) :]
 
 
+@pytest.mark.slow
 def test_a_session_from_initialize_to_exit_diagnostics_on_open_and_change(tmp_path):
     editor = Editor(tmp_path)
     assert editor.initialized.server_info.name == "hacfg"
@@ -238,6 +239,7 @@ def test_a_saved_base_file_speaks_again_through_its_comments(editor):
     assert editor.diagnostics("vouched.ha.yaml") == []
 
 
+@pytest.mark.slow
 def test_without_pygls_the_command_says_what_to_install(tmp_path):
     (tmp_path / "pygls").mkdir()
     (tmp_path / "pygls" / "__init__.py").write_text("raise ModuleNotFoundError('No module named pygls', name='pygls')\n")

@@ -92,6 +92,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(json_values, st.sampled_from([None, 0, 2, "\t"]), st.booleans(), st.sampled_from(["\n", "\r\n"]))
 def test_json_positions_are_where_libyaml_marks_them(value, indent, ascii_only, newline):
@@ -121,6 +122,7 @@ def test_a_yaml_stream_is_read_document_by_document():
     assert [doc.data for doc in parse_all("", "empty.yaml")] == [None]
 
 
+@pytest.mark.slow
 def test_alias_bomb_is_refused_without_expanding():
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
