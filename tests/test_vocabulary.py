@@ -6,8 +6,8 @@ import json
 import re
 
 import pytest
-from test_agent import agent, events
 
+from conftest import agent, read_events
 from hacfg.agent import vocabulary
 from hacfg.agent.vocabulary import Action, Cause, Ending, Event
 
@@ -40,7 +40,7 @@ def test_the_state_table_names_every_kind_of_event():
 )
 def test_every_word_a_real_agent_writes_is_in_the_vocabulary(tmp_path, options, child):
     agent(tmp_path, "--grace", "1", *options, child=child)
-    for record in events(tmp_path):
+    for record in read_events(tmp_path / "state"):
         Event(record["event"])
         if record["event"] == Event.ATTEMPT_EXIT:
             Ending(record["cause"])
