@@ -319,3 +319,16 @@ def test_a_64_mib_line_costs_what_a_64_mib_log_does(tmp_path):
     assert long_peak - small_peak < 16 << 10, (long_peak, small_peak)  # KiB: the line is never held whole
     assert normal_peak - small_peak < 16 << 10, (normal_peak, small_peak)
     assert long_time < 3 * normal_time + 1, (long_time, normal_time)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["Training end with return code: 137", "[ModelArts Service Log][INFO] Training end with return code: 137"],
+    ids=["bare", "with the level tag"],
+)
+def test_the_modelarts_end_line_is_read_with_or_without_its_tags(cli, write, line):
+    log = write("job.log", f"step 10 loss 0.3\n{line}\n")
+    config = write("ha.yaml", "version: 1\nscenario: single-node\nrestart:\n  max: 3\n")
+    _, [report] = diagnose_json(cli, "--config", config, log)
+    assert (report["cause"], report["exit_status"]["exit_code"], report["exit_status"]["how"]) == ("environment", 137, "read")
+    assert report["decisions"][0]["action"] == "proc_restart"  # not give_up on an assumed exit 1

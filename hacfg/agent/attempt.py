@@ -98,7 +98,7 @@ class Supervisor:
         first_hang_timeout: float | None,
         heartbeat: Path,
         grace: float,
-        on_hang: Callable[[tuple[str, ...], float], None] = lambda tail, idle: None,
+        on_hang: Callable[[tuple[str, ...], float, float], None] = lambda tail, idle, timeout: None,
         on_signal: Callable[[int], object] = lambda signum: None,
         on_first_activity: Callable[[float], object] = lambda after: None,
         accelerator: UtilizationProbe | None = None,
@@ -223,7 +223,7 @@ class Supervisor:
                 kill_at = float("inf")
             elif timeout is not None and kill_at is None and now >= last_activity + timeout:
                 hung = True
-                self.on_hang(self.tail_lines(), now - last_activity)
+                self.on_hang(self.tail_lines(), now - last_activity, timeout)
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
             # 1 s: sample accelerators, notice an exit with the pipes held open; until the first sign

@@ -54,7 +54,12 @@ _SHELL = re.compile(
 _FAULTHANDLER = re.compile(rf"Fatal Python error: (?P<name>{_NAMES})")
 _TORCHRUN_EXIT = re.compile(r"\bexitcode\s*:\s*(-?\d+)")  # "exitcode  : -9 (pid: 77)", "failed (exitcode: 1)"
 _TORCHRUN_SIGNAL = re.compile(r"\bSignal (\d+) \(SIG\w+\) received by PID")
-_MODELARTS_EXIT = re.compile(r"\[ModelArts Service Log\]\s*Training end with return code:\s*(\d+)", re.IGNORECASE)
+# ModelArts' "[ModelArts Service Log][INFO] Training end with return code: 137", with or without the tags
+_MODELARTS_EXIT = re.compile(r"\bTraining end with return code:\s*(\d+)", re.IGNORECASE)
+# The agent's own lines in the log of a run under ``hacfg agent``: how each attempt ended, and a hang.
+AGENT_PREFIX = "[hacfg] "
+_AGENT_ENDED = re.compile(r"\[hacfg\] attempt (\d+) ended: (?:exit (-?\d+)|killed by (SIG[A-Z0-9]+))")
+_AGENT_HUNG = re.compile(r"\[hacfg\] attempt (\d+) hung: ")
 _KNOWN_SIGNALS = frozenset(s.value for s in signal.Signals)
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
 
@@ -73,13 +78,15 @@ class ExitStatus:
     signal: int | None
     how: Literal["read", "inferred", "assumed"]
     line: Line | None = None
+    hung: bool = False  # the agent found the attempt hung before it ended
+    agent: bool = False  # read from the agent's own line: the log is of a run under ``hacfg agent``
 
     @property
     def failure(self) -> Failure:
-        return Failure(self.exit_code, self.signal, ())
+        return Failure(self.exit_code, self.signal, (), self.hung)
 
     def describe(self) -> str:
-        ended = self.failure.describe()
+        ended = self.failure.describe() + (" after the agent found it hung" if self.hung else "")
         if self.line is None:
             return f"{ended} assumed: the log does not say how the command ended"
         if self.how == "inferred":
@@ -157,7 +164,11 @@ def _line(number: int, head: bytes, length: int) -> Line:
 
 
 def exit_status(lines: Iterable[Line]) -> ExitStatus:
-    """The exit status the log states; a signal beats a later non-zero code, which wraps it."""
+    """The exit status the log states; a signal beats a later non-zero code, which wraps it.
+    Under the agent, the agent's line for the last attempt says it, whatever the command printed."""
+    lines = list(lines)
+    if (told := _agent_status(lines)) is not None:
+        return told
     clues: list[ExitStatus] = []
     traceback: Line | None = None
     for line in lines:
@@ -176,6 +187,30 @@ def exit_status(lines: Iterable[Line]) -> ExitStatus:
     if traceback is not None:
         return ExitStatus(1, None, "inferred", traceback)
     return ExitStatus(1, None, "assumed")
+
+
+def _agent_status(lines: list[Line]) -> ExitStatus | None:
+    """How the last attempt ended, from the agent's ``attempt N ended`` line; None in a log without one."""
+    hung: set[str] = set()
+    told = None
+    for line in lines:
+        if match := _AGENT_HUNG.search(line.text):
+            hung.add(match.group(1))
+        elif match := _AGENT_ENDED.search(line.text):
+            attempt, code, name = match.groups()
+            number = signal.Signals[name].value if name in signal.Signals.__members__ else None
+            told = ExitStatus(int(code) if code else None, number, "read", line, attempt in hung, agent=True)
+    return told
+
+
+def attempt_output(lines: tuple[Line, ...], status: ExitStatus) -> tuple[Line, ...]:
+    """The lines the classifiers see: under the agent, only the command's own output in the last
+    attempt (as the agent saw it), without the agent's lines, whose reasons quote earlier errors."""
+    if not status.agent or status.line is None:
+        return lines
+    end = lines.index(status.line)
+    start = max((i + 1 for i, line in enumerate(lines[:end]) if _AGENT_ENDED.search(line.text)), default=0)
+    return tuple(line for line in lines[start:end] if AGENT_PREFIX not in line.text)
 
 
 def _clue(line: Line) -> ExitStatus | None:
@@ -202,9 +237,10 @@ def diagnose(log: Log, policy: Policy) -> Diagnosis:
     status = exit_status(log.tail)
     if status.exit_code == 0 and status.line is not None:  # only a line says so
         return Diagnosis(log, status, None, (status.line,), ())
-    failure = replace(status.failure, tail=tuple(line.text for line in log.tail))
+    output = attempt_output(log.tail, status)
+    failure = replace(status.failure, tail=tuple(line.text for line in output))
     verdict = classify(failure)
-    evidence = set(_relied_on(log.tail, failure, verdict))
+    evidence = set(_relied_on(output, failure, verdict))
     if status.line is not None:
         evidence.add(status.line)
     return Diagnosis(

@@ -153,7 +153,7 @@ class Agent:
             first_hang_timeout=self.policy.first_hang_timeout if detect else None,
             heartbeat=self.heartbeat,
             grace=self.policy.grace,
-            on_hang=lambda tail, idle: self._hang(budgets, tail, idle),
+            on_hang=lambda tail, idle, timeout: self._hang(budgets, tail, idle, timeout),
             on_signal=lambda signum: self.events.write(
                 Event.SIGNAL, signal=signal.Signals(signum).name, attempt=budgets.attempt
             ),
@@ -174,6 +174,8 @@ class Agent:
             )
             return Outcome(self.rank, Ending.USER, f"cannot start {self.command[0]!r}: {err.strerror or err}", 127)
         failure = Failure(result.exit_code, result.signal, result.tail, result.hung)
+        if failure.code or failure.hung or budgets.attempt > 1:  # a first clean run's output stays the command's own
+            self.echo(f"[hacfg] attempt {budgets.attempt} ended: {failure.describe()}")  # what hacfg diagnose reads
         exit_fields = {
             "round": plan.round,
             "exit_code": result.exit_code,
@@ -239,8 +241,8 @@ class Agent:
             )
         return state
 
-    def _hang(self, budgets: Budgets, tail: tuple[str, ...], idle: float) -> None:
-        timeout = self.policy.hang_timeout
+    def _hang(self, budgets: Budgets, tail: tuple[str, ...], idle: float, timeout: float) -> None:
+        """``timeout`` is the one that fired: the initial one before the first sign of life, else hang.timeout."""
         self.echo(f"[hacfg] attempt {budgets.attempt} hung: no output and no heartbeat for {timeout:g}s; stopping it")
         self.events.write(
             Event.HANG,
