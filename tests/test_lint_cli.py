@@ -70,7 +70,7 @@ def test_json_format(cli, project):
         "message": "annotation fault-tolerance/job-retry-num must be a string, not 3: quote it",
         "fixable": True,
     }
-    assert report["summary"] == {"files": 1, "findings": 2, "errors": 2, "warnings": 0, "infos": 0, "fixable": 2, "suppressed": 0}
+    assert report["summary"] == {"files": 1, "findings": 2, "errors": 2, "warnings": 0, "infos": 0, "fixable": 2, "suppressed": 0, "baselined": 0}
 
 
 def test_sarif_validates_against_the_official_schema(cli, project):

@@ -173,6 +173,12 @@ def lint_command(
         False, "--force-exclude", help="Choose named files as in a directory walk (for pre-commit)."
     ),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    baseline: Optional[Path] = typer.Option(
+        None, "--baseline", metavar="FILE", help="Report only findings not in this baseline (default: the settings')."
+    ),
+    write_baseline: Optional[Path] = typer.Option(
+        None, "--write-baseline", metavar="FILE", help="Record today's findings as the baseline, and report none."
+    ),
 ) -> None:
     """Check scenario files and ModelArts request bodies for risky fault-tolerance settings."""
     code = commands.run_lint(
@@ -185,6 +191,8 @@ def lint_command(
         respect_gitignore=respect_gitignore,
         force_exclude=force_exclude,
         force=force,
+        baseline=baseline,
+        write_baseline=write_baseline,
     )
     raise typer.Exit(code)
 

@@ -7,6 +7,7 @@ every body with the options a user gave. The commands that supervise a job or re
 records are in :mod:`hacfg.cli.agent_commands`, which a lint never loads. Exit codes: 0 ok,
 1 findings, 2 bad input or usage, 3 internal error (and 138, a failed pre-check).
 """
+
 from __future__ import annotations
 
 import os
@@ -104,8 +105,13 @@ def run_lint(
     respect_gitignore: bool = True,
     force_exclude: bool = False,
     force: bool = False,
+    baseline: Path | None = None,
+    write_baseline: Path | None = None,
 ) -> int:
-    """``hacfg lint``: lint files and directories (none: the current directory) and report."""
+    """``hacfg lint``: lint files and directories (none: the current directory) and report.
+
+    With a baseline (``--baseline`` or the settings'), only findings not in it are reported;
+    ``--write-baseline`` records today's findings instead of reporting them."""
     from hacfg.lint import engine as lint
     from hacfg.lint import formatters as report
 
@@ -114,6 +120,17 @@ def run_lint(
         paths, settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
     )
     result = report_discovery(found)
+    if write_baseline is not None:
+        from hacfg.lint.baseline import write as record
+
+        count = record(write_baseline, result.findings)
+        files = f"{result.files} file{'s' * (result.files != 1)}"
+        say(f"wrote {count} finding{'s' * (count != 1)} of {files} to {write_baseline}")
+        return EXIT_OK
+    if (baseline := baseline or settings.baseline) is not None:
+        from hacfg.lint.baseline import Baseline
+
+        result = Baseline.read(baseline).apply(result, rules)
     chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
     write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output, force=force)
     return EXIT_FINDINGS if not exit_zero and result.fails(fail_on or settings.fail_on) else EXIT_OK
@@ -180,9 +197,7 @@ def run_init(scenario: Scenario, output: Path, force: bool = False) -> int:
     return EXIT_OK
 
 
-def run_import(
-    body: Path, output: Path | None = None, platform: Platform = "huaweicloud", force: bool = False
-) -> int:
+def run_import(body: Path, output: Path | None = None, platform: Platform = "huaweicloud", force: bool = False) -> int:
     """``hacfg import``: a scenario file from a request body, with a note for what it cannot express."""
     from hacfg.scenario.importer import import_body
     from hacfg.scenario.source import load
@@ -260,8 +275,13 @@ def run_plan(
     from hacfg.scenario.source import InputError
 
     flags: dict[str, float | None] = {"nodes": nodes}
-    durations = {"node_mtbf": node_mtbf, "interval": interval, "save_time": save_time,
-                 "restart_time": restart_time, "duration": duration}
+    durations = {
+        "node_mtbf": node_mtbf,
+        "interval": interval,
+        "save_time": save_time,
+        "restart_time": restart_time,
+        "duration": duration,
+    }
     for name, spelling in durations.items():
         try:
             flags[name] = None if spelling is None else parse_duration(spelling).total_seconds()

@@ -123,7 +123,8 @@ class Finding:
     logical_path: str
     message: str
     fix: Fix | None = None
-    suppressed: str | None = None  # the suppression's reason, when a comment silenced it
+    suppressed: str | None = None  # why it is not reported: the comment's reason, or the baseline
+    suppression: str = "inSource"  # SARIF's kind of suppression: a comment, or "external" (the baseline)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -185,6 +186,7 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     files: int = 0
     notes: list[str] = field(default_factory=list)  # files named but skipped, and why
+    baseline: str | None = None  # the baseline applied, if any
 
     def worst(self) -> Severity | None:
         active = [f.severity for f in self.findings if f.suppressed is None]
@@ -254,7 +256,7 @@ def lint_file(
             raise
         if "HA100" not in settings.enabled_rules(["HA100"], name):
             return []
-        return [_finding("HA100", rules, err.span, (), err.message)]
+        return [finding_at("HA100", rules, err.span, (), err.message)]
     linters = [_FileLinter(own, settings, rules, base=base) for own in ours(read) or read[:1]]
     for linter in linters:
         linter.run(platform)
@@ -290,7 +292,7 @@ def _under(prefix: LogicalPath, problem: Problem) -> Problem:
     return replace(problem, at=(*prefix, *problem.at), fix=fix)
 
 
-def _finding(
+def finding_at(
     rule_id: str,
     rules: dict[str, RuleSource],
     span: Span,
@@ -353,7 +355,8 @@ class _FileLinter:
                         self.add(rule_id, at)
                 except Exception as err:  # a plugin's bug must not stop the other rules
                     message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}"
-                    self.findings.append(_finding("HA000", self.rules, self.own.span(()), (), message.splitlines()[0]))
+                    span = self.own.span(())
+                    self.findings.append(finding_at("HA000", self.rules, span, (), message.splitlines()[0]))
 
     def context(self, platform: str | None) -> ScenarioContext | JobContext | None:
         if kind_of(self.own) == "job":
@@ -418,7 +421,7 @@ class _FileLinter:
     ) -> None:
         if rule_id not in self.enabled:
             return
-        finding = _finding(rule_id, self.rules, span, path, message, fix=fix, severity=severity)
+        finding = finding_at(rule_id, self.rules, span, path, message, fix=fix, severity=severity)
         override = self.settings.severity.get(rule_id)
         if override:
             finding = replace(finding, severity=override)
@@ -446,7 +449,7 @@ class _FileLinter:
             # a base's comments speak for the files extending it: one that silences nothing here is not stale
             if "HA099" in self.enabled and not (self.base and severity == "info"):
                 span = Span(self.own.path, line, column, line, column)
-                result.append(_finding("HA099", self.rules, span, (), message, severity=severity))
+                result.append(finding_at("HA099", self.rules, span, (), message, severity=severity))
         return sorted(result, key=lambda f: (f.line, f.column, f.rule))
 
     def _relocate(self, finding: Finding) -> Finding:

@@ -44,6 +44,7 @@ def summary(report: Report) -> dict[str, int]:
         "infos": counts["info"],
         "fixable": sum(f.fix is not None for f in findings),
         "suppressed": len(report.findings) - len(findings),
+        "baselined": sum(f.suppressed is not None and f.suppression == "external" for f in report.findings),
     }
 
 
@@ -62,6 +63,8 @@ def text(report: Report, *, excerpts: bool = False) -> str:
             f"file{'s' * (report.files != 1)} ({counts['errors']} errors, {counts['warnings']} warnings, "
             f"{counts['infos']} info){fixable}."
         )
+    if counts["baselined"]:
+        lines.append(f"{counts['baselined']} more in the baseline {report.baseline}, not reported.")
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -102,7 +105,8 @@ def _escape(value: str, *, data: bool = False) -> str:
 
 
 def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
-    """SARIF 2.1.0 as GitHub code scanning takes it; suppressed findings are kept, marked as suppressed in source.
+    """SARIF 2.1.0 as GitHub code scanning takes it; suppressed findings are kept, marked as suppressed
+    (in source by a comment, externally by the baseline), and with a baseline every result has its state.
 
     Paths are percent-encoded URIs relative to ``%SRCROOT%`` (the repository's root, else the
     current directory), whichever directory hacfg ran from; columns count UTF-16 code units.
@@ -130,7 +134,9 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
             result.setdefault("properties", {})["logicalPath"] = f.logical_path
         if f.suppressed is not None:
             justification = {"justification": f.suppressed} if f.suppressed else {}
-            result["suppressions"] = [{"kind": "inSource", **justification}]
+            result["suppressions"] = [{"kind": f.suppression, **justification}]
+        if report.baseline is not None:
+            result["baselineState"] = "unchanged" if f.suppression == "external" else "new"
         if result["ruleIndex"] < 0:
             del result["ruleIndex"]
         results.append(result)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from hacfg.scenario.names import PLATFORMS, SEVERITIES, Platform, Severity
 from hacfg.scenario.source import InputError, did_you_mean
 
-KEYS = ("select", "ignore", "per-file-ignores", "severity", "fail-on", "platform", "include")
+KEYS = ("select", "ignore", "per-file-ignores", "severity", "fail-on", "platform", "include", "baseline")
 _Choice = TypeVar("_Choice", bound=str)
 
 
@@ -42,6 +42,7 @@ class Settings:
     include: tuple[str, ...] = ()
     root: Path = field(default_factory=Path.cwd)
     source: str | None = None  # the file the settings came from
+    baseline: Path | None = None  # findings to report no more (hacfg.lint.baseline), beside the settings file
 
     def enabled_rules(self, rule_ids: Iterable[str], path: str) -> frozenset[str]:
         """The rules that run on ``path``: selected, not ignored, not ignored for this file."""
@@ -161,4 +162,8 @@ def _settings(table: dict[str, Any], root: Path, source: Path) -> Settings:
         if not isinstance(include, list) or not all(isinstance(v, str) for v in include):
             raise fail("include: expected a list of globs")
         settings.include = tuple(include)
+    if "baseline" in table:
+        if not isinstance(table["baseline"], str) or not table["baseline"]:
+            raise fail("baseline: expected the path of a baseline file")
+        settings.baseline = root / table["baseline"]
     return settings
