@@ -108,3 +108,14 @@ def test_a_one_line_body_with_a_bom_and_crlf_neighbours(tmp_path):
     crlf.write_bytes(substitute("\r\n".join(YAML_LINES).format(comment="ü", text='"x"') + "\r\n", BEFORE).encode())
     fix_in_place(crlf)
     assert b"\n" not in crlf.read_bytes().replace(b"\r\n", b"")
+
+
+def test_an_unquoted_switch_is_fixed_to_the_platforms_spelling_in_one_go(tmp_path):
+    """Quoting 0 as "0" left HA015 a second fix to make: fixing twice changed the file twice."""
+    body = tmp_path / "ft.json"
+    body.write_text('{"metadata": {"annotations": {"fault-tolerance/hccl_op_retry": 0, "fault-tolerance/hang-retry": 1}}}')
+    fix_in_place(body)
+    once = body.read_text()
+    assert once == '{"metadata": {"annotations": {"fault-tolerance/hccl_op_retry": "false", "fault-tolerance/hang-retry": "true"}}}'
+    fix_in_place(body)
+    assert body.read_text() == once

@@ -38,7 +38,8 @@ def annotation_not_string(ctx: JobContext) -> Iterator[Problem]:
     ```
 
     ## Fix
-    Quote it: `"3"`, `"true"`. `hacfg fix` does this for numbers and booleans.
+    Quote it: `"3"`, `"true"`. `hacfg fix` does this for numbers and booleans (a switch's `0`
+    or `1` becomes `"false"` or `"true"`, the only spellings the platform reads).
     """
     for key, value in ctx.body.annotations.items():
         if isinstance(value, str):
@@ -46,7 +47,9 @@ def annotation_not_string(ctx: JobContext) -> Iterator[Problem]:
         path = annotation_path(key)
         fix = None
         if isinstance(value, bool | int | float):
-            quoted = json.dumps(ma.annotation_string(value))
+            written = ma.annotation_string(value)
+            # a switch gets the one spelling the platform reads, so HA015 has nothing left to fix
+            quoted = json.dumps(_switch_spelling(written) or written if key in ma.BOOLEAN_ANNOTATIONS else written)
             fix = Fix(path, quoted, f"quote the value: {quoted}")
         yield Problem(path, f"annotation {key} must be a string, not {json.dumps(value)}: quote it", fix=fix)
 
@@ -101,12 +104,17 @@ def boolean_annotation_spelling(ctx: JobContext) -> Iterator[Problem]:
         value = ctx.body.annotations.get(key)
         if not isinstance(value, str) or value in ("true", "false"):
             continue
-        word = value.strip().lower()
-        meant = "true" if word in ma.TRUE_SPELLINGS else "false" if word in ma.FALSE_SPELLINGS else None
+        meant = _switch_spelling(value)
         fix = Fix(annotation_path(key), json.dumps(meant), f'write "{meant}"') if meant else None
         hint = f'write "{meant}"' if meant else 'use "true" or "false"'
         message = f'{key} is {json.dumps(value)}; the platform reads only "true" or "false": {hint}'
         yield Problem(annotation_path(key), message, fix=fix)
+
+
+def _switch_spelling(written: str) -> str | None:
+    """``"true"`` or ``"false"`` for the ways people write a switch (``"Yes"``, ``"0"``), else None."""
+    word = written.strip().lower()
+    return "true" if word in ma.TRUE_SPELLINGS else "false" if word in ma.FALSE_SPELLINGS else None
 
 
 @rule("HA020", "passthrough-owns-key", "error")

@@ -18,6 +18,8 @@ def retry_options_without_auto_restart(ctx: ScenarioContext) -> Iterator[Problem
     ## What it does
     Fires for each of `restart.unconditional`, `restart.on_hang` and `restart.pod_reschedules`
     (or their annotations) when `restart.max` / `fault-tolerance/job-retry-num` is absent or 0.
+    In a scenario file, only for those the file sets itself: `restart: {max: 0}` over a preset
+    turns the preset's refinements off too, and `hacfg build` leaves them out.
 
     ## Why is this bad?
     They all refine auto restart; without `job-retry-num` the platform does not restart the job
@@ -40,7 +42,8 @@ def retry_options_without_auto_restart(ctx: ScenarioContext) -> Iterator[Problem
         ("pod_reschedules", restart.pod_reschedules),
     )
     for name, value in settings:
-        if value:
+        # only what this file says itself: a preset's refinements go off with the auto restart it turns off
+        if value and ctx.is_set(("restart", name)):
             yield Problem(
                 ("restart", name), f"restart.{name} does nothing while auto restart is off: set restart.max >= 1"
             )
