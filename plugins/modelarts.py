@@ -64,14 +64,15 @@ class ModelArts(Target):
     @staticmethod
     def _annotations(config: HAConfig, built: Build) -> dict[str, str]:
         restart = config.restart
+        on = bool(restart.max)  # restart.max 0 turns auto restart off, and with it what refines it
         wanted = [
-            (ma.JOB_RETRY_NUM, ("restart", "max"), str(restart.max) if restart.max else None),
-            (ma.UNCONDITIONAL_RETRY, ("restart", "unconditional"), "true" if restart.unconditional else None),
-            (ma.HANG_RETRY, ("restart", "on_hang"), "true" if restart.on_hang else None),
+            (ma.JOB_RETRY_NUM, ("restart", "max"), str(restart.max) if on else None),
+            (ma.UNCONDITIONAL_RETRY, ("restart", "unconditional"), "true" if on and restart.unconditional else None),
+            (ma.HANG_RETRY, ("restart", "on_hang"), "true" if on and restart.on_hang else None),
             (
                 ma.POD_RETRY_NUM,
                 ("restart", "pod_reschedules"),
-                str(restart.pod_reschedules) if restart.pod_reschedules else None,
+                str(restart.pod_reschedules) if on and restart.pod_reschedules else None,
             ),
             (ma.HCCL_OP_RETRY, ("operator_retry",), "true" if config.operator_retry else None),
         ]
@@ -80,10 +81,10 @@ class ModelArts(Target):
             if value is not None:
                 annotations[key] = value
                 built.origins[("metadata", "annotations", key)] = origin
-        if not restart.max and (restart.unconditional or restart.on_hang or restart.pod_reschedules):
+        if not on and (restart.unconditional or restart.on_hang or restart.pod_reschedules):
             built.notes.append(
-                "restart.unconditional, restart.on_hang and restart.pod_reschedules "
-                "take effect only with restart.max >= 1"
+                "restart.max 0 turns auto restart off: restart.unconditional, restart.on_hang and "
+                "restart.pod_reschedules are left out (they take effect only with restart.max >= 1)"
             )
         return annotations
 

@@ -44,8 +44,6 @@ class Volcano(Target):
         name = config.name.lower().replace("_", "-")  # Kubernetes names are DNS labels
         if name != config.name:
             built.notes.append(f"job name {config.name!r} becomes {name!r}: Kubernetes names are lower case, with '-'")
-        if not job.image:
-            built.notes.append("job.image is not set: the pod needs an image with hacfg installed; set job.image")
         command = [
             "hacfg",
             "agent",
@@ -56,7 +54,8 @@ class Volcano(Target):
             "-c",
             job.command or "",
         ]
-        container: dict[str, Any] = {"name": TASK, "image": job.image or "REPLACE-WITH-YOUR-IMAGE", "command": command}
+        # without an image, missing() refuses the job: no placeholder reaches kubectl apply
+        container: dict[str, Any] = {"name": TASK, "image": job.image or "", "command": command}
         if job.environment:
             container["env"] = [{"name": key, "value": value} for key, value in job.environment.items()]
         cards = self._cards(config, built)
@@ -115,8 +114,11 @@ class Volcano(Target):
         return int(match.group(1) or 1)
 
     def missing(self, config: HAConfig, document: dict[str, Any]) -> list[str]:
-        """Without a command the pod would run nothing and succeed."""
-        return [] if config.job.command else ["no command: set job.command"]
+        """Without a command the pod would run nothing and succeed; without an image it would not start."""
+        found = [] if config.job.command else ["no command: set job.command"]
+        if not config.job.image:
+            found.append("no image: set job.image (an image with hacfg installed)")
+        return found
 
     def serialize(self, document: dict[str, Any]) -> str:
         """One YAML document per object, as ``kubectl apply -f`` reads them."""

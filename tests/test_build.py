@@ -109,7 +109,7 @@ def test_hang_timeout_is_rounded_up_to_whole_minutes(cli, write):
 def test_no_key_is_invented_for_intents_the_platform_lacks(cli, write):
     path = write("ha.yaml", "version: 1\nscenario: single-node\nrestart: {max: 0, on_hang: true}\n")
     result = cli("build", "--only", "annotations", path)
-    assert json.loads(result.out) == {"metadata": {"annotations": {"fault-tolerance/hang-retry": "true"}}}
+    assert json.loads(result.out) == {"metadata": {"annotations": {}}}  # 0 = off, hang restart with it
     assert "take effect only with restart.max >= 1" in result.err
     assert "pre-check only with auto restart" in result.err
 

@@ -94,3 +94,46 @@ def test_a_file_of_several_bodies_is_linted_document_by_document(cli, project):
     assert rules_at(cli) == named
     cli("fix", "jobs.yaml")
     assert (project / "jobs.yaml").read_text().count('"') == 4  # both values quoted and spelled right
+
+
+def test_restart_max_0_over_the_multi_node_preset_is_off_in_lint_and_build(cli, write, tmp_path):
+    path = write("ha.yaml", "version: 1\nscenario: multi-node\nrestart: {max: 0}\n")
+    assert "HA005" not in {rule for rule, _, _ in rules_at(cli, path)}
+    result = cli("build", "--only", "annotations", path)
+    assert json.loads(result.out) == {"metadata": {"annotations": {}}}  # no job-unconditional-retry, no hang-retry
+    assert "restart.max 0 turns auto restart off" in result.err
+    stated = write("own.yaml", "version: 1\nscenario: multi-node\nrestart: {max: 0, on_hang: true}\n")
+    assert ("HA005", 3, 1) in [(rule, line, 1) for rule, line, _ in rules_at(cli, stated)]
+
+
+def test_a_volcano_job_without_an_image_is_refused(cli, write):
+    path = write("ha.yaml", "version: 1\nscenario: multi-node\njob: {command: sh run.sh}\n")
+    result = cli("build", "--target", "volcano", path)
+    assert (result.code, result.out) == (2, "")
+    assert result.err == f"{path}:3:6: the volcano job is incomplete: no image: set job.image (an image with hacfg installed)\n"
+
+
+def test_errors_point_at_the_users_file(cli, write):
+    path = write("ha.yaml", "version: 1\nscenario: multi-node\n")
+    result = cli("build", path)
+    assert result.code == 2
+    assert result.err.startswith(f"{path}:2:11: the modelarts job is incomplete: ")
+    assert "site-packages" not in result.err and "presets" not in result.err
+
+
+def test_a_mistyped_preset_name_gets_a_did_you_mean(cli):
+    result = cli("build", "multinode")
+    assert result.code == 2
+    assert result.err == "multinode: no such file, nor a preset; did you mean 'multi-node'? (presets: llm-long-term, multi-node, single-node)\n"
+
+
+def test_a_missing_boot_file_is_reported_at_the_code_dir_line(cli, write):
+    path = write("ha.yaml", """\
+        version: 1
+        scenario: single-node
+        job: {flavor: f, image: org/x:1, command: sh run.sh}
+        passthrough:
+          algorithm: {code_dir: /obs/code/}
+        """)
+    result = cli("build", path)
+    assert (result.code, result.err) == (2, f"{path}:5:25: modelarts output algorithm: 'boot_file' is a dependency of 'code_dir'\n")

@@ -61,9 +61,11 @@ def compile_config(
     missing = target.missing(loaded.config, document) if only is None else []
     if missing:
         hint = f" (--only {target.parts[0]} builds just that part)" if target.parts else ""
-        raise InputError(
-            f"the {target.name} job is incomplete: {'; '.join(missing)}{hint}", loaded.document.span(("job",))
-        )
+        message = f"the {target.name} job is incomplete: {'; '.join(missing)}{hint}"
+        where = next((path for path in (("job",), ("extends",), ("scenario",)) if stated(loaded, path)), None)
+        if where is None:
+            raise InputError(message, file=loaded.document.path)
+        raise InputError(message, loaded.document.span(where))
     if only is not None and into is None:
         document = target.part(document, only)
     return target.serialize(document), built.notes
@@ -103,6 +105,9 @@ def _validate(document: dict[str, Any], target: Target, built: Build, loaded: Lo
 def _locate(err: Any, target: Target, built: Build, loaded: Loaded, into: Document | None) -> InputError:
     path = tuple(err.absolute_path)
     message = f"{target.name} output {dotted(path) or '(root)'}: {err.message}"
+    if err.validator == "dependentRequired" and isinstance(err.instance, dict):
+        # "boot_file is a dependency of code_dir": point at the code_dir the file wrote
+        path = (*path, next(key for key in err.validator_value if key in err.instance))
     for cut in range(len(path), 0, -1):
         if path[:cut] in built.origins:
             return InputError(message, loaded.document.span(built.origins[path[:cut]] + path[cut:]))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.targets import Target
+from hacfg.scenario.source import InputError, did_you_mean
 
 
 def presets() -> dict[str, Path]:
@@ -54,4 +55,8 @@ def preset_or_path(reference: str) -> Path:
     path = Path(reference)
     if path.exists() or "/" in reference or reference.endswith((".yaml", ".yml", ".json")):
         return path
-    return presets().get(reference, path)
+    known = presets()
+    if reference not in known:
+        hint = did_you_mean(reference, list(known))
+        raise InputError(f"no such file, nor a preset{hint} (presets: {', '.join(sorted(known))})", file=reference)
+    return known[reference]
