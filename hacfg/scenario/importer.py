@@ -82,16 +82,19 @@ class _Importer:
         if not isinstance(annotations, dict):
             return
         low, high = ma.RETRY_LIMITS[self.platform]
+        retries = annotations.get(ma.JOB_RETRY_NUM)
+        # what refines auto restart is modelled only with it: restart.max 0 would build without them
+        on = isinstance(retries, str) and bool(_COUNT.fullmatch(retries)) and low <= int(retries) <= high
         for key, written in annotations.items():
             source = ("metadata", "annotations", key)
             if not isinstance(written, str):
                 self.notes.append(f"{dotted(source)}: {written!r} is not a string; kept as written in passthrough")
                 continue
-            if key == ma.JOB_RETRY_NUM and _COUNT.fullmatch(written) and low <= int(written) <= high:
+            if key == ma.JOB_RETRY_NUM and on:
                 self.take(("restart", "max"), int(written), source)
-            elif key == ma.POD_RETRY_NUM and _COUNT.fullmatch(written) and int(written) >= 1:
+            elif key == ma.POD_RETRY_NUM and on and _COUNT.fullmatch(written) and int(written) >= 1:
                 self.take(("restart", "pod_reschedules"), int(written), source)
-            elif written == "true" and key in _SWITCHES:
+            elif written == "true" and key in _SWITCHES and (on or key == ma.HCCL_OP_RETRY):
                 self.take(_SWITCHES[key], True, source)
 
     def _environments(self, environments: Any) -> None:
