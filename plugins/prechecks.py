@@ -100,6 +100,8 @@ class GpuCheck(Precheck):
     name = "gpu-check"
 
     def run(self, ctx: PrecheckContext) -> list[PrecheckResult]:
+        if ctx.policy.accelerator is None:
+            return [PrecheckResult(self.name, "skipped", detail="accelerator unknown without --config")]
         if ctx.policy.accelerator != "gpu":
             return [PrecheckResult(self.name, "skipped", detail=f"accelerator is {ctx.policy.accelerator}")]
         count, how = self.count(ctx.settings.gpu_devices)

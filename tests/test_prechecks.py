@@ -108,3 +108,14 @@ def test_a_failed_precheck_stops_the_agent_before_the_command(tmp_path):
     assert result.returncode == 138
     assert "[hacfg] item=disk-size shm status=failed" in result.stderr
     assert not marker.exists()
+
+
+def test_without_a_scenario_file_the_gpu_check_is_skipped_not_failed(tmp_path, cli, monkeypatch, builtin_plugins_only):
+    """A CPU machine and no --config: the accelerator is unknown, so no GPU is asked for (no exit 138)."""
+    monkeypatch.setenv("HACFG_PRECHECK_GPU_DEVICES", str(tmp_path / "nvidia[0-9]*"))
+    for name, value in {"HACFG_PRECHECK_ROOT_MIN": "1K", "HACFG_PRECHECK_SHM_PATH": str(tmp_path), "HACFG_PRECHECK_SHM_MIN": "1K",
+                        "HACFG_PRECHECK_CACHE_PATH": str(tmp_path / "no-cache"), "VC_WORKER_HOSTS": "localhost"}.items():
+        monkeypatch.setenv(name, value)
+    result = cli("precheck")
+    assert result.code == 0, result.out
+    assert "[hacfg] item=gpu-check status=skipped detail=accelerator unknown without --config\n" in result.out

@@ -371,9 +371,6 @@ def test_job_retry_num_default_0_means_no_platform_precheck(cli, write):
     assert "the platform runs the environment pre-check only with auto restart (restart.max >= 1)" in notes
 
 
-@pytest.mark.xfail(
-    strict=True, reason="hacfg agent runs its pre-checks with restart.max 0 (policy_from_config/runner.py, agent files)"
-)
 def test_job_retry_num_default_0_agent_runs_no_precheck(tmp_path):
     """ha-configuration.txt: "the environment pre-check will not be enabled"
 

@@ -160,7 +160,7 @@ class Agent:
             on_first_activity=lambda after: self.events.write(
                 Event.FIRST_ACTIVITY, round=plan.round, attempt=budgets.attempt, after=round(after, 3)
             ),
-            accelerator=nvml_probe() if detect and self.policy.accelerator == "gpu" else None,
+            accelerator=nvml_probe() if detect and self.policy.accelerator in ("gpu", None) else None,  # None: unknown
             launch=start,
             keep=self.warm.keep,
         )

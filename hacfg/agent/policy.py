@@ -41,7 +41,7 @@ class Policy:
     initial_hang_timeout: float | None = None  # until the first output or heartbeat; default 2x
     checkpoint_path: Path | None = None
     precheck: bool = False
-    accelerator: str = "gpu"
+    accelerator: str | None = None  # None: not known without a scenario file
     network: str = "ethernet"
     nodes: int = 1
     grace: float = 30.0
@@ -121,7 +121,10 @@ def _give_up(reason: str, command_code: int) -> Decision:
 
 
 def policy_from_config(config: HAConfig) -> Policy:
-    """The agent's policy for a validated scenario; an ``obs://`` checkpoint path is not local, so not scanned."""
+    """The agent's policy for a validated scenario; an ``obs://`` checkpoint path is not local, so not scanned.
+
+    Pre-checks run only with auto restart on, as on the platform ("with job-retry-num 0 the
+    environment pre-check will not be enabled")."""
     path = config.checkpoint.path
     return Policy(
         max_restarts=config.restart.max,
@@ -131,7 +134,7 @@ def policy_from_config(config: HAConfig) -> Policy:
         hang_detect=config.hang.detect,
         hang_timeout=config.hang.timeout.total_seconds(),
         checkpoint_path=Path(path) if path and "://" not in path else None,
-        precheck=config.precheck,
+        precheck=config.precheck and config.restart.max > 0,
         accelerator=config.job.accelerator,
         network=config.job.network,
         nodes=config.job.nodes,
