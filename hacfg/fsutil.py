@@ -31,22 +31,27 @@ def write_output(path: str | Path, data: str | bytes, *, force: bool = False) ->
     device or pipe (``-o /dev/stdout``) is written as a shell redirection would.
     """
     payload = data.encode() if isinstance(data, str) else data
-    target = Path(os.path.realpath(path))
     try:
-        found = os.stat(target)
-    except FileNotFoundError:
-        atomic_write(target, payload, mode=None)
-        return
-    if not stat.S_ISREG(found.st_mode):
-        with open(target, "wb") as stream:
-            stream.write(payload)
-        return
-    if not force and _read_only(found):
-        raise ReadOnlyFile(path)
-    if found.st_nlink > 1:
-        _rewrite_in_place(target, payload)
-    else:
-        atomic_write(target, payload, mode=stat.S_IMODE(found.st_mode), owner=(found.st_uid, found.st_gid))
+        target = Path(os.path.realpath(path))
+        try:
+            found = os.stat(target)
+        except FileNotFoundError:
+            atomic_write(target, payload, mode=None)
+            return
+        if not stat.S_ISREG(found.st_mode):
+            with open(target, "wb") as stream:
+                stream.write(payload)
+            return
+        if not force and _read_only(found):
+            raise ReadOnlyFile(path)
+        if found.st_nlink > 1:
+            _rewrite_in_place(target, payload)
+        else:
+            atomic_write(target, payload, mode=stat.S_IMODE(found.st_mode), owner=(found.st_uid, found.st_gid))
+    except ReadOnlyFile:
+        raise
+    except OSError as err:  # about the file the user named, not a temporary one or a link's target
+        raise OSError(err.errno, err.strerror, str(path)) from None
 
 
 def _read_only(found: os.stat_result) -> bool:

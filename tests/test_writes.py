@@ -271,4 +271,16 @@ def test_any_command_that_meets_a_full_disk_says_so_in_one_line(cli, small_disk,
     )
     fill(small_disk, 0)
     result = cli("events", events, "--plot", small_disk / "job.svg")
-    assert (result.code, result.err) == (2, "hacfg: error: No space left on device\n")
+    assert (result.code, result.err) == (2, f"hacfg: error: {small_disk}/job.svg: No space left on device\n")
+    assert leftovers(small_disk) == []
+
+
+@pytest.mark.slow  # matplotlib
+def test_a_plot_is_written_through_its_link_and_names_its_format(cli, tmp_path):
+    events = tmp_path / "events.jsonl"
+    events.write_text('{"event": "agent_start", "time": "2026-01-01T00:00:00+00:00", "node": 0}\n')
+    (tmp_path / "job.svg").symlink_to("drawn.svg")
+    assert cli("events", events, "--plot", tmp_path / "job.svg").code == 0
+    assert (tmp_path / "drawn.svg").read_text().startswith("<?xml")
+    result = cli("events", events, "--plot", tmp_path / "job.txt")
+    assert (result.code, result.err.splitlines()[-1]) == (2, f"{tmp_path}/job.txt: --plot draws a .svg or a .png file")
