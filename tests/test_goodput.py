@@ -96,3 +96,27 @@ def test_checkpoint_saves_in_the_work_kept_are_their_own_kind():
     assert (first["productive"], first["save"], first["lost"]) == (3, 3, 3)
     assert result.totals["save"] == 3
     assert result.ettr == approx((3 + 8) / 20)  # productive compute over wall time, saves left out
+
+
+def test_the_seconds_carry_no_float_noise(examples):
+    """Event times are exact to the millisecond here, so is every figure: 0.057, not 0.05699999999999994."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=examples // 2, deadline=None, database=None)
+    @given(st.lists(st.integers(1, 9000), min_size=6, max_size=6), st.integers(0, 900))
+    def check(gaps: list[int], stopping_ms: int) -> None:
+        times = [sum(gaps[:i]) / 1000 for i in range(7)]
+        result = breakdown(log(
+            (times[0], "agent_start", {}),
+            (times[1], "attempt_start", {"attempt": 1}),
+            (times[2], "first_activity", {"after": round(times[2] - times[1], 3)}),
+            (times[3], "attempt_exit", {"cause": "environment", "stopping": stopping_ms / 1000}),
+            (times[4], "decision", {"action": "proc_restart", "cause": "environment"}),
+            (times[5], "attempt_start", {"attempt": 2}),
+            (times[6], "attempt_exit", {"cause": "success"}),
+        ))
+        figures = [result.wall, *result.totals.values(), *(v for a in result.attempts for v in a.seconds().values())]
+        assert all(value == round(value, 3) for value in figures), figures
+
+    check()

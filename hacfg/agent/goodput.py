@@ -36,6 +36,7 @@ from typing import Any
 from hacfg.agent.vocabulary import Ending, Event
 
 KINDS = ("startup", "productive", "save", "lost", "hang_wait", "grace", "restart")
+MICROSECONDS = 6  # decimals of a second: event times are exact to the microsecond, and no finer
 
 LABELS = {
     "startup": ("start-up", "attempt start to the first output or heartbeat"),
@@ -105,7 +106,7 @@ class Attempt:
         }
         if self.cut:  # nothing is known about its checkpoints: all of it after start-up is lost
             spans = {**dict.fromkeys(KINDS, timedelta(0)), "startup": spans["startup"], "lost": self.end - m["alive"]}
-        return {kind: max(span.total_seconds(), 0.0) for kind, span in spans.items()}
+        return {kind: round(max(span.total_seconds(), 0.0), MICROSECONDS) for kind, span in spans.items()}
 
     def saving(self, kept: datetime) -> float:
         """Seconds spent saving the checkpoints written by ``kept``, as far as they recorded it."""
@@ -213,8 +214,10 @@ def breakdown(events: list[dict[str, Any]], now: datetime | None = None) -> Brea
     end = max(when(events[-1]), now) if now is not None else when(events[-1])
     wall = (end - when(events[0])).total_seconds()
     spans = attempts(events, now=now)
-    totals = {kind: sum(a.seconds()[kind] for a in spans) for kind in KINDS}
-    totals["other"] = max(wall - sum(totals.values()), 0.0)
+    # event times are exact to the microsecond: sums and differences are rounded there, so a
+    # float's noise (0.05699999999999994) never reaches a table, a JSON field or a metric
+    totals = {kind: round(sum(a.seconds()[kind] for a in spans), MICROSECONDS) for kind in KINDS}
+    totals["other"] = round(max(wall - sum(totals.values()), 0.0), MICROSECONDS)
     return Breakdown(wall, totals, spans)
 
 
