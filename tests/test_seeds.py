@@ -907,9 +907,6 @@ def test_llm_recovers_from_the_newest_valid_checkpoint(tmp_path):
     assert seen.read_text().splitlines() == [str(ckpt / "checkpoint-100")] * 2
 
 
-@pytest.mark.xfail(
-    strict=True, reason="no lint rule asks an llm-long-term scenario to turn auto restart on (plugins/rules)"
-)
 def test_llm_auto_restart_required(cli, write):
     """ha-scenarios.txt: "Auto restart	Required"
 

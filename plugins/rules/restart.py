@@ -216,6 +216,32 @@ def restart_budget_runs_out(ctx: ScenarioContext) -> Iterator[Problem]:
     yield Problem(ctx.own_place(("restart", "max"), ("job", "duration")), f"{risk}: {advice}")
 
 
+@rule("HA022", "llm-without-auto-restart", "error")
+def llm_without_auto_restart(ctx: ScenarioContext) -> Iterator[Problem]:
+    """An LLM long-term scenario with auto restart off.
+
+    ## What it does
+    Fires when the scenario is `llm-long-term` and `restart.max` is 0.
+
+    ## Why is this bad?
+    The platform's scenario table lists auto restart as *Required* for LLM long-term training:
+    a run of weeks on many nodes meets hardware faults, and without `fault-tolerance/job-retry-num`
+    the first one ends the job (and the environment pre-check never runs).
+
+    ## Example
+    ```yaml
+    scenario: llm-long-term
+    restart: {max: 0}
+    ```
+
+    ## Fix
+    Turn it on: leave `restart.max` to the preset (5), or set a budget `>= 1`.
+    """
+    if ctx.config.scenario == "llm-long-term" and not ctx.config.restart.max:
+        message = "llm-long-term training requires auto restart: set restart.max >= 1 (the preset says 5)"
+        yield Problem(("restart", "max"), message)
+
+
 @hookimpl
 def hacfg_rules() -> list[Rule]:
     return [
@@ -223,4 +249,5 @@ def hacfg_rules() -> list[Rule]:
         retry_num_out_of_range,
         unconditional_spends_budget,
         restart_budget_runs_out,
+        llm_without_auto_restart,
     ]
