@@ -137,3 +137,16 @@ def test_a_missing_boot_file_is_reported_at_the_code_dir_line(cli, write):
         """)
     result = cli("build", path)
     assert (result.code, result.err) == (2, f"{path}:5:25: modelarts output algorithm: 'boot_file' is a dependency of 'code_dir'\n")
+
+
+def test_one_error_is_one_error(cli, project):
+    (project / "ft.json").write_text(SNIPPET)
+    assert cli("lint", "ft.json").out.endswith("Found 1 finding in 1 file (1 error, 0 warnings, 0 info), 1 fixable with `hacfg fix`.\n")
+
+
+def test_a_missing_job_name_reads_as_english(cli, tmp_path):
+    body = tmp_path / "job.json"
+    body.write_text('{"kind": "job", "metadata": {"annotations": {}}, "algorithm": {"id": "a"}}')
+    out = cli("lint", body).out
+    assert "metadata.name is missing: a job name must be 1-64 characters of A-Z a-z 0-9 _ -" in out
+    assert "job name missing must be" not in out

@@ -60,12 +60,16 @@ def text(report: Report, *, excerpts: bool = False) -> str:
         fixable = f", {counts['fixable']} fixable with `hacfg fix`" if counts["fixable"] else ""
         lines.append(
             f"Found {counts['findings']} finding{'s' * (counts['findings'] != 1)} in {report.files} "
-            f"file{'s' * (report.files != 1)} ({counts['errors']} errors, {counts['warnings']} warnings, "
-            f"{counts['infos']} info){fixable}."
+            f"file{'s' * (report.files != 1)} ({_count(counts['errors'], 'error')}, "
+            f"{_count(counts['warnings'], 'warning')}, {counts['infos']} info){fixable}."
         )
     if counts["baselined"]:
         lines.append(f"{counts['baselined']} more in the baseline {report.baseline}, not reported.")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
 
 
 def _excerpt(finding: Finding) -> list[str]:
