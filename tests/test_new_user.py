@@ -150,3 +150,17 @@ def test_a_missing_job_name_reads_as_english(cli, tmp_path):
     out = cli("lint", body).out
     assert "metadata.name is missing: a job name must be 1-64 characters of A-Z a-z 0-9 _ -" in out
     assert "job name missing must be" not in out
+
+
+@pytest.mark.parametrize("scenario", ["single-node", "multi-node", "llm-long-term"])
+def test_uncommenting_inits_restart_block_changes_nothing(cli, tmp_path, scenario):
+    """The commented block said "from the preset" but matched none of them, and drew HA009 once uncommented."""
+    commented = tmp_path / "ha.yaml"
+    cli("init", "--scenario", scenario, "-o", commented)
+    lines = commented.read_text().splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("# restart:")))
+    uncommented = tmp_path / "own.yaml"
+    uncommented.write_text("\n".join([*lines[:start], *(line[2:] for line in lines[start : start + 5]), *lines[start + 5 :]]) + "\n")
+    assert "restart:" in uncommented.read_text().splitlines()[start]
+    assert cli("build", uncommented).out == cli("build", commented).out
+    assert rules_at(cli, uncommented) == rules_at(cli, commented) == []

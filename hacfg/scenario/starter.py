@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hacfg.scenario import modelarts as ma
+
 _TEMPLATE = """\
 # hacfg scenario file. `hacfg lint` checks it; `hacfg build` turns it into a ModelArts job request.
 # Whatever is not set here comes from the '{scenario}' preset: `hacfg build --only annotations {scenario}`.
@@ -28,11 +30,11 @@ checkpoint:
   interval: {interval}              # how often the training script saves
   resume: true              # the script reloads the newest checkpoint at start-up
   # save_time: 5m           # how long one save holds up training (`hacfg plan`, HA011)
-# restart:                  # from the preset; uncomment to change
-#   max: 3                  # fault-tolerance/job-retry-num (0 = auto restart off)
-#   unconditional: true     # restart on any failure, at most 3 in a row
-#   on_hang: true           # restart upon suspension, at most 3 in a row, not counted
-#   pod_reschedules: 2      # fault-tolerance/pod-retry-num
+# restart:                  # the '{scenario}' preset's values; uncomment to change
+#   max: {max:<18} # fault-tolerance/job-retry-num (0 = auto restart off)
+#   unconditional: {unconditional:<8} # restart on any failure, at most 3 in a row
+#   on_hang: {on_hang:<14} # restart upon suspension, at most 3 in a row, not counted
+#   pod_reschedules: {pod_reschedules:<6} # fault-tolerance/pod-retry-num
 # hang:
 #   timeout: 30m            # MA_HANG_DETECT_TIME, whole minutes
 # reliability:              # for `hacfg plan`; unset, published figures apply (docs/plan.md)
@@ -46,4 +48,14 @@ _INTERVALS = {"single-node": "1h", "multi-node": "30m", "llm-long-term": "30m"} 
 
 
 def starter(scenario: str) -> str:
-    return _TEMPLATE.format(scenario=scenario, nodes=_NODES[scenario], interval=_INTERVALS[scenario])
+    # the presets are the platform's recommended combinations (Table 4), so the commented block can quote them
+    retries, unconditional, on_hang, pod_reschedules = ma.RECOMMENDED_RESTARTS[scenario]
+    return _TEMPLATE.format(
+        scenario=scenario,
+        nodes=_NODES[scenario],
+        interval=_INTERVALS[scenario],
+        max=retries,
+        unconditional=str(unconditional).lower(),
+        on_hang=str(on_hang).lower(),
+        pod_reschedules=pod_reschedules,
+    )
