@@ -134,7 +134,14 @@ class ModelArts(Target):
         return found
 
     def part(self, document: dict[str, Any], name: str) -> dict[str, Any]:
-        return {"metadata": {"annotations": document["metadata"]["annotations"]}}
+        """What hacfg owns: the annotations, and the platform variables it sets (a hang timeout other than
+        the platform's 30 minutes, the pre-check switched off), which an annotation cannot say."""
+        part: dict[str, Any] = {"metadata": {"annotations": document["metadata"]["annotations"]}}
+        environments = (document.get("algorithm") or {}).get("environments") or {}
+        owned = {key: value for key, value in environments.items() if key in ma.SETTABLE_PLATFORM_VARIABLES}
+        if owned:
+            part["algorithm"] = {"environments": owned}
+        return part
 
     def merge_into(self, existing: dict[str, Any], document: dict[str, Any], config: HAConfig) -> dict[str, Any]:
         """hacfg owns the fault-tolerance annotations and the two platform variables; the rest is kept."""

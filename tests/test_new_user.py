@@ -164,3 +164,10 @@ def test_uncommenting_inits_restart_block_changes_nothing(cli, tmp_path, scenari
     assert "restart:" in uncommented.read_text().splitlines()[start]
     assert cli("build", uncommented).out == cli("build", commented).out
     assert rules_at(cli, uncommented) == rules_at(cli, commented) == []
+
+
+def test_only_annotations_keeps_a_hang_timeout_the_platform_does_not_default_to(cli, write):
+    path = write("ha.yaml", "version: 1\nscenario: multi-node\nhang: {timeout: 20m}\nprecheck: false\n")
+    part = json.loads(cli("build", "--only", "annotations", path).out)
+    assert part["algorithm"] == {"environments": {"MA_HANG_DETECT_TIME": "20", "MA_DETECT_TRAIN_INJECT_CODE": "0"}}
+    assert set(part) == {"metadata", "algorithm"}
