@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import stat
 from pathlib import Path
+from typing import Any
+
+FIGURE_FORMATS = ("svg", "png")  # what --plot draws, named by the file's suffix
 
 
 class ReadOnlyFile(PermissionError):
@@ -52,6 +56,13 @@ def write_output(path: str | Path, data: str | bytes, *, force: bool = False) ->
         raise
     except OSError as err:  # about the file the user named, not a temporary one or a link's target
         raise OSError(err.errno, err.strerror, str(path)) from None
+
+
+def write_figure(figure: Any, path: str | Path, **options: Any) -> None:
+    """A matplotlib figure, in the format of the path's suffix, written as :func:`write_output` writes."""
+    drawn = io.BytesIO()
+    figure.savefig(drawn, format=Path(path).suffix.lstrip(".").lower(), **options)
+    write_output(path, drawn.getvalue())
 
 
 def _read_only(found: os.stat_result) -> bool:

@@ -283,4 +283,4 @@ def test_a_plot_is_written_through_its_link_and_names_its_format(cli, tmp_path):
     assert cli("events", events, "--plot", tmp_path / "job.svg").code == 0
     assert (tmp_path / "drawn.svg").read_text().startswith("<?xml")
     result = cli("events", events, "--plot", tmp_path / "job.txt")
-    assert (result.code, result.err.splitlines()[-1]) == (2, f"{tmp_path}/job.txt: --plot draws a .svg or a .png file")
+    assert (result.code, result.err) == (2, f"{tmp_path}/job.txt: --plot draws .svg or .png files\n")

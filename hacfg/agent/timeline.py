@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from hacfg.agent.vocabulary import Action, Event
-from hacfg.fsutil import write_output
+from hacfg.fsutil import write_figure
 
 Record = dict[str, Any]
 
@@ -95,14 +93,11 @@ COLOURS = {
 def plot(events: list[dict[str, Any]], path: str) -> None:
     """One time axis, one lane per node: each attempt split into the goodput kinds, its checkpoints
     (filled: kept; hollow: thrown away), the hang verdicts and the restart decisions."""
-    from hacfg.scenario.source import InputError
-
-    image_format = Path(path).suffix.lstrip(".").lower()
-    if image_format not in ("svg", "png"):
-        raise InputError("--plot draws a .svg or a .png file", file=path)
     try:
         import matplotlib
     except ImportError:
+        from hacfg.scenario.source import InputError
+
         raise InputError("--plot needs matplotlib: pip install 'hacfg[plot]'") from None
     matplotlib.use("Agg")
     from matplotlib import pyplot
@@ -195,8 +190,6 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
         fontsize=8,
         frameon=False,
     )
-    drawn = io.BytesIO()
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in an SVG: searchable, selectable
-        figure.savefig(drawn, format=image_format, dpi=120, bbox_inches="tight")
+        write_figure(figure, path, dpi=120, bbox_inches="tight")
     pyplot.close(figure)
-    write_output(path, drawn.getvalue())

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hacfg.cli.commands import EXIT_FINDINGS, EXIT_OK, say, write
+from hacfg.cli.commands import EXIT_FINDINGS, EXIT_OK, picture, say, write
 
 if TYPE_CHECKING:
     from hacfg.agent.policy import Policy
@@ -124,6 +124,8 @@ def run_events(
     """``hacfg events``: the nodes' event logs merged into one job, with where the time went."""
     import dataclasses
     import json
+
+    plot = picture(plot)
 
     from hacfg.agent.calibration import measure
     from hacfg.agent.goodput import breakdown, report

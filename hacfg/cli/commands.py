@@ -56,6 +56,17 @@ def write(text: str, output: Path | None, *, force: bool = False) -> None:
         raise InputError(f"cannot write: {why_not_written(err)}", file=str(output)) from None
 
 
+def picture(path: Path | None) -> Path | None:
+    """A ``--plot`` path, refused before any work when its suffix names no format hacfg draws."""
+    from hacfg.fsutil import FIGURE_FORMATS
+
+    if path is not None and path.suffix.lstrip(".").lower() not in FIGURE_FORMATS:
+        from hacfg.scenario.source import InputError
+
+        raise InputError(f"--plot draws {' or '.join('.' + f for f in FIGURE_FORMATS)} files", file=str(path))
+    return path
+
+
 def why_not_written(err: OSError) -> str:
     from hacfg.fsutil import ReadOnlyFile
 
@@ -265,6 +276,8 @@ def run_plan(
     """``hacfg plan``: what the file's configuration will cost, and what to change. The what-if
     values override the file for this run; durations are spelled as the file spells them."""
     import json
+
+    plot = picture(plot)
 
     from hacfg.plan import inputs as planned
     from hacfg.plan import report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hacfg.fsutil import write_figure
 from hacfg.plan.forecast import NEVER, Forecast, costs_of, spelled
 from hacfg.plan.inputs import KEYS, Input
 
@@ -146,5 +147,5 @@ def plot(forecast: Forecast, path: str) -> None:
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(loc="lower center")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    write_figure(figure, path, dpi=110)
     plt.close(figure)
