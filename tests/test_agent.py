@@ -53,6 +53,7 @@ def test_user_error_with_unconditional_restarts_three_in_a_row_then_gives_up(tmp
     assert (last["counted"], last["user_streak"], last["reason"]) == (3, 3, "3 unconditional restarts in a row")
 
 
+@pytest.mark.slow
 def test_progress_between_failures_resets_the_streak(tmp_path):
     ckpt = tmp_path / "ckpt"
     result = agent(tmp_path, "--max-restarts", "10", "--unconditional", "--checkpoint-path", str(ckpt), child="progress_then_fail.py", args=(ckpt, 60))
@@ -93,6 +94,7 @@ def test_child_ignoring_sigterm_is_sigkilled_after_the_grace(tmp_path):
     assert 2 <= elapsed < 10
 
 
+@pytest.mark.slow
 def test_no_grandchild_survives_an_attempt(tmp_path):
     pid_file = tmp_path / "pids"
     result = agent(tmp_path, child="forker.py", args=(pid_file,))
@@ -101,6 +103,7 @@ def test_no_grandchild_survives_an_attempt(tmp_path):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3], f"pid {pid} survived"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: signal.Signals(s).name)
 def test_signals_to_the_agent_are_forwarded_to_the_group(tmp_path, signum):
     argv = [*agent_argv(tmp_path / "state"), sys.executable, str(CHILDREN / "wait_for_term.py")]
@@ -123,6 +126,7 @@ def test_output_is_relayed_byte_for_byte(tmp_path):
     assert result.stderr == data[::-1]
 
 
+@pytest.mark.slow
 def test_killed_agent_continues_its_counters(tmp_path):
     argv = [*agent_argv(tmp_path / "state", "--max-restarts", "4"), sys.executable, str(CHILDREN / "silent.py")]
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -139,6 +143,7 @@ def test_killed_agent_continues_its_counters(tmp_path):
     assert recovered[0]["action"] == "proc_restart" and "previous agent stopped during an attempt" in recovered[0]["cause_reason"]
 
 
+@pytest.mark.slow
 def test_second_agent_on_one_state_dir_refuses(tmp_path):
     argv = [*agent_argv(tmp_path / "state"), sys.executable, str(CHILDREN / "silent.py")]
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -152,6 +157,7 @@ def test_second_agent_on_one_state_dir_refuses(tmp_path):
         first.communicate(timeout=30)
 
 
+@pytest.mark.slow
 def test_resume_from_the_newest_complete_checkpoint_skipping_a_partial_one(tmp_path):
     ckpt = tmp_path / "ckpt"
     (ckpt / "checkpoint-100").mkdir(parents=True)
@@ -163,6 +169,7 @@ def test_resume_from_the_newest_complete_checkpoint_skipping_a_partial_one(tmp_p
     assert result.stdout == f"{ckpt}/checkpoint-100\n"
 
 
+@pytest.mark.slow
 def test_state_files_are_private(tmp_path):
     agent(tmp_path, child="user_error.py")
     for name in ("state.json", "events.jsonl", "agent.lock"):

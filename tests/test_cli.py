@@ -200,6 +200,7 @@ def test_help_pages_read_as_written(cli):
     assert "--hang-timeout DURATION" in cli("agent", "--help").out
 
 
+@pytest.mark.slow
 def test_shell_completion_completes_commands_and_choices(tmp_path):
     """Typed at a bash prompt: typer names the shell from the process that started hacfg, so the test
     starts it from bash, whatever the shell (or none, or $SHELL unset) that runs the tests."""

@@ -154,6 +154,7 @@ def test_signals_as_shells_and_python_print_them(cli, tmp_path, command, signal,
     assert report["exit_status"]["from"]["text"].startswith(printed)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torchrun needs torch==2.13.0")
 def test_live_torchrun_worker_killed_by_a_signal(tmp_path, cli):
     [log] = generate(tmp_path, "torchrun-sigkill.log")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tomllib
 
+import pytest
+
 from conftest import REPO, distribution
 from hacfg.plugin import hookspecs
 from hacfg.plugin import manager as plugin_manager
@@ -28,6 +30,7 @@ def test_every_hook_has_a_section():
     assert sections - hooks == set(), "docs/plugins.md documents hooks hacfg no longer has"
 
 
+@pytest.mark.slow
 def test_the_guide_is_a_working_plugin_with_passing_tests(tmp_path, cli, monkeypatch):
     module, files = [], {}
     for language in ("python", "yaml"):

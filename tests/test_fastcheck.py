@@ -145,6 +145,7 @@ def test_the_fast_path_never_disagrees_with_pydantic(document, platform):
         assert exactly(fast) == exactly(reference)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(PLAIN)
 def test_the_fast_path_decides_plainly_valid_documents_alone(document):

@@ -144,11 +144,13 @@ def test_several_nodes_without_torch_hand_every_restart_to_the_platform(tmp_path
     assert decision["action"] == "job_reschedule" and "the platform restarts the whole job" in decision["reason"]
 
 
+@pytest.mark.slow
 def test_a_user_error_without_torch_still_gives_up_with_the_commands_code(tmp_path):
     result = agent_without_torch(tmp_path, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:9", "--max-restarts", "3", child="user_error.py")
     assert result.returncode == 1
 
 
+@pytest.mark.slow
 def test_standalone_keeps_restarting_in_place_whatever_the_jobs_size(tmp_path):
     result = agent_without_torch(tmp_path, "--standalone", "--nnodes", "4", "--max-restarts", "2", child="crash.py")
     assert result.returncode == 138

@@ -40,6 +40,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_hostile_file(name):
     result = lint(HOSTILE / name)
@@ -50,6 +51,7 @@ def test_hostile_file(name):
     assert not os.path.exists("/tmp/hacfg-pwned")
 
 
+@pytest.mark.slow
 def test_billion_laughs_is_refused_without_expanding():
     result = lint(HOSTILE / "billion-laughs.yaml")
     assert "more than 100000 nodes (alias bomb?)" in result.stdout
@@ -64,6 +66,7 @@ def test_ten_thousand_deep_nesting(tmp_path):
     assert len(findings) == 2 and all("nesting" in line for line in findings), result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_50_megabyte_file_is_refused_before_parsing(tmp_path):
     big = tmp_path / "big.yaml"
     with big.open("w") as handle:

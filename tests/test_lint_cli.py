@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, run_hacfg
 
 BAD_BODY = """{
@@ -102,6 +104,7 @@ def test_github_format_and_auto_detection(cli, project, monkeypatch):
     assert lines[0] == "::error file=job.json,line=6,col=40,endLine=6,endColumn=41,title=HA007::HA007 annotation fault-tolerance/job-retry-num must be a string, not 3: quote it"
 
 
+@pytest.mark.slow
 def test_github_paths_are_relative_to_the_repository_root_from_a_working_directory_below_it(tmp_path):
     repo = tmp_path / "repo"
     (repo / "deploy/jobs").mkdir(parents=True)
@@ -199,6 +202,7 @@ def test_explain_and_rules(cli):
     assert {r["id"] for r in listing} >= {fixtures.name for fixtures in (REPO / "tests" / "rules").iterdir()}
 
 
+@pytest.mark.slow
 def test_fix_rewrites_only_the_broken_values(cli, project):
     (project / "job.json").write_text(BAD_BODY)
     yaml_body = "# our job\nkind: job\nmetadata:\n  name: demo   # keep me\n  annotations:\n    fault-tolerance/job-retry-num: 3\n    'fault-tolerance/hang-retry': 'Yes'\n"

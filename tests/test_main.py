@@ -141,6 +141,7 @@ kept = Finalized()  # finalized when the interpreter tears its modules down
 """
 
 
+@pytest.mark.slow
 def test_atexit_handlers_run_but_the_teardown_is_skipped(tmp_path):
     (tmp_path / "exit_probe.py").write_text(EXIT_PROBE)
     env = {**ENV, "PYTHONPATH": str(tmp_path)}
@@ -155,6 +156,7 @@ def test_atexit_handlers_run_but_the_teardown_is_skipped(tmp_path):
     assert {p.name for p in tmp_path.glob("*-ran")} == {"atexit-ran"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [[], THROUGH_TYPER["build"]], ids=["plain", "typer"])
 def test_a_reader_that_went_away_ends_it_quietly(options):
     read, write = os.pipe()
@@ -164,6 +166,7 @@ def test_a_reader_that_went_away_ends_it_quietly(options):
     assert (proc.returncode, proc.stderr) == (1, b"")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [[], THROUGH_TYPER["build"]], ids=["plain", "typer"])
 def test_ctrl_c_exits_130_without_a_traceback(tmp_path, options):
     fifo = tmp_path / "ha.yaml"

@@ -23,6 +23,7 @@ def samples(text: str) -> dict[tuple[str, tuple], float]:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+@pytest.mark.slow
 def test_the_textfile_holds_the_counters_and_the_goodput_of_the_whole_run(tmp_path, cli):
     prom = tmp_path / "textfile" / "hacfg.prom"
     prom.parent.mkdir()
@@ -58,6 +59,7 @@ def serving(tmp_path, *options: str) -> tuple[subprocess.Popen, str]:
     return agent, url
 
 
+@pytest.mark.slow
 def test_the_port_is_scraped_while_the_command_runs_and_once_more_after_it_ended(tmp_path):
     agent, url = serving(tmp_path)
     try:
@@ -75,6 +77,7 @@ def test_the_port_is_scraped_while_the_command_runs_and_once_more_after_it_ended
     assert agent.returncode == 128 + signal.SIGTERM  # stopped as told; the server went with the agent
 
 
+@pytest.mark.slow
 def test_with_no_scrape_the_final_values_linger_only_as_long_as_asked(tmp_path):
     agent, _ = serving(tmp_path, "--metrics-linger", "1s")
     agent.send_signal(signal.SIGTERM)
@@ -83,6 +86,7 @@ def test_with_no_scrape_the_final_values_linger_only_as_long_as_asked(tmp_path):
     assert 0.9 <= time.monotonic() - started < 10
 
 
+@pytest.mark.slow
 def test_every_cause_and_action_is_exported_at_zero_before_the_first_failure(tmp_path):
     agent, url = serving(tmp_path, "--metrics-linger", "0s")
     try:
@@ -97,6 +101,7 @@ def test_every_cause_and_action_is_exported_at_zero_before_the_first_failure(tmp
     assert actions == dict.fromkeys(["give_up", "job_reschedule", "pod_reschedule", "proc_restart", "stop", "success"], 0)
 
 
+@pytest.mark.slow
 def test_wall_time_and_ettr_move_between_events(tmp_path):
     agent, url = serving(tmp_path, "--metrics-linger", "0s")
     try:
@@ -126,6 +131,7 @@ def test_the_textfile_is_refreshed_between_events(tmp_path):
     assert after - before >= 0.3
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian: apt-get install prometheus)")
 def test_promtool_finds_nothing_to_say_of_the_exposition(tmp_path):
     prom = tmp_path / "hacfg.prom"

@@ -142,6 +142,7 @@ def test_a_bad_what_if_value_is_one_line_and_exit_2(cli, long_run, flag, value, 
     assert (result.code, result.err) == (2, message.format(file=long_run) + "\n")
 
 
+@pytest.mark.slow
 def test_plot_draws_ettr_against_the_interval(cli, long_run, tmp_path):
     picture = tmp_path / "ettr.png"
     result = cli("plan", long_run, "--plot", picture)

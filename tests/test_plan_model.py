@@ -84,6 +84,7 @@ def simulate(rng: random.Random, work: float, interval: float, costs: Costs, pol
     return wall, failures, False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("on_hang", [True, False])
 def test_expected_wall_time_failures_and_budget_match_a_simulation_of_the_agent(on_hang: bool) -> None:
     costs = Costs(mtbf=2 * HOUR, save_time=4 * MINUTE, restart_time=6 * MINUTE, hang_share=0.35, hang_timeout=20 * MINUTE)

@@ -257,6 +257,7 @@ def builtin_plugins_implementing(*hooks: str) -> set[str]:
     return {ep.value for ep in builtin_entry_points() if hooks_of(ep.value) & set(hooks)}
 
 
+@pytest.mark.slow
 def test_a_command_imports_only_the_builtin_plugins_whose_hooks_it_calls(builtin_plugins_only):
     plugins = {ep.value for ep in builtin_entry_points()}
     lint_imports = imported_modules("lint", "examples/llama-pretrain/ha.yaml")
@@ -302,6 +303,7 @@ def hacfg_prechecks():
 '''
 
 
+@pytest.mark.slow
 def test_a_cold_lint_with_a_third_party_plugin_imports_no_agent_module(tmp_path):
     """The documented import, ``from hacfg.plugin import ...``, costs a lint the types a plugin names, none of the agent."""
     site = tmp_path / "site"

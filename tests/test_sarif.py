@@ -49,6 +49,7 @@ def locations(document: dict) -> dict[str, dict]:
     return found
 
 
+@pytest.mark.slow
 def test_uris_are_encoded_and_relative_to_the_repository_root_wherever_hacfg_runs(repo):
     from_root = sarif(cwd=repo)
     from_subfolder = sarif("#1", "../données", cwd=repo / "my jobs")
@@ -71,6 +72,7 @@ def test_a_file_outside_the_repository_gets_an_absolute_file_uri(repo, tmp_path)
     assert "%232" in outside.as_uri()
 
 
+@pytest.mark.slow
 def test_columns_count_utf16_code_units(repo):
     document = sarif(BODY, cwd=repo)
     assert document["runs"][0]["columnKind"] == "utf16CodeUnits"
@@ -82,6 +84,7 @@ def test_columns_count_utf16_code_units(repo):
     assert [f["column"] for f in text["findings"] if f["rule"] == "HA007"] == [characters]  # text and JSON keep characters
 
 
+@pytest.mark.slow
 def test_fingerprints_survive_lines_moving(repo):
     before = sarif(cwd=repo)["runs"][0]["results"]
     (repo / SCENARIO).write_text("# a new comment on top\n\n" + (repo / SCENARIO).read_text())
@@ -110,6 +113,7 @@ def test_rules_carry_the_tags_and_precision_code_scanning_filters_by(repo):
     assert all(p["precision"] in ("very-high", "high") and len(p["tags"]) == 2 for p in rules.values())
 
 
+@pytest.mark.slow
 def test_plugin_failures_have_a_location(repo):
     env = {"PYTHONPATH": str(REPO / "tests" / "plugins")}
     result = run_hacfg("--plugin", "broken_import", "lint", "-f", "sarif", cwd=repo, env=env)

@@ -119,6 +119,7 @@ def test_a_warm_attempt_is_observably_a_cold_one(tmp_path, ending):
     assert_no_process_left(tmp_path)
 
 
+@pytest.mark.slow
 def test_expected_endings_reach_the_agent(tmp_path):
     """The matrix compares warm with cold; this pins down what both must be, for two of the cases."""
     proc, _, found = run(tmp_path, "exception", warm=True)
