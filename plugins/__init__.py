@@ -4,8 +4,8 @@
 command imports only the plugins whose hooks it calls. tests/test_plugins.py checks it against
 the hook implementations each module has.
 
-The rules, presets and targets import what they use from the modules that define it, not from
-``hacfg.plugin`` (which also imports the agent's types), so lint and build import no agent code.
+Each imports only from ``hacfg.plugin``, as a third-party plugin does; that face imports a name
+when it is first asked for, so lint and build import no agent code.
 """
 
 HOOKS: dict[str, frozenset[str]] = {
