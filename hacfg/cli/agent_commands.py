@@ -125,12 +125,11 @@ def run_events(
     import dataclasses
     import json
 
-    plot = picture(plot)
-
     from hacfg.agent.calibration import measure
     from hacfg.agent.goodput import breakdown, report
     from hacfg.agent.timeline import table
 
+    plot = picture(plot)  # before any work
     records = event_records(files or default_event_logs(config))
     result = breakdown(records)
     measured = measure(records)

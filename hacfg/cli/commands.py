@@ -277,8 +277,6 @@ def run_plan(
     values override the file for this run; durations are spelled as the file spells them."""
     import json
 
-    plot = picture(plot)
-
     from hacfg.plan import inputs as planned
     from hacfg.plan import report
     from hacfg.plan.forecast import NotEnough, forecast
@@ -287,6 +285,7 @@ def run_plan(
     from hacfg.scenario.model import parse_duration
     from hacfg.scenario.source import InputError
 
+    plot = picture(plot)  # before any work
     flags: dict[str, float | None] = {"nodes": nodes}
     durations = {
         "node_mtbf": node_mtbf,
