@@ -88,7 +88,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path, cli, text, expected):
     linted = cli("lint", path)  # the same words as a finding
     assert (linted.code, linted.err) == (1, "")
     position, message = expected.split(": ", 1)
-    assert re.match(rf"{re.escape(f'{path}{position}')}: HA10[0-2] error {re.escape(message)}", linted.out), linted.out
+    finding = rf"^{re.escape(f'{path}{position}')}: HA10[0-2] error {re.escape(message)}"
+    assert re.search(finding, linted.out, re.MULTILINE), linted.out
 
 
 def test_otc_rejects_five_restarts(tmp_path, cli):

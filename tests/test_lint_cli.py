@@ -240,26 +240,121 @@ def test_rules_reference_page_is_current(cli, builtin_plugins_only):
 
 
 def test_a_terminal_gets_the_source_line_and_a_caret(tmp_path):
-    import os
-    import pty
-
     (tmp_path / "job.json").write_text(BAD_BODY)
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "hacfg", "lint", "job.json"], cwd=tmp_path, stdout=follower, stderr=subprocess.DEVNULL)
-    os.close(follower)
-    output = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the terminal closed: the child is done
-            break
-        if not chunk:
-            break
-        output += chunk
-    proc.wait(timeout=60)
-    lines = output.decode().replace("\r\n", "\n").splitlines()
+    output = run_on_a_terminal(["lint", "job.json"], tmp_path, {"NO_COLOR": "1"})
+    lines = output.replace("\r\n", "\n").splitlines()
     assert lines[:3] == [
         "job.json:6:40: HA007 error annotation fault-tolerance/job-retry-num must be a string, not 3: quote it",
         '   6 |       "fault-tolerance/job-retry-num": 3,',
         " " * 46 + "^",
     ]
+
+
+def lint_stdin(text: str, *args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hacfg", "lint", *args], input=text, capture_output=True, text=True,
+                          cwd=cwd, timeout=60)
+
+
+def test_standard_input_is_linted_as_the_file_it_is_named(project):
+    """What editor integrations (ALE, efm-langserver, none-ls) run on an unsaved buffer."""
+    (project / ".hacfg.toml").write_text('per-file-ignores = {"legacy/*.json" = ["HA007"]}\n')
+    named = lint_stdin(BAD_BODY, "--stdin-filename", "deploy/job.json", "-", cwd=project)
+    assert (named.returncode, [line.split(": ")[1][:5] for line in named.stdout.splitlines()[:-1]]) == (1, ["HA007", "HA015"])
+    assert named.stdout.startswith("deploy/job.json:6:40: HA007 error")
+    assert lint_stdin(BAD_BODY, "--stdin-filename", "legacy/job.json", cwd=project).stdout.count("HA007") == 0
+    as_dash = lint_stdin("version: 1\nscenario: single-node\nrestart: {maks: 1}\n", "-", cwd=project)
+    assert as_dash.stdout.startswith("-:") and "HA101" in as_dash.stdout
+    foreign = lint_stdin("apiVersion: v1\nkind: Pod\n", "--stdin-filename", "pod.yaml", cwd=project)
+    assert (foreign.returncode, foreign.stdout) == (0, "")
+    assert "pod.yaml: not a scenario file or a ModelArts request body; skipped" in foreign.stderr
+    mixed = lint_stdin(BAD_BODY, "-", "deploy", cwd=project)
+    assert (mixed.returncode, mixed.stderr) == (2, "hacfg: error: '-' (standard input) is linted on its own, not with other paths\n")
+
+
+def test_quiet_prints_the_findings_only(cli, project):
+    (project / "job.json").write_text(BAD_BODY)
+    (project / "empty").mkdir()
+    quiet = cli("lint", "-q", "job.json")
+    assert quiet.code == 1 and len(quiet.out.splitlines()) == 2 and "Found" not in quiet.out
+    assert cli("--version").out == cli("-V").out
+    nothing = run_hacfg("lint", "--quiet", "empty", cwd=project)
+    assert (nothing.code, nothing.out, nothing.err) == (0, "", "")
+
+
+def test_statistics_count_each_rule(cli, project):
+    (project / "job.json").write_text(BAD_BODY)
+    (project / "other.json").write_text(BAD_BODY.replace('"True"', '"true"'))
+    assert cli("lint", "--statistics").out == "2\tHA007\t[*] annotation-not-string\n1\tHA015\t[*] boolean-annotation-spelling\n"
+    listed = json.loads(cli("lint", "--statistics", "--output-format", "json").out)
+    assert listed[0] == {"code": "HA007", "name": "annotation-not-string", "count": 2, "fixable": True}
+    assert cli("lint", "--statistics", "-f", "sarif").err == "hacfg: error: --statistics prints text or json, not sarif\n"
+
+
+def test_rules_chosen_on_the_command_line_go_over_the_settings(cli, project):
+    (project / "job.json").write_text(BAD_BODY)
+    (project / "pyproject.toml").write_text('[tool.hacfg]\nignore = ["HA015"]\n')
+
+    def rules(*args):
+        return sorted({f["rule"] for f in json.loads(cli("lint", "-f", "json", *args).out)["findings"]})
+
+    assert rules() == ["HA007"]
+    assert rules("--select", "HA015") == ["HA015"]  # a selection starts over, the settings' ignores too
+    assert rules("--extend-select", "HA015") == ["HA007"]  # still ignored by the settings
+    assert rules("--select", "HA007,ha015", "--ignore", "HA007") == ["HA015"]
+    unknown = cli("lint", "--ignore", "HA0O7")
+    assert (unknown.code, unknown.err.startswith("hacfg: error: --ignore: unknown rule 'HA0O7'; did you mean")) == (2, True)
+
+
+def test_config_names_the_settings_file(cli, project):
+    (project / "job.json").write_text(BAD_BODY)
+    (project / "pyproject.toml").write_text('[tool.hacfg]\nignore = ["HA015"]\n')
+    (project / "ci").mkdir()
+    (project / "ci/strict.toml").write_text('select = ["HA015"]\n')
+    (project / "ci/pyproject.toml").write_text('[project]\nname = "ci"\n')
+    def rules(*args):
+        return sorted({f["rule"] for f in json.loads(cli("lint", "-f", "json", *args).out)["findings"]})
+
+    assert rules() == ["HA007"]  # the nearest settings
+    assert rules("--config", "ci/strict.toml") == ["HA015"]  # only these
+    assert rules("--config", "ci/pyproject.toml") == ["HA007", "HA015"]  # a pyproject.toml without [tool.hacfg]
+    missing = cli("lint", "--config", "ci/none.toml")
+    assert (missing.code, missing.err) == (2, "ci/none.toml: no such settings file\n")
+
+
+def run_on_a_terminal(args: list[str], cwd, env: dict[str, str]) -> str:
+    """What hacfg writes when its stdout is a real terminal (a pty), as a user's shell runs it."""
+    import os
+    import pty
+
+    primary, secondary = pty.openpty()
+    environment = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "CI")}
+    proc = subprocess.Popen([sys.executable, "-m", "hacfg", *args], stdout=secondary, stderr=subprocess.DEVNULL,
+                            cwd=cwd, env={**environment, "TERM": "xterm", **env})
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 1 << 16)
+        except OSError:  # EIO: the process closed its side
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(primary)
+    proc.wait(60)
+    return b"".join(chunks).decode()
+
+
+def test_colour_on_a_terminal_only_and_as_no_color_and_force_color_say(project):
+    (project / "job.json").write_text(BAD_BODY)
+    painted = run_on_a_terminal(["lint", "job.json"], project, {})
+    assert "\x1b[1mjob.json\x1b[0m:6:40: \x1b[1;31mHA007\x1b[0m error" in painted
+    assert "\x1b[" not in run_on_a_terminal(["lint", "job.json"], project, {"NO_COLOR": "1"})
+    assert "\x1b[" not in run_on_a_terminal(["lint", "job.json"], project, {"CI": "true"})  # a CI log
+    assert "\x1b[" not in run_on_a_terminal(["lint", "-o", "report.txt", "job.json"], project, {})
+    assert "\x1b[" not in (project / "report.txt").read_text()
+    piped = subprocess.run([sys.executable, "-m", "hacfg", "lint", "job.json"], capture_output=True, text=True, cwd=project,
+                           env={k: v for k, v in __import__("os").environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")})
+    assert "\x1b[" not in piped.stdout
+    forced = run_hacfg("lint", "job.json", cwd=project, env={"FORCE_COLOR": "1"})
+    assert "\x1b[1;31mHA007\x1b[0m" in forced.out

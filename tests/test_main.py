@@ -21,7 +21,7 @@ import typer.main
 from conftest import REPO, Result
 from hacfg.cli.app import app
 from hacfg.cli.commands import run_build, run_lint
-from hacfg.cli.main import LINT_SWITCHES, PLAN_OPTIONS
+from hacfg.cli.main import LINT_OPTIONS, LINT_SWITCHES, PLAN_OPTIONS
 
 HACFG = Path(sys.executable).parent / "hacfg"  # the console script pip wrote
 ENV = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as a user's shell has it
@@ -47,6 +47,13 @@ def test_each_switch_a_plain_lint_takes_is_the_typer_flag_of_that_name():
         assert (param.name, flag in param.opts) == (keyword, value), flag
 
 
+def test_each_option_a_plain_lint_takes_is_the_typer_option_of_that_name():
+    params = typer.main.get_command(app).commands["lint"].params
+    for flag, keyword in LINT_OPTIONS.items():
+        (param,) = [p for p in params if flag in p.opts]
+        assert (param.name, param.is_flag) == (keyword, False), flag
+
+
 def test_each_option_a_plain_plan_takes_is_the_typer_option_of_that_name():
     params = typer.main.get_command(app).commands["plan"].params
     for flag, keyword in PLAN_OPTIONS.items():
@@ -55,10 +62,11 @@ def test_each_option_a_plain_plan_takes_is_the_typer_option_of_that_name():
 
 
 def hacfg(*args: str | Path, cwd: Path) -> tuple[Result, set[str]]:
-    """Run the console script; its output, and apart from it the modules the process imported."""
+    """Run the console script (with a request body on stdin); its output, and apart from it the modules
+    the process imported."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", HACFG, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=ENV,
-        timeout=60,
+        timeout=60, input='{"kind": "job", "metadata": {"name": "x", "annotations": {"fault-tolerance/job-retry-num": 3}}}',
     )
     timings = [line for line in proc.stderr.splitlines(keepends=True) if line.startswith("import time:")]
     err = "".join(line for line in proc.stderr.splitlines(keepends=True) if not line.startswith("import time:"))
@@ -78,6 +86,18 @@ def hacfg(*args: str | Path, cwd: Path) -> tuple[Result, set[str]]:
         ["lint", "--force-exclude", "clean/ha.yaml", "findings/ha.yaml"],
         ["lint", "--exit-zero", "findings"],
         ["lint", "--no-respect-gitignore", "--respect-gitignore", "findings"],
+        ["lint", "-q", "findings", "nothing-here"],
+        ["lint", "--quiet", "--statistics", "findings", "clean"],
+        ["lint", "--statistics", "-f", "json", "findings"],
+        ["lint", "--output-format", "json", "findings"],
+        ["lint", "--format", "sarif", "--statistics", "findings"],
+        ["lint", "--select", "HA1", "--extend-select", "HA001,HA017", "--ignore", "HA102", "findings"],
+        ["lint", "--select", "ha10", "--select", "HA001", "findings"],
+        ["lint", "--select", "HA999", "findings"],
+        ["lint", "--config", "other.toml", "findings"],
+        ["lint", "--config", "missing.toml", "findings"],
+        ["lint", "-", "findings"],
+        ["lint", "--stdin-filename", "job.json", "-"],
         ["build", "clean/ha.yaml"],
         ["build", "findings/ha.yaml"],
         ["build", "bad.yaml"],
@@ -92,6 +112,8 @@ def test_plain_lint_and_build_skip_typer_and_answer_byte_for_byte_as_typer_does(
     (project / "findings").mkdir()
     (project / "findings/ha.yaml").write_text(FINDINGS)
     (project / "bad.yaml").write_text("version: 1\nscenario: [\n")
+    (project / "nothing-here").mkdir()
+    (project / "other.toml").write_text('ignore = ["HA101"]\n')
     plain, plain_imports = hacfg(*args, cwd=project)
     typed, typed_imports = hacfg(args[0], *THROUGH_TYPER[args[0]], *args[1:], cwd=project)
     assert plain == typed
@@ -118,14 +140,14 @@ def test_a_large_report_reaches_a_pipe_and_a_file_whole(tmp_path):
         f"'{HACFG}' lint --format json . | '{sys.executable}' -c \"{count}\"", shell=True, capture_output=True,
         text=True, cwd=tmp_path, env=ENV, timeout=120,
     )
-    assert piped.stdout == "300 True\n", piped.stderr  # more than a pipe holds
+    assert piped.stdout == "900 True\n", piped.stderr  # more than a pipe holds (HA101, and the risks HA001, HA017)
     redirected = subprocess.run(
         f"'{HACFG}' lint . > report.txt; '{HACFG}' build '{EXAMPLE}' > built.json", shell=True, cwd=tmp_path, env=ENV,
         timeout=120,
     )
     assert redirected.returncode == 0
     lines = (tmp_path / "report.txt").read_text().splitlines()
-    assert len(lines) == 301 and lines[-1].startswith("Found 300 findings in 300 files")
+    assert len(lines) == 901 and lines[-1].startswith("Found 900 findings in 300 files")
     assert json.loads((tmp_path / "built.json").read_text())["kind"] == "job"  # less than a buffer holds
 
 

@@ -73,7 +73,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        False, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
     ),
     debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
     plugin: list[str] = typer.Option(
@@ -158,7 +158,11 @@ def lint_command(
         None, readable=False, metavar="PATH", help="Files and directories (default: the current directory)."
     ),
     fmt: Optional[Format] = typer.Option(
-        None, "--format", "-f", help="text (default; github under GitHub Actions), json, sarif, github."
+        None,
+        "--format",
+        "-f",
+        "--output-format",
+        help="text (default; github under GitHub Actions), json, sarif, github.",
     ),
     fail_on: Optional[Severity] = typer.Option(
         None, "--fail-on", help="Exit 1 on findings at or above this severity (default: error)."
@@ -179,6 +183,21 @@ def lint_command(
     write_baseline: Optional[Path] = typer.Option(
         None, "--write-baseline", metavar="FILE", help="Record today's findings as the baseline, and report none."
     ),
+    stdin_filename: Optional[str] = typer.Option(
+        None, "--stdin-filename", metavar="NAME", help="Lint standard input (PATH '-') as the file NAME."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print the findings only: no summary, no notes."),
+    statistics: bool = typer.Option(False, "--statistics", help="Count the findings of each rule instead."),
+    select: Optional[list[str]] = typer.Option(
+        None, "--select", metavar="IDS", help="Run these rules (IDs or prefixes, comma-separated) instead."
+    ),
+    extend_select: Optional[list[str]] = typer.Option(
+        None, "--extend-select", metavar="IDS", help="Run these rules too."
+    ),
+    ignore: Optional[list[str]] = typer.Option(None, "--ignore", metavar="IDS", help="Do not run these rules."),
+    config: Optional[Path] = typer.Option(
+        None, "--config", metavar="FILE", readable=False, help="Read the settings from this file only."
+    ),
 ) -> None:
     """Check scenario files and ModelArts request bodies for risky fault-tolerance settings."""
     code = commands.run_lint(
@@ -193,6 +212,13 @@ def lint_command(
         force=force,
         baseline=baseline,
         write_baseline=write_baseline,
+        stdin_filename=stdin_filename,
+        quiet=quiet,
+        statistics=statistics,
+        select=select,
+        extend_select=extend_select,
+        ignore=ignore,
+        config=config,
     )
     raise typer.Exit(code)
 

@@ -118,19 +118,36 @@ def run_lint(
     force: bool = False,
     baseline: Path | None = None,
     write_baseline: Path | None = None,
+    stdin_filename: str | None = None,
+    quiet: bool = False,
+    statistics: bool = False,
+    select: Sequence[str] | None = None,
+    extend_select: Sequence[str] | None = None,
+    ignore: Sequence[str] | None = None,
+    config: Path | None = None,
 ) -> int:
-    """``hacfg lint``: lint files and directories (none: the current directory) and report.
+    """``hacfg lint``: lint files and directories (none: the current directory; ``-``, or none with
+    ``stdin_filename``: standard input, as that file) and report.
 
     With a baseline (``--baseline`` or the settings'), only findings not in it are reported;
     ``--write-baseline`` records today's findings instead of reporting them."""
     from hacfg.lint import engine as lint
     from hacfg.lint import formatters as report
 
-    settings, rules = lint.configured()
-    found = lint.lint_paths(
-        paths, settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
-    )
-    result = report_discovery(found)
+    chosen_rules = {"select": select or (), "extend_select": extend_select or (), "ignore": ignore or ()}
+    settings, rules = lint.configured(config, **chosen_rules)
+    from_stdin = [str(path) for path in paths] == ["-"] or (not paths and stdin_filename is not None)
+    if from_stdin:
+        found = lint.lint_text(sys.stdin.read(), stdin_filename or "-", settings, platform=platform)
+    elif any(str(path) == "-" for path in paths):
+        from hacfg.scenario.source import InputError
+
+        raise InputError("'-' (standard input) is linted on its own, not with other paths")
+    else:
+        found = lint.lint_paths(
+            paths, settings, platform=platform, respect_gitignore=respect_gitignore, force_exclude=force_exclude
+        )
+    result = found if quiet else report_discovery(found)
     if write_baseline is not None:
         from hacfg.lint.baseline import write as record
 
@@ -143,8 +160,23 @@ def run_lint(
 
         result = Baseline.read(baseline).apply(result, rules)
     chosen = fmt or ("github" if os.environ.get("GITHUB_ACTIONS") == "true" else "text")
-    write(report.render(chosen, result, rules, excerpts=output is None and sys.stdout.isatty()), output, force=force)
+    if statistics:
+        text = report.statistics(chosen, result, rules)
+    else:
+        excerpts = output is None and not from_stdin and sys.stdout.isatty()
+        text = report.render(chosen, result, rules, excerpts=excerpts, colour=colour(output), quiet=quiet)
+    write(text, output, force=force)
     return EXIT_FINDINGS if not exit_zero and result.fails(fail_on or settings.fail_on) else EXIT_OK
+
+
+def colour(output: Path | None) -> bool:
+    """Colour on a terminal only: never into a file, a pipe or a CI log. ``NO_COLOR`` turns it off and
+    ``FORCE_COLOR`` on (no-color.org, force-color.org: any value but the empty string); ``NO_COLOR`` wins."""
+    if output is not None or os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb" and not os.environ.get("CI")
 
 
 def run_fix(

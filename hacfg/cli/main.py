@@ -1,6 +1,6 @@
 """The ``hacfg`` process: which way a command runs, its exit code, and a quick exit.
 
-A plain ``hacfg lint PATH...`` (with on/off switches only, as pre-commit runs it),
+A plain ``hacfg lint PATH...`` (with the switches and options pre-commit and editors pass),
 ``hacfg build FILE`` or ``hacfg plan FILE`` (with what-if values), what editors, hooks and scripts
 run most, calls :mod:`hacfg.cli.commands` directly; anything else goes through typer
 (:mod:`hacfg.cli.app`), which takes about 80 ms to import with the pydantic it reads options through.
@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, get_args
 
 from hacfg.cli.commands import (
     EXIT_INPUT,
@@ -23,6 +23,7 @@ from hacfg.cli.commands import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PIPE_CLOSED,
+    Format,
     run_build,
     run_lint,
     run_plan,
@@ -38,7 +39,23 @@ LINT_SWITCHES = {
     "--exit-zero": ("exit_zero", True),
     "--respect-gitignore": ("respect_gitignore", True),
     "--no-respect-gitignore": ("respect_gitignore", False),
+    "--quiet": ("quiet", True),
+    "-q": ("quiet", True),
+    "--statistics": ("statistics", True),
 }
+# The options a plain lint takes, each followed by its value, and the keyword of run_lint it sets
+# (the rule lists may be repeated); test_main checks every one against typer's declaration.
+LINT_OPTIONS = {
+    "--format": "fmt",
+    "-f": "fmt",
+    "--output-format": "fmt",
+    "--stdin-filename": "stdin_filename",
+    "--config": "config",
+    "--select": "select",
+    "--extend-select": "extend_select",
+    "--ignore": "ignore",
+}
+_RULE_LISTS = ("select", "extend_select", "ignore")
 
 # The options a plain plan takes, each followed by its value, and the keyword of run_plan it sets;
 # test_main checks every one against typer's declaration of the same option.
@@ -96,19 +113,40 @@ def _command(args: list[str]) -> Callable[[], int]:
     it does not pass keeps the default that typer would give it."""
     if args and COMPLETE_VAR not in os.environ:
         name, *rest = args
-        switches = LINT_SWITCHES if name == "lint" else {}
-        operands = [arg for arg in rest if arg not in switches]
-        if not any(arg.startswith("-") for arg in operands):
-            if name == "lint":
-                chosen: dict[str, Any] = dict(switches[arg] for arg in rest if arg in switches)
-                return functools.partial(run_lint, [Path(operand) for operand in operands], **chosen)
-            if name == "build" and len(operands) == 1:
-                return functools.partial(run_build, operands[0])
+        if name == "lint" and (lint := _plain_lint(rest)) is not None:
+            return lint
+        if name == "build" and len(rest) == 1 and not rest[0].startswith("-"):
+            return functools.partial(run_build, rest[0])
         if name == "plan" and (plain := _plain_plan(rest)) is not None:
             return plain
     from hacfg.cli.app import app
 
     return functools.partial(app, args=args, prog_name="hacfg")
+
+
+def _plain_lint(args: list[str]) -> Callable[[], int] | None:
+    """``lint [SWITCH | OPTION VALUE | PATH | -]...`` with values typer would take as they are, else None."""
+    operands, chosen = [], dict[str, Any]()
+    items = iter(args)
+    for arg in items:
+        if arg in LINT_SWITCHES:
+            keyword, setting = LINT_SWITCHES[arg]
+            chosen[keyword] = setting
+        elif arg in LINT_OPTIONS:
+            value, keyword = next(items, None), LINT_OPTIONS[arg]
+            if value is None or value.startswith("-"):
+                return None
+            if keyword in _RULE_LISTS:
+                chosen.setdefault(keyword, []).append(value)
+            else:
+                chosen[keyword] = Path(value) if keyword == "config" else value
+        elif arg.startswith("-") and arg != "-":
+            return None
+        else:
+            operands.append(Path(arg))
+    if chosen.get("fmt", "text") not in get_args(Format):
+        return None
+    return functools.partial(run_lint, operands, **chosen)
 
 
 def _plain_plan(args: list[str]) -> Callable[[], int] | None:

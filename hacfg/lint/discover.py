@@ -191,6 +191,11 @@ def walked(path: Path, settings: Settings, text: str) -> Found | None:
     return _choose(path, settings, named=False, notes=[], text=text)
 
 
+def choose_named(path: Path, settings: Settings, text: str, notes: list[str]) -> Found | None:
+    """``text`` (standard input) as the file ``path`` named on the command line would be chosen."""
+    return _choose(path, settings, named=True, notes=notes, text=text)
+
+
 def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str], text: str | None = None) -> Found | None:
     """``path`` (or ``text``, what an editor holds of it) as a file to lint, or None when it is not a
     scenario file or request body."""

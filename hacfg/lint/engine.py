@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hacfg.lint.discover import discover, is_request_body, ours
-from hacfg.lint.settings import Settings, find_settings
+from hacfg.lint.discover import choose_named, discover, is_request_body, ours
+from hacfg.lint.settings import Settings, find_settings, read_settings
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin import provided
 from hacfg.plugin.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
@@ -167,9 +167,17 @@ def registry() -> dict[str, RuleSource]:
     return manager.memo("rules", collect)
 
 
-def configured() -> tuple[Settings, dict[str, RuleSource]]:
-    """The nearest settings, checked against the installed rules, and those rules."""
-    settings = find_settings()
+def configured(
+    config: Path | None = None,
+    *,
+    select: Sequence[str] = (),
+    extend_select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+) -> tuple[Settings, dict[str, RuleSource]]:
+    """The nearest settings (or those in ``config``) with the command line's choice of rules over them,
+    checked against the installed rules, and those rules."""
+    settings = read_settings(config) if config is not None else find_settings()
+    settings = settings.chosen_on_the_command_line(select, extend_select, ignore)
     rules = registry()
     settings.check_rule_ids(set(rules))
     return settings, rules
@@ -217,6 +225,19 @@ def lint_paths(
         )
     anchor = settings.source or (str(found.files[0].path) if found.files else None)
     report.findings.extend(_plugin_failures(anchor))
+    return report
+
+
+def lint_text(text: str, name: str, settings: Settings, *, platform: str | None = None) -> Report:
+    """Text from standard input, linted as the file ``name`` named on the command line would be."""
+    report = Report()
+    found = choose_named(Path(name), settings, text, report.notes)
+    if found is not None:
+        report.files = 1
+        report.findings = lint_file(
+            found.path, settings, registry(), platform=platform, text=text, documents=found.documents
+        )
+    report.findings.extend(_plugin_failures(settings.source or name))
     return report
 
 

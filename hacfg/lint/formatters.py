@@ -19,9 +19,17 @@ _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 _GITHUB_LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 
 
-def render(fmt: str, report: Report, rules: dict[str, RuleSource], *, excerpts: bool = False) -> str:
+def render(
+    fmt: str,
+    report: Report,
+    rules: dict[str, RuleSource],
+    *,
+    excerpts: bool = False,
+    colour: bool = False,
+    quiet: bool = False,
+) -> str:
     renderers: dict[str, Callable[[Report, dict[str, RuleSource]], str]] = {
-        "text": lambda r, _: text(r, excerpts=excerpts),
+        "text": lambda r, _: text(r, excerpts=excerpts, colour=colour, quiet=quiet),
         "json": lambda r, _: as_json(r),
         "sarif": sarif,
         "github": lambda r, _: github(r),
@@ -48,22 +56,33 @@ def summary(report: Report) -> dict[str, int]:
     }
 
 
-def text(report: Report, *, excerpts: bool = False) -> str:
+# SGR codes, as ruff paints its output: the path bold, the rule in its severity's colour
+_BOLD, _FAINT = "1", "2"
+_SEVERITY_COLOUR = {"error": "1;31", "warning": "1;33", "info": "1;36"}
+
+
+def _paint(text: str, code: str, colour: bool) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m" if colour else text
+
+
+def text(report: Report, *, excerpts: bool = False, colour: bool = False, quiet: bool = False) -> str:
+    """One line per finding, with the source line under it (``excerpts``), and a summary unless ``quiet``."""
     lines = []
     for finding in _active(report):
-        where = f"{finding.path}:{finding.line}:{finding.column}"
-        lines.append(f"{where}: {finding.rule} {finding.severity} {finding.message}")
+        where = _paint(finding.path, _BOLD, colour) + f":{finding.line}:{finding.column}"
+        rule = _paint(finding.rule, _SEVERITY_COLOUR[finding.severity], colour)
+        lines.append(f"{where}: {rule} {finding.severity} {finding.message}")
         if excerpts:
-            lines.extend(_excerpt(finding))
+            lines.extend(_excerpt(finding, colour))
     counts = summary(report)
-    if counts["findings"]:
+    if counts["findings"] and not quiet:
         fixable = f", {counts['fixable']} fixable with `hacfg fix`" if counts["fixable"] else ""
         lines.append(
             f"Found {counts['findings']} finding{'s' * (counts['findings'] != 1)} in {report.files} "
             f"file{'s' * (report.files != 1)} ({_count(counts['errors'], 'error')}, "
             f"{_count(counts['warnings'], 'warning')}, {counts['infos']} info){fixable}."
         )
-    if counts["baselined"]:
+    if counts["baselined"] and not quiet:
         lines.append(f"{counts['baselined']} more in the baseline {report.baseline}, not reported.")
     return "\n".join(lines) + ("\n" if lines else "")
 
@@ -72,14 +91,34 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'s' * (number != 1)}"
 
 
-def _excerpt(finding: Finding) -> list[str]:
+def _excerpt(finding: Finding, colour: bool) -> list[str]:
     try:
         source = Path(finding.path).read_text(encoding="utf-8").splitlines()[finding.line - 1]
     except (OSError, UnicodeDecodeError, IndexError):
         return []
     width = max(1, finding.end_column - finding.column) if finding.end_line == finding.line else 1
     gutter = f"{finding.line:>4} | "
-    return [gutter + source, " " * (len(gutter) + finding.column - 1) + "^" * width]
+    caret = _paint("^" * width, _SEVERITY_COLOUR[finding.severity], colour)
+    return [_paint(gutter, _FAINT, colour) + source, " " * (len(gutter) + finding.column - 1) + caret]
+
+
+def statistics(fmt: str, report: Report, rules: dict[str, RuleSource]) -> str:
+    """``--statistics``: how many findings of each rule, the most frequent first (ruff's columns)."""
+    findings = _active(report)
+    counts = Counter(f.rule for f in findings)
+    fixable = {f.rule for f in findings if f.fix is not None}
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+    def name(rule_id: str) -> str:
+        return rules[rule_id].rule.name if rule_id in rules else ""
+
+    if fmt == "json":
+        listed = [{"code": r, "name": name(r), "count": n, "fixable": r in fixable} for r, n in rows]
+        return json.dumps(listed, indent=2) + "\n"
+    if fmt != "text":
+        raise InputError(f"--statistics prints text or json, not {fmt}")
+    width = max((len(str(n)) for _, n in rows), default=1)
+    return "".join(f"{n:>{width}}\t{r}\t{'[*]' if r in fixable else '   '} {name(r)}\n" for r, n in rows)
 
 
 def as_json(report: Report) -> str:

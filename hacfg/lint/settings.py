@@ -19,8 +19,8 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +43,7 @@ class Settings:
     root: Path = field(default_factory=Path.cwd)
     source: str | None = None  # the file the settings came from
     baseline: Path | None = None  # findings to report no more (hacfg.lint.baseline), beside the settings file
+    cli_rules: dict[str, str] = field(default_factory=dict)  # rule ID -> the option that named it
 
     def enabled_rules(self, rule_ids: Iterable[str], path: str) -> frozenset[str]:
         """The rules that run on ``path``: selected, not ignored, not ignored for this file."""
@@ -72,6 +73,24 @@ class Settings:
         except ValueError:
             return Path(path).as_posix()
 
+    def chosen_on_the_command_line(
+        self, select: Sequence[str] = (), extend_select: Sequence[str] = (), ignore: Sequence[str] = ()
+    ) -> Settings:
+        """These settings with the command line's choice of rules over them, as ruff layers them: a
+        ``--select`` starts the selection over (the settings' ignores too), ``--extend-select`` adds to
+        it, ``--ignore`` adds to what is ignored. Each option takes IDs or prefixes, comma-separated."""
+        given = {"--select": select, "--extend-select": extend_select, "--ignore": ignore}
+        chosen = {option: _rule_ids(values) for option, values in given.items()}
+        if not any(chosen.values()):
+            return self
+        base = (chosen["--select"], ()) if chosen["--select"] else (self.select, self.ignore)
+        return replace(
+            self,
+            select=(*base[0], *chosen["--extend-select"]),
+            ignore=(*base[1], *chosen["--ignore"]),
+            cli_rules={rule_id: option for option, ids in chosen.items() for rule_id in ids},
+        )
+
     def check_rule_ids(self, known: set[str]) -> None:
         """Every ID or prefix in the settings names at least one known rule."""
         named = [
@@ -82,9 +101,16 @@ class Settings:
         ]
         for rule_id in named:
             if rule_id != "ALL" and not any(_matches(k, rule_id) for k in known):
-                raise InputError(
-                    f"[tool.hacfg]: unknown rule {rule_id!r}{did_you_mean(rule_id, sorted(known))}", file=self.source
-                )
+                hint = did_you_mean(rule_id, sorted(known))
+                if rule_id in self.cli_rules:
+                    raise InputError(f"{self.cli_rules[rule_id]}: unknown rule {rule_id!r}{hint}")
+                raise InputError(f"[tool.hacfg]: unknown rule {rule_id!r}{hint}", file=self.source)
+
+
+def _rule_ids(values: Sequence[str]) -> tuple[str, ...]:
+    """``["HA001,HA007", "ha1"]`` -> ``("HA001", "HA007", "HA1")``."""
+    ids = (part.strip().upper() for value in values for part in value.split(","))
+    return tuple(rule_id for rule_id in ids if rule_id)
 
 
 def _matches(rule_id: str, selector: str) -> bool:
@@ -105,6 +131,18 @@ def find_settings(start: Path | None = None) -> Settings:
             if table is not None:
                 return _settings(table, candidate, pyproject)
     return Settings()
+
+
+def read_settings(path: Path) -> Settings:
+    """The settings in one file (``--config``): ``[tool.hacfg]`` of a pyproject.toml, else the file's
+    top level (or its ``[tool.hacfg]``), as in a ``.hacfg.toml``. Paths in it are from its folder."""
+    if not path.is_file():
+        raise InputError("no such settings file", file=str(path))
+    folder = Path(os.path.abspath(path)).parent
+    table = _read_toml(path)
+    if path.name == "pyproject.toml":
+        return _settings(table.get("tool", {}).get("hacfg", {}), folder, path)
+    return _settings(table.get("tool", {}).get("hacfg", table), folder, path)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
