@@ -275,6 +275,9 @@ def test_the_files_hacfg_lint_picks_get_its_findings_at_its_ranges(tmp_path, cli
             ]
             assert shown == expected and expected, name
         assert editor.open("ignored/ha.yaml", SCENARIO) == []
+        (tmp_path / ".gitignore").write_text("")  # saved in the editor: the walk reaches the folder again
+        editor.save(tmp_path / ".gitignore")
+        assert [d.code for d in editor.diagnostics("ignored/ha.yaml")] == ["HA009"]
     finally:
         assert editor.close() == 0
 

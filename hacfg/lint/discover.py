@@ -175,19 +175,23 @@ def wanted(path: Path, settings: Settings) -> bool:
     return any(fnmatch.fnmatch(path.name, pattern) for pattern in SCENARIO_NAMES) or settings.included(path)
 
 
-def walked(path: Path, settings: Settings, text: str) -> Found | None:
-    """``path`` holding ``text`` (an editor's unsaved copy) as a walk of its repository would choose it
-    (by name, ``include`` globs or content; not ignored, not under a skipped folder), else None."""
+def passed_by(path: Path) -> bool:
+    """Whether a walk of the repository holding ``path`` passes it by: ignored by a ``.gitignore`` or
+    the exclude file, or under a folder the walk skips or ignores."""
     absolute = Path(os.path.abspath(path))
     top = next((folder for folder in absolute.parents if (folder / ".git").exists()), absolute.parent)
     ignores = _Ignores.above(top)
     chain = [absolute.parent, *absolute.parent.parents]
     for here in reversed(chain[: chain.index(top) + 1]):  # from the top down, as the walk goes
         if here != top and (_skipped(here) or ignores.ignored(here, directory=True)):
-            return None
+            return True
         ignores.read(here / ".gitignore")
-    if ignores.ignored(absolute, directory=False):
-        return None
+    return ignores.ignored(absolute, directory=False)
+
+
+def chosen(path: Path, settings: Settings, text: str) -> Found | None:
+    """``path`` holding ``text`` (an editor's unsaved copy) as a walk would choose it, by name (``include``
+    globs too) or by content, if the walk reaches it (:func:`passed_by`); else None."""
     return _choose(path, settings, named=False, notes=[], text=text)
 
 

@@ -224,7 +224,7 @@ def _lint(document: TextDocument) -> list[Shown]:
     try:
         settings = _settings(path.parent.resolve())
         rules = lint.registry()
-        found = discover.walked(path, settings, document.source)
+        found = None if _passed_by(path) else discover.chosen(path, settings, document.source)
         if found is None:
             return []
         findings = lint.lint_file(path, settings, rules, text=document.source, documents=found.documents)
@@ -263,6 +263,17 @@ def _settings(folder: Path) -> Settings:
         settings.check_rule_ids(set(lint.registry()))
         known = _settings_read[folder] = (stamp, settings)
     return known[1]
+
+
+_passed: dict[Path, bool] = {}
+
+
+def _passed_by(path: Path) -> bool:
+    """Whether a walk passes ``path`` by (.gitignore, skipped folders), decided again after a save:
+    reading the ignore files of a repository on every keystroke costs more than the lint."""
+    if path not in _passed:
+        _passed[path] = discover.passed_by(path)
+    return _passed[path]
 
 
 def _mtime(path: Path) -> int | None:
@@ -333,6 +344,7 @@ def did_change(ls: HacfgServer, params: types.DidChangeTextDocumentParams) -> No
 def did_save(ls: HacfgServer, params: types.DidSaveTextDocumentParams) -> None:
     """The saved file may be a base that open files extend: read base files again, lint them all."""
     config.forget_bases()
+    _passed.clear()  # the saved file may be a .gitignore
     for uri in list(ls.shown):
         ls.lint(uri)
 
