@@ -24,13 +24,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 import agent
 import cold_build
 import cold_plan
+import completion
 import lint_corpus
 import multinode
 import server
 from common import HEADER, Verdict, become_subreaper, kill_descendants
 
 BENCHMARKS: list[Callable[[], Iterable[Verdict]]] = [
-    lint_corpus.verdicts, cold_build.verdicts, cold_plan.verdicts, server.verdicts, agent.verdicts, multinode.verdicts,
+    lint_corpus.verdicts, cold_build.verdicts, cold_plan.verdicts, completion.verdicts, server.verdicts, agent.verdicts, multinode.verdicts,
 ]
 
 

@@ -29,8 +29,7 @@ from hacfg.cli.commands import (
     run_plan,
     say,
 )
-
-COMPLETE_VAR = "_HACFG_COMPLETE"  # how a shell asks typer for completions
+from hacfg.cli.complete import COMPLETE_VAR, answer
 
 # The switches a plain lint takes, each setting one keyword of run_lint to one value; test_main
 # checks every one against typer's declaration of the same flag.
@@ -111,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
 def _command(args: list[str]) -> Callable[[], int]:
     """The plain call when the arguments are ``lint [SWITCH...] PATH...`` or ``build FILE``; what
     it does not pass keeps the default that typer would give it."""
-    if args and COMPLETE_VAR not in os.environ:
+    if COMPLETE_VAR in os.environ:
+        if (completions := answer(os.environ)) is not None:
+            return functools.partial(_print, completions)
+    elif args:
         name, *rest = args
         if name == "lint" and (lint := _plain_lint(rest)) is not None:
             return lint
@@ -147,6 +149,11 @@ def _plain_lint(args: list[str]) -> Callable[[], int] | None:
     if chosen.get("fmt", "text") not in get_args(Format):
         return None
     return functools.partial(run_lint, operands, **chosen)
+
+
+def _print(text: str) -> int:
+    print(text)
+    return EXIT_OK
 
 
 def _plain_plan(args: list[str]) -> Callable[[], int] | None:
