@@ -27,7 +27,8 @@ PEER_PATTERNS = re.compile(
     re.IGNORECASE,
 )
 # torchrun's summary when one of its workers died by a signal: "exitcode : -9 (pid: 123)" and "Signal 9 (SIGKILL)".
-CHILD_SIGNAL = re.compile(r"(?:Signal (\d+) \((SIG\w+)\) received by PID|exitcode\s*:\s*-(\d+) \(pid)")
+# Signal numbers are small: a line with a longer one is not torchrun's, and its int() could fail.
+CHILD_SIGNAL = re.compile(r"(?:Signal (\d{1,3}) \((SIG\w+)\) received by PID|exitcode\s*:\s*-(\d{1,3}) \(pid)")
 # torch prefixes each worker's lines with "[rank0]: "; the user's traceback is still the user's.
 RANK_PREFIX = r"^(?:\[(?:default)?rank\d+\]:\s?)?"
 TRACEBACK = re.compile(RANK_PREFIX + r"Traceback \(most recent call last\):")

@@ -182,3 +182,15 @@ def test_a_whole_float_past_a_doubles_range_is_infinite_as_1e400_is():
 
     text = f"a: !!float {'7' * 400}\nb: !!float -{'7' * 400}\nc: 1e400\nd: !!float 12\n"
     assert parse(text, "ha.yaml").data == {"a": float("inf"), "b": float("-inf"), "c": float("inf"), "d": 12.0}
+
+
+def test_a_huge_number_in_a_training_log_is_no_plugin_failure():
+    from hacfg.agent.classify import classify
+    from hacfg.plugin import manager as plugin_manager
+    from hacfg.plugin.agent import Failure
+
+    manager = plugin_manager.get()
+    reported = len(manager.failures)
+    for line in ("exitcode  : -" + "9" * 5000 + " (pid: 3)", "Signal " + "9" * 5000 + " (SIGKILL) received by PID 3"):
+        verdict = classify(Failure(1, None, (line,)))
+        assert verdict.cause == "user" and manager.failures[reported:] == [], line
