@@ -28,6 +28,8 @@ from conftest import REPO  # noqa: E402
 pytestmark = pytest.mark.slow  # groups of agents around real torch DDP
 
 TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
+READY_THEN = REPO / "tests" / "children" / "warm" / "ready_then.py"
+PRELOAD = "torch,torch.distributed,torch.nn.parallel,hacfg.checkpoint"  # what train_ddp.py imports
 STEPS, EVERY = 16, 4
 
 
@@ -46,6 +48,7 @@ class Job:
     options: tuple[str, ...] = ()
     faults: tuple[str, ...] = ()
     torchrun: bool = False
+    warm: bool = False  # restarts forked from warm interpreters (a cold attempt waits until the next one is ready)
     precheck: bool = False
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)
     wrap: dict[int, list[str]] = field(default_factory=dict)  # a command to run a node's agent under
@@ -60,12 +63,15 @@ class Job:
     def command(self, rank: int) -> list[str]:
         train = [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(STEPS), "--every", str(EVERY)]
         train += [f"--fault={spec}" for spec in self.faults]
+        warm = ("--preload", PRELOAD) if self.warm else ("--no-warm",)
+        if self.warm:
+            train = [str(READY_THEN), *train]
         if self.torchrun:
             train = ["-m", "torch.distributed.run", "--nnodes", str(self.nnodes), "--node-rank", str(rank), "--nproc-per-node", "1",
                      "--master-addr", "127.0.0.1", "--master-port", str(self.master_port), "--max-restarts", "0", *train]
         return [sys.executable, "-m", "hacfg", "agent", "--nnodes", str(self.nnodes), "--node-rank", str(rank),
                 "--rdzv-endpoint", f"127.0.0.1:{self.rdzv_port}", "--rdzv-timeout", "60", "--checkpoint-path", str(self.ckpt),
-                *(() if self.precheck else ("--no-precheck",)), "--max-restarts", "3", "--grace", "5", "--initial-hang-timeout", "120s", *self.options,
+                *(() if self.precheck else ("--no-precheck",)), "--max-restarts", "3", "--grace", "5", "--initial-hang-timeout", "120s", *warm, *self.options,
                 *(("--state-dir", str(self.state_dirs[rank])) if rank in self.state_dirs else ()),
                 "--", sys.executable, *train]
 
@@ -179,12 +185,23 @@ def assert_recovered(job: Job, codes: dict[int, int], reference: dict) -> list[d
         assert job.attempts(rank) == list(range(1, len(decisions) + 1))  # HACFG_ATTEMPT, the same on every rank
         assert_weights_equal(job.weights(rank), reference[job.nnodes])
     assert_no_process_left(job)
+    if job.warm:
+        assert_restarts_started_warm(job)
     return decisions
 
 
+def assert_restarts_started_warm(job: Job) -> None:
+    """Every attempt but an agent's first was forked from that node's warm interpreter."""
+    for rank in range(job.nnodes):
+        starts = [(e["start"], e["start_reason"]) for e in job.events(rank) if e["event"] == "attempt_start"]
+        later = [how for how, why in starts if why != "no warm interpreter was prepared yet"]
+        assert later and set(later) == {"warm"}, f"node {rank}: {starts}"
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 @pytest.mark.parametrize("nnodes", [2, 4])
-def test_a_killed_worker_restarts_every_node_from_one_checkpoint(tmp_path, reference, nnodes):
-    job = Job(tmp_path, nnodes, faults=(f"kill:{nnodes - 1}:6",))
+def test_a_killed_worker_restarts_every_node_from_one_checkpoint(tmp_path, reference, nnodes, warm):
+    job = Job(tmp_path, nnodes, faults=(f"kill:{nnodes - 1}:6",), warm=warm)
     decisions = assert_recovered(job, job.run(), reference)
     assert [(d["action"], d["cause"], d["cause_node"]) for d in decisions] == [("proc_restart", "environment", nnodes - 1), ("success", "success", 0)]
     assert "signal SIGKILL" in decisions[0]["cause_reason"] or "SIGKILL" in decisions[0]["cause_reason"]
@@ -221,27 +238,29 @@ def test_several_nodes_logs_make_one_job_timeline(tmp_path, reference, cli):
     assert "node 0" in labels and "node 1" in labels and labels.count("attempt 2") == 2  # one lane per node, one job axis
 
 
-@pytest.mark.parametrize(("nnodes", "torchrun"), [(2, False), (4, False), (2, True)], ids=["2-nodes", "4-nodes", "torchrun"])
-def test_a_kill_during_a_checkpoint_save_never_splits_the_resume_point(tmp_path, reference, nnodes, torchrun):
-    job = Job(tmp_path, nnodes, faults=(f"kill-in-save:{nnodes - 1}:8",), torchrun=torchrun)
+@pytest.mark.parametrize(("nnodes", "torchrun", "warm"), [(2, False, False), (4, False, False), (2, True, False), (2, False, True), (4, False, True)],
+                         ids=["2-nodes", "4-nodes", "torchrun", "2-nodes-warm", "4-nodes-warm"])
+def test_a_kill_during_a_checkpoint_save_never_splits_the_resume_point(tmp_path, reference, nnodes, torchrun, warm):
+    job = Job(tmp_path, nnodes, faults=(f"kill-in-save:{nnodes - 1}:8",), torchrun=torchrun, warm=warm)
     decisions = assert_recovered(job, job.run(), reference)
     assert decisions[0]["action"] == "proc_restart"
     assert job.resumed(0) == [0, 4]  # step_8 was cut short on node 0 by the job's stop: nobody resumes from it
 
 
-@pytest.mark.parametrize("torchrun", [False, True], ids=["agent", "torchrun"])
-def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference, torchrun):
+@pytest.mark.parametrize(("torchrun", "warm"), [(False, False), (True, False), (False, True)], ids=["agent", "torchrun", "agent-warm"])
+def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference, torchrun, warm):
     # torchrun waits silently at its exit barrier for the other node's torchrun: a hang timeout
     # must outlast that, as real ones (minutes) do
     timeout = "12s" if torchrun else "3s"
-    job = Job(tmp_path, 2, options=("--hang-timeout", timeout, "--hang-retry"), faults=("hang:1:6",), torchrun=torchrun)
+    job = Job(tmp_path, 2, options=("--hang-timeout", timeout, "--hang-retry"), faults=("hang:1:6",), torchrun=torchrun, warm=warm)
     decisions = assert_recovered(job, job.run(), reference)
     assert [d["cause"] for d in decisions] == ["hang", "success"]
     assert (decisions[0]["counted"], decisions[0]["hang_streak"], decisions[0]["restarts"]) == (0, 1, 1)
 
 
-def test_a_collective_error_is_an_environment_fault_for_the_whole_job(tmp_path, reference):
-    job = Job(tmp_path, 2, faults=("collective:0:5",))
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_collective_error_is_an_environment_fault_for_the_whole_job(tmp_path, reference, warm):
+    job = Job(tmp_path, 2, faults=("collective:0:5",), warm=warm)
     decisions = assert_recovered(job, job.run(), reference)
     assert (decisions[0]["cause"], decisions[0]["action"], decisions[0]["counted"]) == ("environment", "proc_restart", 1)
 
@@ -255,19 +274,23 @@ def test_a_user_error_gives_up_on_every_node_with_the_commands_code(tmp_path):
     assert_no_process_left(job)
 
 
-def test_a_spent_budget_escalates_every_node_with_138(tmp_path):
-    job = Job(tmp_path, 2, options=("--max-restarts", "1"), faults=("kill:1:3:1", "kill:0:3:2"))
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_spent_budget_escalates_every_node_with_138(tmp_path, warm):
+    job = Job(tmp_path, 2, options=("--max-restarts", "1"), faults=("kill:1:3:1", "kill:0:3:2"), warm=warm)
     codes = job.run()
     assert codes == {0: 138, 1: 138}
     decisions = same_verdict_everywhere(job)
     assert [d["action"] for d in decisions] == ["proc_restart", "job_reschedule"]
     assert [d["cause_node"] for d in decisions] == [1, 0]
     assert_no_process_left(job)
+    if warm:
+        assert_restarts_started_warm(job)
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 @pytest.mark.parametrize("victim", [1, 0], ids=["follower", "leader"])
-def test_an_agent_killed_and_restarted_rejoins_with_the_jobs_counters(tmp_path, reference, victim):
-    job = Job(tmp_path, 2, options=("--grace", "2"))
+def test_an_agent_killed_and_restarted_rejoins_with_the_jobs_counters(tmp_path, reference, victim, warm):
+    job = Job(tmp_path, 2, options=("--grace", "2"), warm=warm)
     for rank in range(2):
         job.start(rank)
     job.wait_for(victim, f"rank {victim} step 6")

@@ -219,14 +219,18 @@ class Server:
         finally:
             for fd in (out_write, err_write, go_read):
                 os.close(fd)
-        if "pid" not in reply:
+        try:
+            if "pid" not in reply:
+                raise OSError(reply.get("error") or "no pid")
+            self.proc.wait(timeout=FORK_TIMEOUT)  # gone: the attempt is now the agent's child
+        except (OSError, subprocess.TimeoutExpired) as err:
             for fd in (out_read, err_read, go_write):
                 os.close(fd)
-            raise OSError(reply.get("error") or "no pid")
+            raise OSError(str(err)) from None
         return WarmProcess(int(reply["pid"]), out_read, err_read, go_write)
 
     def close(self) -> None:
-        """Stop it (it serves one attempt) and reap it."""
+        """Stop it, if it still runs (it serves one attempt), and reap it."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
@@ -252,6 +256,7 @@ class Start:
     how: str
     reason: str
     process: WarmProcess | None = None
+    spent: Server | None = None  # stopped once the attempt runs: its exit takes time the attempt need not wait
 
     def __call__(self, argv: list[str], env: dict[str, str]) -> Process:
         from hacfg.agent.attempt import start_cold
@@ -262,6 +267,7 @@ class Start:
             proc = self.process
         else:
             proc = start_cold(argv, env)
+        self._stop_spent()
         self.starts.prepare(env)  # the next attempt's, now that this one runs
         return proc
 
@@ -269,6 +275,12 @@ class Start:
         """The attempt does not run after all."""
         if self.process is not None:
             self.process.discard()
+        self._stop_spent()
+
+    def _stop_spent(self) -> None:
+        if self.spent is not None:
+            self.spent.close()
+            self.spent = None
 
 
 @dataclass
@@ -300,12 +312,10 @@ class WarmStarts:
         reason = server.unready(interpreter_env(env)) or (None if _subreaper() else "the agent is not a subreaper")
         try:
             if reason is None:
-                return Start(self, "warm", server.describe(), server.fork(self.command, env))
+                return Start(self, "warm", server.describe(), server.fork(self.command, env), spent=server)
         except OSError as err:
             reason = f"the warm interpreter failed to fork: {err}"
-        finally:
-            server.close()
-        return Start(self, "cold", reason)
+        return Start(self, "cold", reason, spent=server)
 
     def prepare(self, env: dict[str, str]) -> None:
         """Start a warm interpreter for the next attempt, unless one is waiting."""

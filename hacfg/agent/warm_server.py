@@ -12,11 +12,11 @@ library only. The agent's side is :mod:`hacfg.agent.warm`.
   variables, no port is opened, and if an import initialised an accelerator (``torch.cuda``,
   ``torch.npu``, ``torch.xpu``, or an open ``/dev/nvidia*``-like device) the interpreter refuses
   to serve: a forked child cannot use an accelerator its parent initialised.
-- **The attempt is a grandchild that becomes the agent's child.** A middle process forks it and
-  exits, so it is re-parented to the nearest subreaper, the agent, which then waits for it, sees
-  its exit status or signal and kills its session exactly as for a cold start. The attempt calls
-  ``setsid``, tells its pid, then waits for the agent's go (a pipe) before it arms its parent-death
-  signal, which must point at the agent, not at the middle process.
+- **The attempt becomes the agent's child.** The interpreter forks it, reports its pid once it has
+  called ``setsid``, and exits, so the attempt is re-parented to the nearest subreaper, the agent,
+  which then waits for it, sees its exit status or signal and kills its session exactly as for a
+  cold start. The attempt waits for the agent's go (a pipe, written once the interpreter is gone)
+  before it arms its parent-death signal, which must point at the agent, not at the interpreter.
 - **The attempt looks like a fresh ``python script.py``.** Descriptors 0, 1, 2 are the ones the
   agent sent and the ``sys.std*`` objects are made anew as the interpreter makes them at start;
   ``os.environ``, ``sys.argv``, ``sys.orig_argv``, the working directory and ``sys.path[0]`` are
@@ -206,13 +206,11 @@ def _accelerator_in_use() -> str | None:
 
 
 def _fork(request: dict[str, Any], fds: list[int], sock: socket.socket, agent: int) -> Callable[[], None] | None:
-    """Fork the attempt as a grandchild; in the server, report its pid and return None; in the attempt,
-    return what runs it."""
+    """Fork the attempt; in the server, report its pid once it has its own session and return None
+    (the server then exits, and the attempt becomes the agent's child); in the attempt, return what
+    runs it."""
     pid_read, pid_write = os.pipe()
-    middle = os.fork()
-    if middle == 0:
-        if os.fork() != 0:
-            os._exit(0)
+    if os.fork() == 0:
         os.setsid()
         os.write(pid_write, str(os.getpid()).encode())
         for fd in (pid_read, pid_write):
@@ -222,7 +220,6 @@ def _fork(request: dict[str, Any], fds: list[int], sock: socket.socket, agent: i
     os.close(pid_write)
     for fd in fds:
         os.close(fd)
-    os.waitpid(middle, 0)  # once it is gone, the attempt is the agent's child
     with os.fdopen(pid_read, "rb") as handle:
         told = handle.read()
     sock.send(json.dumps({"pid": int(told)} if told else {"error": "the attempt died before it started"}).encode())
