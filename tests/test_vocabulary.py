@@ -9,7 +9,7 @@ import pytest
 
 from conftest import agent, read_events
 from hacfg.agent import vocabulary
-from hacfg.agent.vocabulary import Action, Cause, Ending, Event
+from hacfg.agent.vocabulary import Action, Cause, Ending, Event, Start
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +42,8 @@ def test_every_word_a_real_agent_writes_is_in_the_vocabulary(tmp_path, options, 
     agent(tmp_path, "--grace", "1", *options, child=child)
     for record in read_events(tmp_path / "state"):
         Event(record["event"])
+        if record["event"] == Event.ATTEMPT_START:
+            Start(record["start"])
         if record["event"] == Event.ATTEMPT_EXIT:
             Ending(record["cause"])
         if record["event"] == Event.DECISION:

@@ -13,7 +13,8 @@ starting      the agent starts, state loaded       ``agent_start`` (``state_reco
 checking      pre-checks are on                    ``precheck`` per item
 planned       a round is planned: attempt number,  (none; the plan is in ``attempt_start``)
               counters, the checkpoint to resume
-running       the workers start                    ``attempt_start``, then ``first_activity`` at
+running       the workers start                    ``attempt_start`` (with how they started, a
+                                                   :class:`Start`), then ``first_activity`` at
                                                    the first output or heartbeat
 ended         the workers exit, hang or are told   ``hang`` when hung, ``signal`` when the agent
               to stop                              is signalled, then ``attempt_exit`` with an
@@ -65,6 +66,13 @@ class Action(StrEnum):
     def runs_again(self) -> bool:
         """The job runs again, here or elsewhere."""
         return self in (Action.PROC_RESTART, Action.POD_RESCHEDULE, Action.JOB_RESCHEDULE)
+
+
+class Start(StrEnum):
+    """How an attempt's process started (``attempt_start``'s ``start``, its ``start_reason`` says why)."""
+
+    WARM = "warm"  # forked from a warm interpreter that had imported the script's packages
+    COLD = "cold"  # a new process, as without warm restarts
 
 
 class Event(StrEnum):

@@ -10,7 +10,7 @@ forked from it: the agent sends it stdin and the write ends of two fresh pipes o
 that is already the agent's own child (see the server's docstring), and the agent lets it run.
 From then on the attempt is supervised exactly as a cold one: the same relay, hang detection,
 classification, signals to its session and ``waitpid``. Otherwise the attempt starts cold, and
-:class:`Start` says why; either way a fresh warm interpreter is prepared for the next one.
+:class:`Launch` says why; either way a fresh warm interpreter is prepared for the next one.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from hacfg.agent.vocabulary import Start
 from hacfg.agent.warm_server import MESSAGE_BYTES
 
 if TYPE_CHECKING:
@@ -249,11 +250,11 @@ class Server:
 
 
 @dataclass
-class Start:
-    """How one attempt starts, ``warm`` or ``cold``, and why; called, it starts the attempt."""
+class Launch:
+    """How one attempt starts, warm or cold, and why; called, it starts the attempt."""
 
     starts: WarmStarts
-    how: str
+    how: Start
     reason: str
     process: WarmProcess | None = None
     spent: Server | None = None  # stopped once the attempt runs: its exit takes time the attempt need not wait
@@ -302,20 +303,20 @@ class WarmStarts:
         else:
             self.entry = python_entry(self.command, os.environ.get("PATH"))
 
-    def start(self, env: dict[str, str]) -> Start:
+    def start(self, env: dict[str, str]) -> Launch:
         """How the next attempt, with environment ``env``, starts."""
         if isinstance(self.entry, str):
-            return Start(self, "cold", self.entry)
+            return Launch(self, Start.COLD, self.entry)
         server, self.server = self.server, None
         if server is None:
-            return Start(self, "cold", "no warm interpreter was prepared yet")
+            return Launch(self, Start.COLD, "no warm interpreter was prepared yet")
         reason = server.unready(interpreter_env(env)) or (None if _subreaper() else "the agent is not a subreaper")
         try:
             if reason is None:
-                return Start(self, "warm", server.describe(), server.fork(self.command, env), spent=server)
+                return Launch(self, Start.WARM, server.describe(), server.fork(self.command, env), spent=server)
         except OSError as err:
             reason = f"the warm interpreter failed to fork: {err}"
-        return Start(self, "cold", reason, spent=server)
+        return Launch(self, Start.COLD, reason, spent=server)
 
     def prepare(self, env: dict[str, str]) -> None:
         """Start a warm interpreter for the next attempt, unless one is waiting."""
