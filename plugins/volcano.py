@@ -17,6 +17,10 @@ CONFIG_DIR = "/etc/hacfg"
 CONFIG_FILE = "ha.yaml"
 TASK = "worker"
 DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
+# The job's name for the agent's restart counters: the pod's PodGroup, <job name>-<job uid> on current
+# Volcano, the same for every pod of the job and across its restarts, new for a job created again.
+JOB_ID = "HACFG_JOB_ID"
+JOB_ID_FIELD = "metadata.annotations['scheduling.k8s.io/group-name']"
 _CARDS = re.compile(r"(?:^|\.)(\d*)xlarge$")  # modelarts.pool.visual.{,2,4,8,16}xlarge: 1/2/4/8/16 cards
 
 
@@ -56,8 +60,9 @@ class Volcano(Target):
         ]
         # without an image, missing() refuses the job: no placeholder reaches kubectl apply
         container: dict[str, Any] = {"name": TASK, "image": job.image or "", "command": command}
-        if job.environment:
-            container["env"] = [{"name": key, "value": value} for key, value in job.environment.items()]
+        container["env"] = [{"name": key, "value": value} for key, value in job.environment.items()]
+        if JOB_ID not in job.environment:
+            container["env"].append({"name": JOB_ID, "valueFrom": {"fieldRef": {"fieldPath": JOB_ID_FIELD}}})
         cards = self._cards(config, built)
         if cards:
             container["resources"] = {"limits": {DEVICE_RESOURCE[job.accelerator]: cards}}

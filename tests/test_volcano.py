@@ -40,7 +40,10 @@ def test_shape_follows_the_scenario(cli):
     [container] = pod["containers"]
     assert container["command"] == ["hacfg", "agent", "--config", "/etc/hacfg/ha.yaml", "--", "/bin/sh", "-c", "bash run.sh"]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": 8}}  # an 8xlarge flavor has 8 cards
-    assert container["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    assert container["env"] == [
+        {"name": "NCCL_DEBUG", "value": "INFO"},
+        {"name": "HACFG_JOB_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['scheduling.k8s.io/group-name']"}}},
+    ]  # the agent's counters are the job's: its PodGroup names it
     assert pod["volumes"] == [{"name": "hacfg-config", "configMap": {"name": config_map["metadata"]["name"]}}]
     assert pod["restartPolicy"] == "Never"
     assert "mount shared storage at /mnt/sfs/llama/ckpt" in result.err

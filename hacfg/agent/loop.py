@@ -26,6 +26,7 @@ from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.attempt import Supervisor, become_subreaper
 from hacfg.agent.classify import classify
 from hacfg.agent.group import GroupLost
+from hacfg.agent.identity import job_identity
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict, resume_visible
@@ -67,7 +68,7 @@ class Agent:
         self.policy = policy
         self.rounds = rounds or SingleNodeRounds(policy)
         self.rank = node or 0
-        self.store = StateStore(state_dir)
+        self.store = StateStore(state_dir, job=job_identity(os.environ))
         self.heartbeat = state_dir / HEARTBEAT_FILE
         self.echo = echo
         self.events = EventLog(events, echo=echo, node=node)
@@ -93,7 +94,14 @@ class Agent:
         if self.store.recovered:
             self.echo(f"[hacfg] {self.store.recovered}")
             self.events.write(Event.STATE_RECOVERED, detail=self.store.recovered)
-        self.events.write(Event.AGENT_START, pid=os.getpid(), command=self.command, **self._counters(state.budgets))
+        if (left := self.store.left) is not None:
+            detail = self.store.describe_left()
+            self.echo(f"[hacfg] {detail}")
+            self.events.write(Event.STATE_LEFT, detail=detail, job=left.get("job"), ended=left.get("ended"))
+        elif state.budgets.attempt:
+            self.echo(f"[hacfg] taking over this job's counters from {self.store.path}: {self._so_far(state.budgets)}")
+        counters = self._counters(state.budgets)
+        self.events.write(Event.AGENT_START, pid=os.getpid(), command=self.command, job=self.store.job, **counters)
         if state.running:
             self.echo("[hacfg] the previous agent stopped during an attempt; counting it as an environment fault")
         precheck_failure = self._prechecks() if self.policy.precheck else None
@@ -210,7 +218,7 @@ class Agent:
     def _apply(self, verdict: Verdict) -> NodeState:
         """Persist the round's verdict and record it, identically on every node."""
         state = NodeState(verdict.budgets, verdict.round, running=False)
-        self.store.save(state)
+        self.store.save(state, ended=verdict.action if verdict.action.ends_job else None)
         self.events.write(
             Event.DECISION,
             round=verdict.round,
@@ -294,6 +302,9 @@ class Agent:
     def _exit(self, code: int, budgets: Budgets) -> int:
         self.events.write(Event.AGENT_EXIT, exit_code=code, **self._counters(budgets))
         return code
+
+    def _so_far(self, budgets: Budgets) -> str:
+        return f"{budgets.attempt} attempt(s), {budgets.counted} of {self.policy.max_restarts} restarts counted"
 
     def _counters(self, budgets: Budgets) -> dict[str, int]:
         counters = asdict(budgets)

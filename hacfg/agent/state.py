@@ -42,13 +42,19 @@ class NodeState:
 
 
 class StateStore:
-    """The node's state in ``state.json``; ``agent.lock`` keeps a second agent off the same directory."""
+    """The node's state in ``state.json``; ``agent.lock`` keeps a second agent off the same directory.
 
-    def __init__(self, directory: Path):
+    A state belongs to one job (:mod:`hacfg.agent.identity`): it is taken over by the next agent of
+    that job (after a pod or job reschedule, or the agent's own restart) until a final verdict,
+    success or give-up, closes it. A closed state, or one of another job, is not taken over."""
+
+    def __init__(self, directory: Path, job: str | None = None):
         self.directory = directory
         self.path = directory / STATE_FILE
+        self.job = job  # the job's name on the platform, None when it has none
         self._lock_fd: int | None = None
         self.recovered: str | None = None  # what was wrong with the state file, if anything
+        self.left: dict[str, Any] | None = None  # a state found but not taken over: closed, or another job's
 
     def acquire(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -73,15 +79,32 @@ class StateStore:
     def load(self) -> NodeState:
         """The saved state, including whether an attempt was running when the last agent stopped."""
         try:
-            return NodeState.from_json(json.loads(self.path.read_text()))
+            data = json.loads(self.path.read_text())
+            state = NodeState.from_json(data)
         except FileNotFoundError:
             return NodeState()
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             self.recovered = f"state file unreadable ({type(err).__name__}); starting from zero"
             return NodeState()
+        if data.get("ended") or data.get("job") != self.job:
+            self.left = data
+            return NodeState()
+        return state
 
-    def save(self, state: NodeState) -> None:
-        atomic_write(self.path, json.dumps(state.to_json()) + "\n", mode=PRIVATE)
+    def describe_left(self) -> str:
+        """One line on the state found and not taken over."""
+        assert self.left is not None
+        found = f"{self.left.get('attempt', 0)} attempt(s), {self.left.get('counted', 0)} restart(s) counted"
+        if self.left.get("job") != self.job:
+            whose = f"job {self.left.get('job')}" if self.left.get("job") else "a job without a name"
+            return f"the state in {self.directory} is of {whose} ({found}), not of this one; starting from zero"
+        ended = self.left["ended"]
+        return f"the job that left the state in {self.directory} ended ({ended}, {found}); starting from zero"
+
+    def save(self, state: NodeState, *, ended: str | None = None) -> None:
+        """Write the state; ``ended``, the final verdict, closes it."""
+        record = {**state.to_json(), "job": self.job, "ended": ended}
+        atomic_write(self.path, json.dumps(record) + "\n", mode=PRIVATE)
 
 
 class EventLog:

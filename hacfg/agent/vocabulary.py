@@ -9,7 +9,8 @@ A node's agent passes through these states; each transition is recorded as one e
 state         entered when                         event written
 ============  ===================================  ===============================================
 starting      the agent starts, state loaded       ``agent_start`` (``state_recovered`` first if
-                                                   the state file was unreadable)
+                                                   the state file was unreadable, ``state_left``
+                                                   if it was closed or another job's)
 checking      pre-checks are on                    ``precheck`` per item
 planned       a round is planned: attempt number,  (none; the plan is in ``attempt_start``)
               counters, the checkpoint to resume
@@ -25,7 +26,8 @@ exited        the verdict is final                 ``agent_exit``
 
 From *judged*, ``proc_restart`` goes back to *planned*; every other action ends in *exited*:
 ``success`` (0), ``stop`` (128 + signal), ``pod_reschedule``/``job_reschedule`` (138, retry
-elsewhere) and ``give_up`` (the command's own code).
+elsewhere) and ``give_up`` (the command's own code). ``success`` and ``give_up`` also close the
+job's state: a later agent on the same path starts from zero.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ class Action(StrEnum):
         """The job runs again, here or elsewhere."""
         return self in (Action.PROC_RESTART, Action.POD_RESCHEDULE, Action.JOB_RESCHEDULE)
 
+    @property
+    def ends_job(self) -> bool:
+        """The job is over: its state is closed, and a later agent on the same path starts from zero.
+        A reschedule is not: the platform starts the same job again, with its counters."""
+        return self in (Action.SUCCESS, Action.GIVE_UP)
+
 
 class Start(StrEnum):
     """How an attempt's process started (``attempt_start``'s ``start``, its ``start_reason`` says why)."""
@@ -80,6 +88,7 @@ class Event(StrEnum):
 
     AGENT_START = "agent_start"
     STATE_RECOVERED = "state_recovered"
+    STATE_LEFT = "state_left"  # a state found was closed, or another job's: not taken over
     PRECHECK = "precheck"
     ATTEMPT_START = "attempt_start"
     FIRST_ACTIVITY = "first_activity"
