@@ -96,7 +96,11 @@ ENGINE_RULES = (
         An unknown key in a scenario file, with the nearest known key.
 
         Unknown keys are errors, not silence: a misspelled `restart.on_hnag` would otherwise
-        leave hang restart off. `hacfg schema` prints every key the format has.""",
+        leave hang restart off. `hacfg schema` prints every key the format has.
+
+        The rest of the file is still judged, so a typo hides no risk. `hacfg fix` (and the
+        editor's quick fix) renames the key to the one suggested, unless the mapping has that
+        key already.""",
     ),
     _engine_rule(
         "HA102",
