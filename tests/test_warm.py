@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,8 +63,14 @@ def test_it_preloads_the_scripts_top_level_imports_that_are_installed_never_its_
     assert warm_server._installed(names, str(tmp_path)) == (["json", "os"], ["mine", "no_such_package_here"])
 
 
-def run(tmp_path: Path, ending: str, *options: str, warm: bool, env: dict | None = None, probe: Path = PROBES / "probe.py"):
-    """One agent run of the probe; returns the agent's process, attempt 2's record and events."""
+def run(tmp_path: Path, ending: str, *options: str, warm: bool, env: dict | None = None, module: bool = False):
+    """One agent run of the probe (``python -m probe`` from the working directory with ``module``);
+    returns the agent's process, attempt 2's record and events."""
+    probe = [str(PROBES / "probe.py")]
+    if module:
+        for name in ("probe.py", "helper.py"):
+            shutil.copy(PROBES / name, tmp_path / name)
+        probe = ["-m", "probe"]
     state = tmp_path / "state"
     subprocess.run(["rm", "-rf", str(state)], check=True)
     records = tmp_path / "records"
@@ -72,7 +79,7 @@ def run(tmp_path: Path, ending: str, *options: str, warm: bool, env: dict | None
     wait = records / "wait-for-warm"
     wait.touch() if warm else wait.unlink(missing_ok=True)
     argv = [PY, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", "--max-restarts", "1", "--unconditional",
-            "--grace", "2", *(() if warm else ("--no-warm",)), *options, "--", PY, str(probe), str(records), ending]
+            "--grace", "2", *(() if warm else ("--no-warm",)), *options, "--", PY, *probe, str(records), ending]
     proc = subprocess.run(argv, input="typed on stdin\n", capture_output=True, text=True, timeout=180, cwd=tmp_path,
                           env={**os.environ, "PROBE_STATE": str(state), **(env or {})})
     found = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
@@ -94,10 +101,15 @@ DIFFERENT = ("random", "hash", "numpy", "ppid")  # fresh per process, as in any 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ending", ["success", "exit3", "exception", "interrupt", "sigkill", "sigsegv"])
-def test_a_warm_attempt_is_observably_a_cold_one(tmp_path, ending):
-    cold, cold_record, cold_events = run(tmp_path, ending, warm=False)
-    warm, warm_record, warm_events = run(tmp_path, ending, warm=True)
+@pytest.mark.parametrize(
+    ("ending", "module"),
+    [(ending, False) for ending in ("success", "exit3", "exception", "interrupt", "sigkill", "sigsegv")]
+    + [("success", True), ("exception", True)],
+    ids=["success", "exit3", "exception", "interrupt", "sigkill", "sigsegv", "module-success", "module-exception"],
+)
+def test_a_warm_attempt_is_observably_a_cold_one(tmp_path, ending, module):
+    cold, cold_record, cold_events = run(tmp_path, ending, warm=False, module=module)
+    warm, warm_record, warm_events = run(tmp_path, ending, warm=True, module=module)
     starts = [(e["start"], e["start_reason"]) for e in attempt_events(warm_events, "attempt_start")]
     assert [how for how, _ in starts] == ["cold", "warm"], starts
     assert "imported" in starts[1][1] and "helper" not in starts[1][1]

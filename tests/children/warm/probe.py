@@ -52,7 +52,7 @@ def record():
         "name": __name__, "file": __file__, "argv": sys.argv, "orig_argv": sys.orig_argv, "path0": sys.path[0], "path": sys.path,
         "cwd": os.getcwd(), "env": dict(os.environ), "stdin": sys.stdin.read(), "flags": repr(sys.flags),
         "executable": sys.executable, "globals": sorted(k for k in vars(main) if k.startswith("__")),
-        "loader": type(main.__loader__).__name__, "spec": repr(main.__spec__), "cached": main.__cached__,
+        "loader": type(main.__loader__).__name__, "spec": main.__spec__ and [main.__spec__.name, main.__spec__.origin, type(main.__spec__.loader).__name__], "cached": main.__cached__,
         "builtins": repr(vars(main)["__builtins__"]), "main_is_module": main.__dict__ is globals(),
         "streams": [stream(s) for s in (sys.stdin, sys.stdout, sys.stderr)],
         "dunder_streams": [sys.__stdin__ is sys.stdin, sys.__stdout__ is sys.stdout, sys.__stderr__ is sys.stderr],
