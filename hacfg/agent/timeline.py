@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from hacfg.agent.vocabulary import Action, Event
@@ -77,6 +78,20 @@ def table(events: list[dict[str, Any]]) -> str:
 def merge(logs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Several nodes' event logs as one job timeline, in time order (the sort is stable per node)."""
     return sorted((event for log in logs for event in log), key=lambda e: (str(e.get("time", "")), e.get("node", 0)))
+
+
+def read_logs(files: Iterable[Path]) -> list[dict[str, Any]]:
+    """The nodes' event logs, read and merged into one job's records."""
+    from hacfg.agent.state import read_events
+    from hacfg.scenario.source import InputError
+
+    logs = []
+    for path in files:
+        try:
+            logs.append(read_events(path))
+        except OSError as err:
+            raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
+    return merge(logs)
 
 
 COLOURS = {

@@ -127,10 +127,10 @@ def run_events(
 
     from hacfg.agent.calibration import measure
     from hacfg.agent.goodput import breakdown, report
-    from hacfg.agent.timeline import table
+    from hacfg.agent.timeline import read_logs, table
 
     plot = picture(plot)  # before any work
-    records = event_records(files or default_event_logs(config))
+    records = read_logs(files or default_event_logs(config))
     result = breakdown(records)
     measured = measure(records)
     if fmt == "json":
@@ -179,16 +179,3 @@ def run_diagnose(logs: Sequence[Path], config: str | None = None, fmt: Literal["
     return EXIT_FINDINGS if any(result.failed for result in results) else EXIT_OK
 
 
-def event_records(files: Sequence[Path]) -> list[dict[str, Any]]:
-    """The nodes' event logs, merged into one job's records."""
-    from hacfg.agent.state import read_events
-    from hacfg.agent.timeline import merge
-    from hacfg.scenario.source import InputError
-
-    logs = []
-    for path in files:
-        try:
-            logs.append(read_events(path))
-        except OSError as err:
-            raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
-    return merge(logs)

@@ -339,9 +339,9 @@ def run_plan(
     inputs = planned.from_config(loaded.config, loaded.document.values)
     if from_events:
         from hacfg.agent.calibration import measure
-        from hacfg.cli.agent_commands import event_records
+        from hacfg.agent.timeline import read_logs
 
-        inputs = planned.with_measured(inputs, measure(event_records(from_events)))
+        inputs = planned.with_measured(inputs, measure(read_logs(from_events)))
     inputs = planned.with_what_if(inputs, flags)
     try:
         result = forecast(inputs)
