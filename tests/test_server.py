@@ -362,6 +362,7 @@ def test_framing_errors_are_answered_and_skipped_and_shutdown_is_always_honoured
         "a length longer than the body": (b"Content-Length: 500\r\n\r\n" + notification, None),
         "a length shorter than the body": (b"Content-Length: 5\r\n\r\n" + notification, -32700),
         "a message that is no object": (b"Content-Length: 3\r\n\r\n[1]", -32600),
+        "a message of no JSON-RPC version": (frame({"method": "initialized", "params": {}}), -32600),
     }
     hover = {"textDocument": {"uri": (tmp_path / "ha.yaml").as_uri()}, "position": {"line": 0, "character": 0}}
     for number, (what, (raw, code)) in enumerate(hostile.items(), start=2):
@@ -372,6 +373,9 @@ def test_framing_errors_are_answered_and_skipped_and_shutdown_is_always_honoured
         assert [a["error"]["code"] for a in answers[:-1]] == ([] if code is None else [code]), what
         assert all(a["id"] is None for a in answers[:-1]), what
         assert answers[-1] == {"jsonrpc": "2.0", "id": number, "result": None}, what  # the next message, read whole
+    wire.send(frame({"jsonrpc": "1.0", "id": 98, "method": "shutdown"}))  # a request is answered by its id
+    refused = wire.reply()
+    assert (refused["id"], refused["error"]["code"]) == (98, -32600)
     wire.send(wire.request(99, "shutdown"))
     assert wire.reply() == {"jsonrpc": "2.0", "id": 99, "result": None}
     wire.send(frame({"jsonrpc": "2.0", "method": "exit"}))

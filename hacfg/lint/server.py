@@ -118,8 +118,10 @@ class HacfgServer(LanguageServer):
         except ValueError as err:
             self._answer(None, PARSE_ERROR, f"the message is not JSON: {err}")
             return
-        if not isinstance(data, dict):
-            self._answer(None, INVALID_REQUEST, "a message is a JSON object")
+        if not isinstance(data, dict) or data.get("jsonrpc") != "2.0":
+            request = isinstance(data, dict) and "method" in data and isinstance(data.get("id"), int | str)
+            why = 'a message is an object with "jsonrpc": "2.0"'
+            self._answer(data["id"] if request else None, INVALID_REQUEST, why)
             return
         try:
             message = self.protocol.structure_message(data)
