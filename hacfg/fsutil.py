@@ -1,7 +1,7 @@
 """Writing files so that a crash or a full disk never leaves half of one behind.
 
 :func:`write_output` writes every file a user names (``hacfg fix``, ``-o``, ``--into``,
-``--metrics-file``) as an editor would: through a symlink to the file it points to, keeping
+``--plot``, ``--metrics-file``) as an editor would: through a symlink to the file it points to, keeping
 that file's hard links, mode and owner, and refusing a read-only file unless forced.
 :func:`atomic_write` replaces a path hacfg owns, never following a link there.
 """
@@ -20,7 +20,7 @@ FIGURE_FORMATS = ("svg", "png")  # what --plot draws, named by the file's suffix
 
 
 class ReadOnlyFile(PermissionError):
-    """The file's mode says nobody writes it: hacfg leaves it alone unless forced."""
+    """The file's mode denies us writing it: hacfg leaves it alone unless forced."""
 
     def __init__(self, path: str | Path):
         super().__init__(errno.EACCES, "read-only file", str(path))
