@@ -19,6 +19,8 @@ from hacfg.agent.metrics import Metrics
 BODY = "kind: job\nmetadata:\n  name: demo\n  annotations:\n    fault-tolerance/job-retry-num: 3\nspec: {resource: {node_count: 1}}\n"
 SCENARIO = "version: 1\nscenario: single-node\njob: {image: org/train:1.0, command: bash run.sh, flavor: f}\n"
 PAGE = 4096
+# Another owner, where this process may give one (root); elsewhere its own, which chown allows too.
+OWNER = (65534, 65534) if os.geteuid() == 0 else (os.getuid(), os.getgid())
 
 
 def writers(source: Path) -> dict[str, object]:
@@ -84,12 +86,12 @@ def test_hard_links_mode_and_owner_are_kept(run, tmp_path, writer):
     other = tmp_path / "elsewhere.yaml"
     os.link(path, other)
     path.chmod(0o640)
-    os.chown(path, 65534, 65534)
+    os.chown(path, *OWNER)
     inode = path.stat().st_ino
     assert run(writer, path).code in (0, 1)
     after = path.stat()
     assert (after.st_ino, after.st_nlink, stat.S_IMODE(after.st_mode)) == (inode, 2, 0o640)
-    assert (after.st_uid, after.st_gid) == (65534, 65534)
+    assert (after.st_uid, after.st_gid) == OWNER
     assert other.read_bytes() == path.read_bytes() == run.expected(writer)
 
 
@@ -98,10 +100,10 @@ def test_mode_and_owner_are_kept_when_the_file_is_replaced(run, tmp_path, writer
     path = tmp_path / "job.yaml"
     path.write_text(BODY)
     path.chmod(0o604)
-    os.chown(path, 65534, 65534)
+    os.chown(path, *OWNER)
     assert run(writer, path).code in (0, 1)
     after = path.stat()
-    assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_gid) == (0o604, 65534, 65534)
+    assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_gid) == (0o604, *OWNER)
     assert path.read_bytes() == run.expected(writer)
 
 
