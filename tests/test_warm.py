@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -223,4 +224,38 @@ def test_torch_warm_matches_cold_and_no_accelerator_is_initialised(tmp_path, cud
     assert warm["fork"] == warm["spawn"] == [[0, 1, 4, 9], [16, 25, 36, 49]]
     for source in ("torch", "seed", "numpy", "workers"):
         assert warm_draws[source] != cold_draws[source], source  # fresh random state, as two cold starts have
+    assert_no_process_left(tmp_path)
+
+
+@pytest.mark.slow
+def test_an_agent_killed_by_sigkill_takes_its_warm_attempt_and_warm_interpreter_with_it(tmp_path):
+    state = tmp_path / "state"
+    log = state / "warm.log"
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, time\nfrom pathlib import Path\n"
+        f"log = Path({str(log)!r})\n"
+        "while log.read_text().count(' ready:') < int(os.environ['HACFG_ATTEMPT']) if log.exists() else True:\n"
+        "    time.sleep(0.02)\n"
+        "print('attempt', os.environ['HACFG_ATTEMPT'], 'trains', flush=True)\n"
+        "os.kill(os.getpid(), 9) if os.environ['HACFG_ATTEMPT'] == '1' else time.sleep(600)\n"
+    )
+    argv = [PY, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", "--max-restarts", "1", "--", PY, str(script)]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    try:
+        assert agent.stdout is not None
+        assert agent.stdout.readline().split() == ["attempt", "1", "trains"]
+        assert agent.stdout.readline().split() == ["attempt", "2", "trains"]  # forked warm, and a third interpreter is ready
+        starts = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines() if '"attempt_start"' in line]
+        assert [e["start"] for e in starts] == ["cold", "warm"]
+    finally:
+        agent.kill()
+        agent.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            assert_no_process_left(tmp_path)
+            break
+        except AssertionError:
+            time.sleep(0.05)
     assert_no_process_left(tmp_path)
