@@ -1,4 +1,5 @@
-"""Which checkpoint an attempt resumes from: the newest *complete* one under ``checkpoint.path``.
+"""Which checkpoint an attempt resumes from: the newest *complete* one under ``checkpoint.path``;
+and whether new ones keep appearing there while the job trains (:class:`SaveWatch`).
 
 Checkpoint layouts are plugins; each reports the checkpoints it finds on disk.
 """
@@ -6,8 +7,13 @@ Checkpoint layouts are plugins; each reports the checkpoints it finds on disk.
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
+from hacfg.agent.vocabulary import Event
 from hacfg.checkpoint import MARKER
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.agent import CheckpointLayout, SavedCheckpoint
@@ -58,3 +64,70 @@ def save_seconds(path: Path, files: int = 10_000) -> float | None:
         except OSError:
             continue
     return max(times) - min(times) if len(times) >= 2 else None
+
+
+class SaveWatch:
+    """Says once when no newer complete checkpoint has appeared under ``root`` for twice the
+    checkpoint interval of training: a script saving elsewhere would otherwise restart from its
+    first step without a word.
+
+    Training time runs from each attempt's first sign of life to its exit and adds up across
+    attempts; a newer complete checkpoint sets it back to zero. It listens to the events log
+    (:meth:`record`) and looks under ``root`` from a thread of its own while an attempt trains.
+    """
+
+    def __init__(self, root: Path, interval: float, warn: Callable[[float, SavedCheckpoint | None], None]):
+        self.root = root
+        self.limit = 2 * interval
+        self.warn = warn  # told the training seconds without a new checkpoint, and the newest there is
+        self.every = min(max(interval / 4, 0.2), 30.0)  # seconds between looks
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._newest = _identity(newest_complete(root))
+        self._quiet = 0.0  # training seconds without a newer checkpoint, before the attempt running now
+        self._since: float | None = None  # when the running attempt began to train (monotonic)
+        self._warned = False
+
+    def record(self, event: Mapping[str, Any]) -> None:
+        """An events-log listener: training starts at ``first_activity`` and stops at ``attempt_exit``."""
+        kind = event.get("event")
+        if kind == Event.FIRST_ACTIVITY:
+            with self._lock:
+                self._since = time.monotonic()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hacfg-save-watch", daemon=True)
+                self._thread.start()
+        elif kind == Event.ATTEMPT_EXIT:
+            self.look()  # a save just before the end counts
+            with self._lock:
+                if self._since is not None:
+                    self._quiet += time.monotonic() - self._since
+                    self._since = None
+
+    def look(self) -> None:
+        found = newest_complete(self.root)
+        with self._lock:
+            now = time.monotonic()
+            if _identity(found) != self._newest:
+                self._newest, self._quiet, self._warned = _identity(found), 0.0, False
+                self._since = now if self._since is not None else None
+                return
+            training = self._quiet + (now - self._since if self._since is not None else 0.0)
+            if self._warned or training < self.limit:
+                return
+            self._warned = True
+        self.warn(training, found)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.look()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def _identity(found: SavedCheckpoint | None) -> tuple[int, str] | None:
+    return (found.step, str(found.path)) if found is not None else None

@@ -34,7 +34,7 @@ from hacfg.agent.state import EventLog, NodeState, StateStore, stamp
 from hacfg.agent.vocabulary import Action, Cause, Ending, Event
 from hacfg.agent.warm import WarmStarts
 from hacfg.plugin import manager as plugin_manager
-from hacfg.plugin.agent import Failure, PrecheckContext, PrecheckSettings, Restart
+from hacfg.plugin.agent import Failure, PrecheckContext, PrecheckSettings, Restart, SavedCheckpoint
 
 if TYPE_CHECKING:
     from hacfg.agent.metrics import Metrics
@@ -74,6 +74,10 @@ class Agent:
         self.events = EventLog(events, echo=echo, node=node)
         self.events.listeners.append(self._tell_plugins)
         self._telling = False  # inside hacfg_agent_event: its own failures are not told again
+        self.saves = None
+        if policy.checkpoint_path is not None and policy.checkpoint_interval:
+            self.saves = checkpoints.SaveWatch(policy.checkpoint_path, policy.checkpoint_interval, self._saves_overdue)
+            self.events.listeners.append(self.saves.record)
 
     def run(self) -> int:
         self.store.acquire()
@@ -85,6 +89,8 @@ class Agent:
             self.events.write(Event.AGENT_EXIT, exit_code=RETRY_ELSEWHERE)
             return RETRY_ELSEWHERE
         finally:
+            if self.saves is not None:
+                self.saves.close()
             self.warm.close()
             self.rounds.close()
             self.store.release()
@@ -258,6 +264,18 @@ class Agent:
             timeout=timeout,
             idle=round(idle, 3),
             last_output=[line[-500:] for line in tail[-10:]],
+        )
+
+    def _saves_overdue(self, training: float, newest: SavedCheckpoint | None) -> None:
+        path, interval = self.policy.checkpoint_path, self.policy.checkpoint_interval
+        resume = f"from {newest.path}" if newest else "from the start"
+        self.echo(
+            f"[hacfg] no new complete checkpoint under {path} in {training:.0f}s of training, "
+            f"twice checkpoint.interval ({interval:g}s): does the script save there? A restart would resume {resume}"
+        )
+        self.events.write(
+            Event.CHECKPOINT_OVERDUE, path=str(path), interval=interval, training=round(training, 3),
+            newest=str(newest.path) if newest else None,
         )
 
     def _prechecks(self) -> str | None:

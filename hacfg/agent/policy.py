@@ -40,6 +40,7 @@ class Policy:
     hang_timeout: float = timedelta(minutes=ma.DEFAULT_HANG_MINUTES).total_seconds()
     initial_hang_timeout: float | None = None  # until the first output or heartbeat; default 2x
     checkpoint_path: Path | None = None
+    checkpoint_interval: float | None = None  # seconds between saves, as the scenario says; None: not said
     precheck: bool = False
     accelerator: str | None = None  # None: not known without a scenario file
     network: str = "ethernet"
@@ -134,6 +135,7 @@ def policy_from_config(config: HAConfig) -> Policy:
         hang_detect=config.hang.detect,
         hang_timeout=config.hang.timeout.total_seconds(),
         checkpoint_path=Path(path) if path and "://" not in path else None,
+        checkpoint_interval=config.checkpoint.interval.total_seconds() if config.checkpoint.interval else None,
         precheck=config.precheck and config.restart.max > 0,
         accelerator=config.job.accelerator,
         network=config.job.network,

@@ -16,7 +16,9 @@ planned       a round is planned: attempt number,  (none; the plan is in ``attem
               counters, the checkpoint to resume
 running       the workers start                    ``attempt_start`` (with how they started, a
                                                    :class:`Start`), then ``first_activity`` at
-                                                   the first output or heartbeat
+                                                   the first output or heartbeat;
+                                                   ``checkpoint_overdue`` once no new complete
+                                                   checkpoint came for 2 x checkpoint.interval
 ended         the workers exit, hang or are told   ``hang`` when hung, ``signal`` when the agent
               to stop                              is signalled, then ``attempt_exit`` with an
                                                    :class:`Ending`
@@ -92,6 +94,7 @@ class Event(StrEnum):
     PRECHECK = "precheck"
     ATTEMPT_START = "attempt_start"
     FIRST_ACTIVITY = "first_activity"
+    CHECKPOINT_OVERDUE = "checkpoint_overdue"  # no new complete checkpoint for 2 x checkpoint.interval of training
     SIGNAL = "signal"
     HANG = "hang"
     ATTEMPT_EXIT = "attempt_exit"
