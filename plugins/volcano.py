@@ -3,7 +3,9 @@
 The container runs the user's command under ``hacfg agent``, which applies the in-place
 restart rules itself; Volcano only handles what the agent cannot: exit 138 ("retry
 elsewhere") restarts the pod (with pod reschedules) or the whole job, an evicted pod restarts
-the job, and any other failure ends it. ``maxRetry`` is ``restart.max``.
+the job, and any other failure ends it. ``maxRetry`` is ``restart.max``. With several nodes,
+the agents sign what they tell each other with the Kubernetes Secret ``NAME-hacfg-group``
+(key ``secret``) when it exists, else with a secret node 0 keeps on the checkpoint storage.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from hacfg.plugin import Build, HAConfig, Target, dump_yaml, hookimpl, scenario_
 CONFIG_DIR = "/etc/hacfg"
 CONFIG_FILE = "ha.yaml"
 TASK = "worker"
+GROUP_SECRET_KEY = "secret"
 DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
 # The job's name for the agent's restart counters: the pod's PodGroup, <job name>-<job uid> on current
 # Volcano, the same for every pod of the job and across its restarts, new for a job created again.
@@ -63,6 +66,8 @@ class Volcano(Target):
         container["env"] = [{"name": key, "value": value} for key, value in job.environment.items()]
         if JOB_ID not in job.environment:
             container["env"].append({"name": JOB_ID, "valueFrom": {"fieldRef": {"fieldPath": JOB_ID_FIELD}}})
+        if job.nodes > 1:
+            container["env"].append(self._group_secret(name, built))
         cards = self._cards(config, built)
         if cards:
             container["resources"] = {"limits": {DEVICE_RESOURCE[job.accelerator]: cards}}
@@ -104,6 +109,18 @@ class Volcano(Target):
         built.origins[("items", 1, "spec", "minAvailable")] = ("job", "nodes")
         built.origins[("items", 1, "spec", "maxRetry")] = ("restart", "max")
         return built
+
+    @staticmethod
+    def _group_secret(name: str, built: Build) -> dict[str, Any]:
+        """The agents' shared secret from a Kubernetes Secret, optional: without one, node 0 creates
+        it on the checkpoint storage (see docs/security.md)."""
+        secret = f"{name}-hacfg-group"
+        built.notes.append(
+            f"the agents sign their group's messages with Secret {secret!r} if it exists: "
+            f"kubectl create secret generic {secret} --from-literal={GROUP_SECRET_KEY}=$(openssl rand -hex 32)"
+        )
+        reference = {"name": secret, "key": GROUP_SECRET_KEY, "optional": True}
+        return {"name": "HACFG_GROUP_SECRET", "valueFrom": {"secretKeyRef": reference}}
 
     @staticmethod
     def _cards(config: HAConfig, built: Build) -> int | None:

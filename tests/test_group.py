@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
 from conftest import CHILDREN, REPO, agent_argv, read_events
+from hacfg.agent import checkpoints
 from hacfg.agent.classify import Failure, classify
 from hacfg.agent.group import DEFAULT_PORT, resolve_spec
 from hacfg.agent.policy import Budgets, Policy
 from hacfg.agent.rounds import Outcome, Plan, judge
+from hacfg.agent.signing import SECRET_ENV, SECRET_FILE_ENV, NoSecret, Rejected, Signer, forget, job_secret
+from hacfg.plugin import manager as plugin_manager
 from hacfg.scenario.source import InputError
 
 
@@ -163,3 +168,88 @@ def test_a_workers_exception_under_torchs_rank_prefix_is_named():
             "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "  exitcode  : 1 (pid: 4242)")
     verdict = classify(Failure(1, None, tail))
     assert verdict.cause == "user" and "ValueError: bad config" in verdict.reason
+
+
+SIGNER = Signer(b"s" * 32, rank=0)
+
+
+def test_a_sealed_value_opens_only_for_its_key_round_and_writer():
+    sealed = SIGNER.seal("r3/plan", 3, {"resume_from": "/ckpt/step_4"})
+    assert Signer(b"s" * 32, rank=1).open("r3/plan", sealed.encode(), number=3, node=0) == (3, {"resume_from": "/ckpt/step_4"})
+    mac, _, number, payload = sealed.split(" ", 3)
+    for raw, reason in [
+        (sealed.replace("step_4", "step_9"), "signature does not match"),  # the payload changed
+        (Signer(b"t" * 32, rank=0).seal("r3/plan", 3, {}), "signature does not match"),  # another job's secret
+        (f"{mac} 1 {number} {payload}", "signature does not match"),  # claims another writer
+        ("{not json", "not a signed value"),
+        ("", "not a signed value"),
+    ]:
+        with pytest.raises(Rejected, match=reason):
+            SIGNER.open("r3/plan", raw, number=3, node=0)
+    with pytest.raises(Rejected, match="signature does not match"):
+        SIGNER.open("r4/plan", sealed, number=3, node=0)  # moved to another key
+    with pytest.raises(Rejected, match="stale: signed for round 3, not round 4"):
+        SIGNER.open("r3/plan", sealed, number=4, node=0)
+    with pytest.raises(Rejected, match="only node 1 writes it"):
+        SIGNER.open("r3/plan", sealed, number=3, node=1)
+
+
+def test_the_platforms_secret_wins(tmp_path):
+    named = tmp_path / "mounted"
+    named.write_text("k" * 40 + "\n")
+    assert job_secret({SECRET_ENV: "e" * 20, SECRET_FILE_ENV: str(named)}, tmp_path, create=True, timeout=1) == (b"e" * 20, None)
+    assert job_secret({SECRET_FILE_ENV: str(named)}, tmp_path, create=True, timeout=1) == (b"k" * 40, None)
+    assert not (tmp_path / "group.secret").exists()
+    with pytest.raises(InputError, match="at least 16"):
+        job_secret({SECRET_ENV: "short"}, tmp_path, create=True, timeout=1)
+    with pytest.raises(InputError, match="cannot read the group secret"):
+        job_secret({SECRET_FILE_ENV: str(tmp_path / "absent")}, tmp_path, create=True, timeout=1)
+
+
+def test_node_0_creates_a_private_secret_once_and_the_others_read_it(tmp_path):
+    folder = tmp_path / "ckpt" / ".hacfg" / "node-0"
+    secret, path = job_secret({}, folder, create=True, timeout=1)
+    assert path == folder / "group.secret" and len(secret) == 64
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert job_secret({}, folder, create=True, timeout=1)[0] == secret  # a restarted node 0 keeps it
+    assert job_secret({}, folder, create=False, timeout=1)[0] == secret
+    assert [p.name for p in folder.iterdir()] == ["group.secret"]  # no draft left behind
+    forget(path)
+    assert job_secret({}, folder, create=True, timeout=1)[0] != secret  # the next job gets its own
+
+
+def test_a_follower_waits_for_the_secret_a_bounded_time(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(NoSecret, match=r"no group secret at .*group.secret within 0.5s"):
+        job_secret({}, tmp_path, create=False, timeout=0.5)
+    assert time.monotonic() - started < 3
+
+
+def test_a_linked_or_readable_secret_is_refused(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("x" * 64)
+    target.chmod(0o600)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "group.secret").symlink_to(target)
+    with pytest.raises(InputError, match="a symlink is refused"):
+        job_secret({}, linked, create=False, timeout=1)
+    readable = tmp_path / "readable"
+    readable.mkdir()
+    (readable / "group.secret").write_text("x" * 64)
+    (readable / "group.secret").chmod(0o644)
+    with pytest.raises(InputError, match=r"only its owner can read \(600\), not -rw-r--r--"):
+        job_secret({}, readable, create=False, timeout=1)
+
+
+def test_a_checkpoint_linked_from_outside_the_checkpoint_path_is_never_chosen(tmp_path):
+    root, outside = tmp_path / "ckpt", tmp_path / "attacker"
+    for folder, step in ((root, 4), (outside, 99)):
+        (folder / f"step_{step}").mkdir(parents=True)
+        (folder / f"step_{step}" / ".complete").touch()
+    (root / "step_100").symlink_to(outside / "step_99")
+    (root / "latest").write_text("../attacker/step_99\n")
+    assert checkpoints.newest_complete(root).path == root / "step_4"
+    assert checkpoints.within(root / "step_4", root) and not checkpoints.within(root / "step_100", root)
+    failures = [str(f) for f in plugin_manager.drain()]
+    assert any("step_100 lies outside checkpoint.path" in f for f in failures), failures

@@ -40,10 +40,13 @@ def test_shape_follows_the_scenario(cli):
     [container] = pod["containers"]
     assert container["command"] == ["hacfg", "agent", "--config", "/etc/hacfg/ha.yaml", "--", "/bin/sh", "-c", "bash run.sh"]
     assert container["resources"] == {"limits": {"nvidia.com/gpu": 8}}  # an 8xlarge flavor has 8 cards
+    secret = {"secretKeyRef": {"name": "llama-pretrain-hacfg-group", "key": "secret", "optional": True}}
     assert container["env"] == [
         {"name": "NCCL_DEBUG", "value": "INFO"},
         {"name": "HACFG_JOB_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['scheduling.k8s.io/group-name']"}}},
-    ]  # the agent's counters are the job's: its PodGroup names it
+        {"name": "HACFG_GROUP_SECRET", "valueFrom": secret},
+    ]  # the agent's counters are the job's: its PodGroup names it; the group's secret, if the Secret exists
+    assert "kubectl create secret generic llama-pretrain-hacfg-group" in result.err
     assert pod["volumes"] == [{"name": "hacfg-config", "configMap": {"name": config_map["metadata"]["name"]}}]
     assert pod["restartPolicy"] == "Never"
     assert "mount shared storage at /mnt/sfs/llama/ckpt" in result.err

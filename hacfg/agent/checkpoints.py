@@ -1,7 +1,9 @@
 """Which checkpoint an attempt resumes from: the newest *complete* one under ``checkpoint.path``;
 and whether new ones keep appearing there while the job trains (:class:`SaveWatch`).
 
-Checkpoint layouts are plugins; each reports the checkpoints it finds on disk.
+Checkpoint layouts are plugins; each reports the checkpoints it finds on disk. One that lies
+outside ``checkpoint.path`` once links are resolved (a ``latest`` pointer or a symlinked folder
+leading elsewhere) is never chosen: every rank loads only what the job itself saved.
 """
 
 from __future__ import annotations
@@ -31,10 +33,27 @@ def complete(root: Path | None) -> list[SavedCheckpoint]:
     found: list[SavedCheckpoint] = []
     for layout in layouts():
         try:
-            found += [candidate for candidate in layout.find(root) if candidate.complete]
+            candidates = [candidate for candidate in layout.find(root) if candidate.complete]
         except Exception as err:  # a layout plugin's bug must not stop the restart
             manager.fail(layout.name or type(layout).__name__, "find", err)
+            continue
+        for candidate in candidates:
+            if within(candidate.path, root):
+                found.append(candidate)
+            else:
+                outside = f"{candidate.path} lies outside checkpoint.path {root}: never resumed from"
+                manager.fail(layout.name or type(layout).__name__, "find", outside)
     return found
+
+
+def within(path: Path, root: Path | None) -> bool:
+    """Whether ``path`` lies under ``root`` once symlinks are resolved."""
+    if root is None:
+        return False
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
 
 
 def newest_complete(root: Path | None) -> SavedCheckpoint | None:

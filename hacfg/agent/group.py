@@ -15,32 +15,48 @@ one resume checkpoint, one set of counters and one verdict per round. Keys in th
 ``r<N>/decision``   the leader: the round's verdict
 ``r<N>/ack/<r>``    node r read a final verdict (the leader keeps the store up until then)
 ``alive/<r>``       a counter node r bumps while a round runs (keep-alive)
+``abort``           anyone: a value failed its check, so the group cannot be trusted (exit 138)
 ==================  ==========================================================================
+
+Every value but the two counters (``seq``, ``alive``) is signed with the job's secret
+(:mod:`hacfg.agent.signing`) and checked before use: plans, decisions, ``ready`` and ``current``
+only from node 0, a node's own keys only from that node, each for the round it is read in. A value
+that fails its check is never acted on: the node stops its workers, publishes ``abort`` and
+leaves with exit 138, and the others do the same within a second.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import errno
+import functools
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
+from hacfg.agent import signing
+from hacfg.agent.checkpoints import within
 from hacfg.agent.policy import RETRY_ELSEWHERE, Policy
 from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict
 from hacfg.agent.state import NodeState
 from hacfg.agent.vocabulary import Action, Ending
 from hacfg.scenario.source import InputError
 
+T = TypeVar("T")
+
 DEFAULT_PORT = 29400  # torchrun's c10d rendezvous port
 POLL = 0.1  # seconds between looks at the round's stop key: how fast a failure elsewhere is seen
 KEEPALIVE_EVERY = 1.0
 KEEPALIVE_TIMEOUT = 15.0  # a node silent this long is lost (torchrun: 3 missed 5 s heartbeats)
 ACK_TIMEOUT = 30.0
+ABORT_EVERY = 1.0  # seconds between looks at the abort key while waiting for another key
+ABORT_LINGER = 3 * ABORT_EVERY  # the leader keeps an aborted store up this long, so every node reads why
 
 
 @dataclass(frozen=True)
@@ -127,26 +143,61 @@ def torch_store() -> Any | None:
 
 
 class GroupLost(Exception):
-    """The group's store went away (node 0's agent stopped) and did not come back in time."""
+    """The group's store went away (node 0's agent stopped) and did not come back in time, or a
+    node found a value it cannot trust."""
+
+
+class GroupRejected(GroupLost):
+    """This node read a value that failed its check (forged, stale or malformed): never acted on."""
+
+    def __init__(self, key: str, reason: str):
+        super().__init__(f"rejected the group store's {key!r}: {reason}; the group cannot be trusted")
+        self.key = key
+        self.reason = reason
 
 
 class GroupRounds:
     """This node's view of the group; the same calls as :class:`hacfg.agent.rounds.SingleNodeRounds`."""
 
-    def __init__(self, spec: GroupSpec, policy: Policy, store_class: Any, *, echo: Callable[[str], None]):
+    def __init__(
+        self,
+        spec: GroupSpec,
+        policy: Policy,
+        store_class: Any,
+        *,
+        echo: Callable[[str], None],
+        secret_folder: Path,
+        env: dict[str, str],
+    ):
         self.spec = spec
         self.policy = policy
         self.store_class = store_class
         self.echo = echo
+        self.secret_folder = secret_folder  # node 0's state folder on the shared checkpoint storage
+        self.env = env
+        self.signer: signing.Signer | None = None
+        self.secret_file: Path | None = None  # the secret node 0 created, if it did
         self.store: Any = None
         self.plan: Plan | None = None
         self.state = NodeState()
+        self.number = 0  # the round this node is in
+        self.lost: GroupLost | None = None  # what the monitor found while the workers ran
+        self.said_exposed = False
 
     # -- connecting ---------------------------------------------------------------------------
 
     def recover(self, state: NodeState) -> Verdict | None:
         """Join the group; the verdict of a round this node was part of and has not applied, if any."""
         self.state = state
+        try:
+            secret, self.secret_file = signing.job_secret(
+                self.env, self.secret_folder, create=self.spec.leader, timeout=self.spec.timeout
+            )
+        except signing.NoSecret as err:
+            raise GroupLost(str(err)) from None
+        if not self.spec.leader:
+            self.secret_file = None  # only node 0 ever removes it
+        self.signer = signing.Signer(secret, self.spec.rank)
         self._connect()
         return self._catch_up()
 
@@ -154,18 +205,12 @@ class GroupRounds:
         deadline = time.monotonic() + self.spec.timeout
         while True:
             try:
-                self.store = self.store_class(
-                    self.spec.host,
-                    self.spec.port,
-                    None,
-                    self.spec.leader,
-                    timedelta(seconds=self.spec.timeout),
-                    wait_for_workers=False,
-                )
-                self.store.set(f"hello/{self.spec.rank}", json.dumps(self.state.to_json()))
+                self.store = self._store()
+                self._put(f"hello/{self.spec.rank}", 0, self.state.to_json())
                 if self.spec.leader:
                     self._open()
-                self._wait(["ready"], deadline - time.monotonic())
+                if self._wait(["ready"], deadline - time.monotonic()):
+                    self._take("ready", 0, node=0)
                 return
             except _network_errors() as err:
                 if time.monotonic() >= deadline:
@@ -173,6 +218,30 @@ class GroupRounds:
                         f"cannot reach the group's store at {self.spec.host}:{self.spec.port}: {_first_line(err)}"
                     ) from None
                 time.sleep(0.5)
+
+    def _store(self) -> Any:
+        """A client of the group's store; on node 0 also its server, listening on the endpoint's
+        address only where that is an address of this machine."""
+        timeout = timedelta(seconds=self.spec.timeout)
+        listen = _listening_socket(self.spec.host, self.spec.port) if self.spec.leader else None
+        if self.spec.leader and listen is None and not self.said_exposed:
+            self.said_exposed = True
+            self.echo(
+                f"[hacfg] {self.spec.host} is not an address of this machine: "
+                f"the group's store listens on every interface, port {self.spec.port}"
+            )
+        if listen is None:
+            return self.store_class(
+                self.spec.host, self.spec.port, None, self.spec.leader, timeout, wait_for_workers=False
+            )
+        fd = listen.detach()  # the store owns the socket from here on
+        try:
+            return self.store_class(
+                self.spec.host, self.spec.port, None, True, timeout, wait_for_workers=False, master_listen_fd=fd
+            )
+        except BaseException:
+            os.close(fd)
+            raise
 
     def _reconnect(self, err: BaseException) -> None:
         self.echo(
@@ -187,22 +256,23 @@ class GroupRounds:
         keys = [f"hello/{rank}" for rank in range(self.spec.nnodes)]
         if not self._wait(keys, self.spec.timeout):
             raise GroupLost(f"nodes {self._missing(keys)} did not join within {self.spec.timeout:g}s")
-        hellos = [NodeState.from_json(json.loads(self.store.get(key))) for key in keys]
+        hellos = [self._take(key, 0, node=rank, parse=NodeState.from_json) for rank, key in enumerate(keys)]
         newest = max(hellos, key=lambda s: s.round)
         self.state = NodeState(newest.budgets, newest.round, self.state.running and self.state.round == newest.round)
         interrupted = [rank for rank, s in enumerate(hellos) if s.running and s.round == newest.round]
-        self.store.set("current", str(newest.round if interrupted else newest.round + 1))
+        current = newest.round if interrupted else newest.round + 1
+        self._put("current", current, current)
         if interrupted:
             rank = interrupted[0]
             plan = Plan(newest.round, newest.budgets, resume_step=self._newest_step())
             reason = f"the agent of node {rank} stopped during round {newest.round} (the group's store restarted)"
             verdict = judge(plan, [Outcome(rank, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy)
-            self.store.set(f"r{newest.round}/decision", json.dumps(verdict.to_json()))
-        self.store.set("ready", "1")
+            self._put(f"r{newest.round}/decision", newest.round, verdict.to_json())
+        self._put("ready", 0, 1)
 
     def _catch_up(self) -> Verdict | None:
         """Line this node's state up with the group's current round after (re)connecting."""
-        current = int(self.store.get("current"))
+        current = self._take("current", None, node=0, parse=_round_number)
         prefix = f"r{current}"
         if self.store.check([f"{prefix}/decision"]):
             verdict = self._decision(current)
@@ -211,7 +281,8 @@ class GroupRounds:
             return verdict if was_in_it else None
         if self.store.check([f"{prefix}/plan"]) and not self.store.check([f"{prefix}/out/{self.spec.rank}"]):
             # this node was in the round and lost its workers with its agent
-            self.plan = Plan.from_json(json.loads(self.store.get(f"{prefix}/plan")))
+            self.number = current
+            self.plan = self._plan(current, self._take(f"{prefix}/plan", current, node=0))
             self.state.round = current
             reason = f"the agent of node {self.spec.rank} restarted during round {current}"
             return self.end(Outcome(self.spec.rank, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE))
@@ -231,25 +302,25 @@ class GroupRounds:
                 self._catch_up()
 
     def _begin(self, precheck_failure: str | None) -> Plan | Verdict:
-        number = self.state.round + 1
+        number = self.number = self.state.round + 1
         prefix = f"r{number}"
         if self.spec.leader:
-            self.store.set("current", str(number))
-        self.store.set(f"{prefix}/join/{self.spec.rank}", json.dumps({"precheck": precheck_failure}))
+            self._put("current", number, number)
+        self._put(f"{prefix}/join/{self.spec.rank}", number, {"precheck": precheck_failure})
         if self.spec.leader:
             published = self._lead(number, self.state)
         else:
-            published = self._get(f"{prefix}/plan", self.spec.timeout + 30)
+            published = self._get(f"{prefix}/plan", number, self.spec.timeout + 30)
         self.state.round = number
-        if "verdict" in published:
-            verdict = Verdict.from_json(published["verdict"])
+        if isinstance(published, dict) and "verdict" in published:
+            verdict = self._parsed(f"{prefix}/plan", lambda: _verdict(number, published["verdict"]))
             self._acknowledge(verdict)
             return verdict
-        self.plan = Plan.from_json(published)
+        self.plan = self._plan(number, published)
         self.state = NodeState(self.plan.budgets, number, running=True)
         return self.plan
 
-    def _lead(self, number: int, state: NodeState) -> dict[str, Any]:
+    def _lead(self, number: int, state: NodeState) -> Any:
         keys = [f"r{number}/join/{rank}" for rank in range(self.spec.nnodes)]
         if not self._wait(keys, self.spec.timeout):
             reason = f"nodes {self._missing(keys)} did not join round {number} within {self.spec.timeout:g}s"
@@ -265,25 +336,37 @@ class GroupRounds:
             )
             return self._publish_final(number, verdict)
         for rank, key in enumerate(keys):
-            failure = json.loads(self.store.get(key)).get("precheck")
+            failure = self._take(key, number, node=rank, parse=lambda join: join["precheck"])
             if failure:
                 return self._publish_final(
                     number, precheck_verdict(number, state.budgets, self.policy, f"node {rank}: {failure}", rank)
                 )
         plan = plan_round(number, state.budgets, self.policy)
-        self.store.set(f"r{number}/plan", json.dumps(plan.to_json()))
+        self._put(f"r{number}/plan", number, plan.to_json())
         return plan.to_json()
 
     def _publish_final(self, number: int, verdict: Verdict) -> dict[str, Any]:
         published = {"verdict": verdict.to_json()}
-        self.store.set(f"r{number}/decision", json.dumps(verdict.to_json()))
-        self.store.set(f"r{number}/plan", json.dumps(published))
+        self._put(f"r{number}/decision", number, verdict.to_json())
+        self._put(f"r{number}/plan", number, published)
         return published
+
+    def _plan(self, number: int, published: Any) -> Plan:
+        """The leader's plan for round ``number``; one resuming from outside ``checkpoint.path`` is refused."""
+        key = f"r{number}/plan"
+        plan = self._parsed(key, lambda: Plan.from_json(published))
+        if plan.round != number:
+            raise self._reject(key, f"stale: a plan for round {plan.round}")
+        if plan.resume_from is not None and not within(Path(plan.resume_from), self.policy.checkpoint_path):
+            outside = f"it resumes from {plan.resume_from}, outside checkpoint.path {self.policy.checkpoint_path}"
+            raise self._reject(key, outside)
+        return plan
 
     @contextlib.contextmanager
     def watch(self, stop: Callable[[str], None]) -> Iterator[None]:
         """While the workers run: call ``stop(reason)`` once the round ends elsewhere (or the group is lost)."""
         assert self.plan is not None
+        self.lost = None
         done = threading.Event()
         monitor = threading.Thread(
             target=self._monitor, args=(self.plan.round, stop, done), daemon=True, name="hacfg-group"
@@ -311,12 +394,20 @@ class GroupRounds:
                 if now >= beat_at:
                     beat_at = now + KEEPALIVE_EVERY
                     store.add(alive, 1)
+                    self._check_abort(store)
                     if self.spec.leader and not stopped:
                         self._check_alive(store, number, seen, now)
                 if not stopped and store.check([stop_key]):
+                    rank, reason = self._take(
+                        stop_key, number, parse=lambda ended: (int(ended["rank"]), str(ended["reason"])), store=store
+                    )
                     stopped = True
-                    ended = json.loads(store.get(stop_key))
-                    stop(f"round {number} ended by node {ended['rank']}: {ended['reason']}")
+                    stop(f"round {number} ended by node {rank}: {reason}")
+            except GroupLost as err:
+                self.lost = err
+                if not stopped:
+                    stop(str(err))
+                return
             except _network_errors():
                 if not stopped:
                     stop("lost the group's store (node 0's agent stopped)")
@@ -331,11 +422,13 @@ class GroupRounds:
                 seen[rank] = (count, now)
             elif now - last[1] > KEEPALIVE_TIMEOUT:
                 reason = f"node {rank} lost: its agent sent no keep-alive for {KEEPALIVE_TIMEOUT:g}s"
-                store.compare_set(f"r{number}/stop", "", json.dumps({"rank": rank, "reason": reason}))
+                self._stop_round(store, number, rank, reason)
 
     def end(self, outcome: Outcome) -> Verdict:
         """Report how this node's workers ended; the round's verdict once every node has."""
         assert self.plan is not None
+        if self.lost is not None:
+            raise self.lost
         while True:
             try:
                 verdict = self._end(outcome)
@@ -353,13 +446,13 @@ class GroupRounds:
         number = self.plan.round
         prefix = f"r{number}"
         if outcome.cause != Ending.SUCCESS:
-            self.store.compare_set(f"{prefix}/stop", "", json.dumps({"rank": self.spec.rank, "reason": outcome.reason}))
+            self._stop_round(self.store, number, self.spec.rank, outcome.reason)
         seq = self.store.add(f"{prefix}/seq", 1)
         report = Outcome(**{**outcome.to_json(), "seq": seq})
-        self.store.set(f"{prefix}/out/{self.spec.rank}", json.dumps(report.to_json()))
+        self._put(f"{prefix}/out/{self.spec.rank}", number, report.to_json())
         if self.spec.leader:
             verdict = judge(self.plan, self._outcomes(number), self.policy)
-            self.store.set(f"{prefix}/decision", json.dumps(verdict.to_json()))
+            self._put(f"{prefix}/decision", number, verdict.to_json())
             self._linger(verdict)
             return verdict
         return self._decision(number)
@@ -370,6 +463,7 @@ class GroupRounds:
         deadline = time.monotonic() + self.policy.grace + KEEPALIVE_TIMEOUT + 10
         seen: dict[int, tuple[int, float]] = {}
         while not self.store.check(keys) and time.monotonic() < deadline:
+            self._check_abort(self.store)
             stale = [rank for rank in self._missing(keys) if self._silent(rank, seen)]
             if stale and len(stale) == len(self._missing(keys)):
                 break
@@ -377,7 +471,7 @@ class GroupRounds:
         outcomes = []
         for rank, key in enumerate(keys):
             if self.store.check([key]):
-                outcomes.append(Outcome.from_json(json.loads(self.store.get(key))))
+                outcomes.append(self._take(key, number, node=rank, parse=functools.partial(_outcome, rank)))
             else:
                 outcomes.append(
                     Outcome(
@@ -399,13 +493,15 @@ class GroupRounds:
         return now - last[1] > KEEPALIVE_TIMEOUT
 
     def _decision(self, number: int) -> Verdict:
-        verdict = Verdict.from_json(self._get(f"r{number}/decision", self.policy.grace + KEEPALIVE_TIMEOUT + 60))
+        key = f"r{number}/decision"
+        published = self._get(key, number, self.policy.grace + KEEPALIVE_TIMEOUT + 60)
+        verdict = self._parsed(key, lambda: _verdict(number, published))
         self._acknowledge(verdict)
         return verdict
 
     def _acknowledge(self, verdict: Verdict) -> None:
         if verdict.exit_code is not None and not self.spec.leader:
-            self.store.set(f"r{verdict.round}/ack/{self.spec.rank}", "1")
+            self._put(f"r{verdict.round}/ack/{self.spec.rank}", verdict.round, 1)
         elif self.spec.leader:
             self._linger(verdict)
 
@@ -415,27 +511,99 @@ class GroupRounds:
             return
         keys = [f"r{verdict.round}/ack/{rank}" for rank in range(1, self.spec.nnodes)]
         self._wait(keys, ACK_TIMEOUT)
+        for rank, key in enumerate(keys, start=1):
+            if self.store.check([key]):
+                self._take(key, verdict.round, node=rank)
+        if verdict.exit_code != RETRY_ELSEWHERE:  # the job is over, not handed to the platform to retry
+            signing.forget(self.secret_file)
 
     def close(self) -> None:
+        if self.spec.leader and self.store is not None:
+            with contextlib.suppress(*_network_errors(), RuntimeError):
+                if self.store.check(["abort"]):
+                    time.sleep(ABORT_LINGER)
         self.store = None
+
+    # -- signed values ----------------------------------------------------------------------------
+
+    def _put(self, key: str, number: int, value: Any, store: Any = None) -> None:
+        assert self.signer is not None
+        (store or self.store).set(key, self.signer.seal(key, number, value))
+
+    def _take(
+        self,
+        key: str,
+        number: int | None,
+        *,
+        node: int | None = None,
+        parse: Callable[[Any], T] = lambda value: value,
+        store: Any = None,
+    ) -> T:
+        """The checked payload of ``key``, parsed; a value that fails its check is rejected."""
+        assert self.signer is not None
+        store = store or self.store
+        try:
+            signed_round, value = self.signer.open(key, store.get(key), number=number, node=node)
+            if number is None:
+                value = {"round": signed_round, "value": value}
+        except signing.Rejected as err:
+            raise self._reject(key, str(err), store) from None
+        return self._parsed(key, lambda: parse(value), store)
+
+    def _parsed(self, key: str, parse: Callable[[], T], store: Any = None) -> T:
+        try:
+            return parse()
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+            raise self._reject(key, f"malformed ({type(err).__name__}: {err})", store or self.store) from None
+
+    def _reject(self, key: str, reason: str, store: Any = None) -> GroupRejected:
+        """Tell the group (stop the round, abort the job) and return the error to raise."""
+        store = store or self.store
+        rejected = GroupRejected(key, reason)
+        with contextlib.suppress(*_network_errors(), RuntimeError):
+            if self.number:
+                self._stop_round(store, self.number, self.spec.rank, str(rejected))
+            self._put("abort", 0, {"rank": self.spec.rank, "reason": str(rejected)}, store)
+        return rejected
+
+    def _check_abort(self, store: Any) -> None:
+        """Leave once any node found a value it cannot trust."""
+        if store.check(["abort"]):
+            rank, reason = self._take(
+                "abort", 0, parse=lambda found: (int(found["rank"]), str(found["reason"])), store=store
+            )
+            raise GroupLost(f"node {rank} {reason}")
+
+    def _stop_round(self, store: Any, number: int, rank: int, reason: str) -> None:
+        """End round ``number`` on every node, unless a report already did (the first one is kept)."""
+        assert self.signer is not None
+        store.compare_set(
+            f"r{number}/stop", "", self.signer.seal(f"r{number}/stop", number, {"rank": rank, "reason": reason})
+        )
 
     # -- store helpers ----------------------------------------------------------------------------
 
     def _wait(self, keys: list[str], seconds: float) -> bool:
-        """Whether every key exists within ``seconds``; a lost store raises."""
-        try:
-            self.store.wait(keys, timedelta(seconds=max(seconds, 0.001)))
-        except _network_errors():
-            raise
-        except RuntimeError:  # DistStoreError: the wait timed out
-            return False
-        return True
+        """Whether every key exists within ``seconds``; a lost store or an aborted group raises."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                self.store.wait(keys, timedelta(seconds=max(min(left, ABORT_EVERY), 0.001)))
+            except _network_errors():
+                raise
+            except RuntimeError:  # DistStoreError: the wait timed out
+                self._check_abort(self.store)
+                if left <= ABORT_EVERY:
+                    return False
+                continue
+            return True
 
-    def _get(self, key: str, seconds: float) -> dict[str, Any]:
+    def _get(self, key: str, number: int, seconds: float) -> Any:
+        """Node 0's value of ``key`` for round ``number``."""
         if not self._wait([key], seconds):
             raise GroupLost(f"no {key.split('/')[-1]} from node 0 within {seconds:g}s")
-        found: dict[str, Any] = json.loads(self.store.get(key))
-        return found
+        return self._take(key, number, node=0)
 
     def _missing(self, keys: list[str]) -> list[int]:
         return [int(key.rsplit("/", 1)[1]) for key in keys if not self.store.check([key])]
@@ -445,6 +613,46 @@ class GroupRounds:
 
         found = checkpoints.newest_complete(self.policy.checkpoint_path)
         return found.step if found else None
+
+
+def _round_number(current: dict[str, Any]) -> int:
+    if current["value"] != current["round"] or not isinstance(current["value"], int):
+        raise ValueError(f"round {current['value']!r} signed as round {current['round']}")
+    return int(current["value"])
+
+
+def _verdict(number: int, published: Any) -> Verdict:
+    verdict = Verdict.from_json(published)
+    if verdict.round != number:
+        raise ValueError(f"a verdict for round {verdict.round}, not {number}")
+    return verdict
+
+
+def _outcome(rank: int, report: Any) -> Outcome:
+    outcome = Outcome.from_json(report)
+    if outcome.rank != rank:
+        raise ValueError(f"node {rank} reported for node {outcome.rank}")
+    return outcome
+
+
+def _listening_socket(host: str, port: int) -> socket.socket | None:
+    """A socket listening on ``host:port`` for the store's server; None where ``host`` is not an
+    address of this machine (a service name, say), where the server must listen on every interface."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError:
+        return None
+    listen = socket.socket(family, kind, proto)
+    try:
+        listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listen.bind(address)
+        listen.listen(socket.SOMAXCONN)
+    except OSError as err:
+        listen.close()
+        if err.errno == errno.EADDRNOTAVAIL:
+            return None
+        raise ConnectionError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    return listen
 
 
 def _network_errors() -> tuple[type[BaseException], ...]:

@@ -25,7 +25,7 @@ from hacfg.agent import checkpoints
 from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.attempt import Supervisor, become_subreaper
 from hacfg.agent.classify import classify
-from hacfg.agent.group import GroupLost
+from hacfg.agent.group import GroupLost, GroupRejected
 from hacfg.agent.identity import job_identity
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
@@ -85,6 +85,8 @@ class Agent:
             return self._run()
         except GroupLost as err:
             self.echo(f"[hacfg] {err}; exiting {RETRY_ELSEWHERE} so the platform restarts the job")
+            if isinstance(err, GroupRejected):
+                self.events.write(Event.GROUP_REJECTED, key=err.key, reason=err.reason)
             self.events.write(Event.DECISION, action=Action.JOB_RESCHEDULE, cause=Cause.ENVIRONMENT, reason=str(err))
             self.events.write(Event.AGENT_EXIT, exit_code=RETRY_ELSEWHERE)
             return RETRY_ELSEWHERE
@@ -415,7 +417,10 @@ def run_agent(
                 f"[hacfg] node {spec.rank} of {spec.nnodes}: group store at {spec.host}:{spec.port}"
                 + (" (hosted here)" if spec.leader else "")
             )
-            rounds = group.GroupRounds(spec, policy, store_class, echo=echo)
+            secrets = default_state_dir(policy, 0)  # node 0's folder on the shared checkpoint storage
+            rounds = group.GroupRounds(
+                spec, policy, store_class, echo=echo, secret_folder=secrets, env=dict(os.environ)
+            )
     agent = Agent(command, policy, directory, log, rounds=rounds, node=node, echo=echo, warm=warm, preload=preload)
     if metrics is None:
         return agent.run()

@@ -30,6 +30,9 @@ From *judged*, ``proc_restart`` goes back to *planned*; every other action ends 
 ``success`` (0), ``stop`` (128 + signal), ``pod_reschedule``/``job_reschedule`` (138, retry
 elsewhere) and ``give_up`` (the command's own code). ``success`` and ``give_up`` also close the
 job's state: a later agent on the same path starts from zero.
+
+In any state, ``group_rejected`` records a value from the group's store that failed its check
+(the agent then leaves with 138).
 """
 
 from __future__ import annotations
@@ -101,3 +104,4 @@ class Event(StrEnum):
     DECISION = "decision"
     PLUGIN_FAILURE = "plugin_failure"
     AGENT_EXIT = "agent_exit"
+    GROUP_REJECTED = "group_rejected"  # a value from the group's store failed its check: never acted on

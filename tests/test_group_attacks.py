@@ -1,0 +1,156 @@
+"""Someone who reaches node 0's store writes keys between two real agents: a plan pointing
+elsewhere, a stop and a success that nobody signed, a plan that is not even JSON. No rank may
+resume from anything the leader did not choose, no node may exit 0 before the job finished, and
+none may end in an internal error: each such value is an event and the job leaves with 138.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_multinode import free_port  # noqa: E402
+
+from conftest import REPO  # noqa: E402
+
+pytestmark = pytest.mark.slow
+SCRIPT = 'echo "rank $NODE_RANK resume=$HACFG_RESUME_FROM"; sleep "$RUN_FOR"; echo "rank $NODE_RANK finished"'
+
+
+@dataclass
+class TwoNodes:
+    """Two `hacfg agent`s on 127.0.0.1 around a shell command, and an attacker's store client."""
+
+    root: Path
+    run_for: float = 20.0
+    port: int = field(default_factory=free_port)
+    agents: dict[int, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def ckpt(self) -> Path:
+        return self.root / "ckpt"
+
+    def start(self, rank: int) -> None:
+        argv = [sys.executable, "-m", "hacfg", "agent", "--nnodes", "2", "--node-rank", str(rank),
+                "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-timeout", "30", "--checkpoint-path", str(self.ckpt),
+                "--no-precheck", "--max-restarts", "3", "--grace", "2", "--", "sh", "-c", SCRIPT]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "NODE_RANK": str(rank), "RUN_FOR": str(self.run_for)}
+        self.agents[rank] = subprocess.Popen(argv, stdout=self.log(rank).open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def log(self, rank: int) -> Path:
+        return self.root / f"node{rank}.log"
+
+    def output(self, rank: int) -> str:
+        return self.log(rank).read_text(errors="replace")
+
+    def attacker(self) -> object:
+        """A plain TCPStore client, as anyone on the network can open one: no credential asked."""
+        return torch.distributed.TCPStore("127.0.0.1", self.port, None, False, timedelta(seconds=30), wait_for_workers=False)
+
+    def wait(self, timeout: float = 90) -> dict[int, int]:
+        codes = {}
+        try:
+            for rank, agent in self.agents.items():
+                codes[rank] = agent.wait(timeout=timeout)
+        finally:
+            for agent in self.agents.values():
+                if agent.poll() is None:
+                    os.killpg(agent.pid, signal.SIGKILL)
+                    agent.wait()
+        return codes
+
+    def wait_for(self, rank: int, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output(rank):
+            assert time.monotonic() < deadline, f"node {rank} never printed {text!r}:\n{self.output(rank)}"
+            time.sleep(0.05)
+
+    def events(self, rank: int) -> list[dict]:
+        path = self.ckpt / ".hacfg" / f"node-{rank}" / "events.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def rejected(self, rank: int) -> list[dict]:
+        return [e for e in self.events(rank) if e["event"] == "group_rejected"]
+
+
+def saved_step(root: Path, step: int) -> Path:
+    path = root / f"step_{step}"
+    path.mkdir(parents=True)
+    (path / ".complete").touch()
+    return path
+
+
+def assert_no_internal_error(job: TwoNodes) -> None:
+    for rank in job.agents:
+        assert "internal error" not in job.output(rank) and "Traceback" not in job.output(rank), job.output(rank)
+
+
+def test_a_plan_published_before_the_leaders_is_never_followed(tmp_path):
+    job = TwoNodes(tmp_path)
+    chosen = saved_step(job.ckpt, 4)
+    elsewhere = saved_step(tmp_path / "attacker", 99)
+    job.start(0)
+    store = job.attacker()  # node 0 waits for node 1: the plan key is still free
+    forged = {"round": 1, "budgets": {"attempt": 1, "restarts": 0, "counted": 0, "user_streak": 0, "hang_streak": 0},
+              "resume_step": 99, "resume_from": str(elsewhere)}
+    store.set("r1/plan", json.dumps(forged))
+    job.start(1)
+    assert job.wait() == {0: 138, 1: 138}
+    for rank in (0, 1):
+        started = [line for line in job.output(rank).splitlines() if "resume=" in line]
+        assert all(line.endswith(f"resume={chosen}") for line in started), started
+    # each node that read it rejected it (node 0 on joining, node 1 waiting for the plan)
+    rejected = {(e["key"], e["reason"]) for rank in (0, 1) for e in job.rejected(rank)}
+    assert rejected == {("r1/plan", "not a signed value")}
+    for rank in (0, 1):
+        assert any("rejected the group store's 'r1/plan'" in e.get("reason", "") for e in job.events(rank) if e["event"] == "decision")
+    assert_no_internal_error(job)
+
+
+def test_a_forged_stop_and_success_end_no_node_with_0(tmp_path):
+    job = TwoNodes(tmp_path, run_for=30)
+    job.start(0)
+    job.start(1)
+    for rank in (0, 1):
+        job.wait_for(rank, f"rank {rank} resume=")
+    store = job.attacker()
+    verdict = {"round": 1, "cause": "success", "reason": "every worker finished", "rank": 0, "action": "success", "detail": "done",
+               "budgets": {"attempt": 1, "restarts": 0, "counted": 0, "user_streak": 0, "hang_streak": 0}, "exit_code": 0,
+               "progressed": False, "resume_from": None}
+    attacked = time.monotonic()
+    store.set("r1/decision", json.dumps(verdict))
+    store.set("r1/stop", json.dumps({"rank": 0, "reason": "every worker finished"}))
+    codes = job.wait()
+    assert codes == {0: 138, 1: 138}, (job.output(0), job.output(1))
+    assert time.monotonic() - attacked < 20  # the job ended on the forgery, long before its 30 s
+    assert all("finished" not in job.output(rank) for rank in (0, 1))
+    keys = {e["key"] for rank in (0, 1) for e in job.rejected(rank)}
+    assert "r1/stop" in keys
+    for rank in (0, 1):
+        exits = [e for e in job.events(rank) if e["event"] == "agent_exit"]
+        assert [e["exit_code"] for e in exits] == [138]
+    assert_no_internal_error(job)
+
+
+def test_a_malformed_plan_is_an_event_and_138_never_an_internal_error(tmp_path):
+    job = TwoNodes(tmp_path)
+    job.start(0)
+    job.attacker().set("r1/plan", "{not json")
+    job.start(1)
+    assert job.wait() == {0: 138, 1: 138}
+    rejected = {(e["key"], e["reason"]) for rank in (0, 1) for e in job.rejected(rank)}
+    assert rejected == {("r1/plan", "not a signed value")}
+    assert all("rejected the group store's 'r1/plan'" in job.output(rank) for rank in (0, 1))
+    assert "resume=" not in job.output(1)  # node 1 started no worker
+    assert_no_internal_error(job)
