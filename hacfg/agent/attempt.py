@@ -101,6 +101,7 @@ class Supervisor:
         on_hang: Callable[[tuple[str, ...], float, float], None] = lambda tail, idle, timeout: None,
         on_signal: Callable[[int], object] = lambda signum: None,
         on_first_activity: Callable[[float], object] = lambda after: None,
+        on_start: Callable[[int], object] = lambda pid: None,
         accelerator: UtilizationProbe | None = None,
         launch: Callable[[list[str], dict[str, str]], Process] = start_cold,
         keep: Callable[[], Collection[int]] = frozenset,  # children that are no attempt's, spared by the cleanup
@@ -114,6 +115,7 @@ class Supervisor:
         self.on_hang = on_hang
         self.on_signal = on_signal
         self.on_first_activity = on_first_activity
+        self.on_start = on_start  # told the PID of the command, the leader of its own session
         self.accelerator = accelerator
         self.launch = launch
         self.keep = keep
@@ -144,6 +146,7 @@ class Supervisor:
         try:
             proc = self.launch(self.argv, self.env)
             assert proc.stdout is not None and proc.stderr is not None
+            self.on_start(proc.pid)
             prepare()
             pumps = [
                 threading.Thread(target=self._pump, args=(proc.stdout, sys.stdout.fileno(), wake_write), daemon=True),

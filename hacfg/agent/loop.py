@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from hacfg.agent import checkpoints
+from hacfg.agent import checkpoints, leftovers
 from hacfg.agent.accelerator import nvml_probe
 from hacfg.agent.attempt import Supervisor, become_subreaper
 from hacfg.agent.classify import classify
@@ -82,6 +82,7 @@ class Agent:
     def run(self) -> int:
         self.store.acquire()
         try:
+            self._end_leftovers()
             return self._run()
         except GroupLost as err:
             self.echo(f"[hacfg] {err}; exiting {RETRY_ELSEWHERE} so the platform restarts the job")
@@ -143,6 +144,7 @@ class Agent:
             "HACFG_RESUME_FROM": plan.resume_from or "",
             "HACFG_HEARTBEAT_FILE": str(self.heartbeat),
             "HACFG_HEARTBEAT_INTERVAL": f"{min(1.0, self.policy.hang_timeout / 4):g}",
+            leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
         }
         start = self.warm.start(env)
         self.events.write(
@@ -176,6 +178,7 @@ class Agent:
             on_first_activity=lambda after: self.events.write(
                 Event.FIRST_ACTIVITY, round=plan.round, attempt=budgets.attempt, after=round(after, 3)
             ),
+            on_start=self._remember,
             accelerator=nvml_probe() if detect and self.policy.accelerator in ("gpu", None) else None,  # None: unknown
             launch=start,
             keep=self.warm.keep,
@@ -183,6 +186,7 @@ class Agent:
         try:
             with self.rounds.watch(supervisor.request_stop):
                 result = supervisor.run()
+            leftovers.forget(self.store.directory)  # the whole tree has ended
         except OSError as err:  # the command could not be started at all
             self.echo(f"[hacfg] cannot run {self.command[0]!r}: {err.strerror or err}")
             self.events.write(
@@ -222,6 +226,24 @@ class Agent:
             **exit_fields,
         )
         return Outcome(self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer)
+
+    def _end_leftovers(self) -> None:
+        """One trainer at a time: nothing an earlier agent on this folder started still runs."""
+        ended = leftovers.end_leftovers(self.store.directory)
+        if ended:
+            self.echo(
+                f"[hacfg] ended {len(ended)} processes left by an earlier agent on {self.store.directory}: {ended}"
+            )
+            self.events.write(Event.LEFTOVERS_ENDED, pids=ended)
+
+    def _remember(self, pid: int) -> None:
+        """Record the attempt's session, so an agent after this one can end it however this one dies."""
+        try:
+            leftovers.remember(self.store.directory, pid)
+        except OSError as err:
+            self.echo(
+                f"[hacfg] cannot record the attempt in {self.store.directory}: {err.strerror or err}; supervision continues"
+            )
 
     def _apply(self, verdict: Verdict) -> NodeState:
         """Persist the round's verdict and record it, identically on every node."""

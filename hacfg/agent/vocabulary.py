@@ -32,7 +32,8 @@ elsewhere) and ``give_up`` (the command's own code). ``success`` and ``give_up``
 job's state: a later agent on the same path starts from zero.
 
 In any state, ``group_rejected`` records a value from the group's store that failed its check
-(the agent then leaves with 138).
+(the agent then leaves with 138). Right after ``agent_start``, ``leftovers_ended`` names the
+processes an earlier agent on the same state folder left running, ended before anything starts.
 """
 
 from __future__ import annotations
@@ -105,3 +106,4 @@ class Event(StrEnum):
     PLUGIN_FAILURE = "plugin_failure"
     AGENT_EXIT = "agent_exit"
     GROUP_REJECTED = "group_rejected"  # a value from the group's store failed its check: never acted on
+    LEFTOVERS_ENDED = "leftovers_ended"  # processes an earlier agent on the state folder left, ended at the start
