@@ -52,7 +52,7 @@ def scrape(url: str) -> dict[tuple[str, tuple], float]:
 
 def serving(tmp_path, *options: str) -> tuple[subprocess.Popen, str]:
     """An agent running tests/children/wait_for_term.py with --metrics-port, and its /metrics URL once it is ready."""
-    argv = [*agent_argv(tmp_path / "state", "--metrics-port", "127.0.0.1:0", *options), sys.executable, str(CHILDREN / "wait_for_term.py")]
+    argv = [*agent_argv(tmp_path / "state", "--metrics-port", "0", *options), sys.executable, str(CHILDREN / "wait_for_term.py")]
     agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = next(line.split()[-1] for line in agent.stderr if line.startswith("[hacfg] metrics on "))
     assert agent.stdout.readline() == "ready\n"
@@ -63,7 +63,7 @@ def serving(tmp_path, *options: str) -> tuple[subprocess.Popen, str]:
 def test_the_port_is_scraped_while_the_command_runs_and_once_more_after_it_ended(tmp_path):
     agent, url = serving(tmp_path)
     try:
-        assert url.startswith("http://127.0.0.1:") and not url.startswith("http://127.0.0.1:0/")
+        assert url.startswith("http://127.0.0.1:") and not url.startswith("http://127.0.0.1:0/")  # a bare port: this machine only
         got = scrape(url)
         assert got[("hacfg_attempt", ())] == 1 and got[("hacfg_attempt_running", ())] == 1
         assert got[("hacfg_goodput_seconds", (("kind", "startup"),))] >= 0
@@ -150,11 +150,24 @@ def test_metrics_options_fail_in_one_line(tmp_path, cli, monkeypatch):
     assert missing.err == "hacfg: error: --metrics-file and --metrics-port need prometheus_client: pip install 'hacfg[metrics]'\n"
 
 
-def test_a_busy_port_is_one_line_not_a_traceback(tmp_path):
+def test_a_busy_port_is_a_warning_and_an_event_and_the_training_runs(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = agent(tmp_path, "--metrics-port", f"127.0.0.1:{port}", child="crash.py")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == f"hacfg: error: cannot serve metrics on 127.0.0.1:{port}: Address already in use"
+        result = agent(tmp_path, "--metrics-port", str(port), "--max-restarts", "1", child="crash.py")
+    warning = f"[hacfg] warning: cannot serve metrics on 127.0.0.1:{port}: Address already in use; the training starts without them"
+    assert warning in result.stderr.splitlines()
+    assert result.stdout.splitlines() == ["attempt 1 restarts 0", "attempt 2 restarts 1"]  # trained, and restarted, all the same
+    assert result.returncode == 138
+    events = [json.loads(line) for line in (tmp_path / "state" / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events][:2] == ["agent_start", "metrics_unavailable"]
+    assert events[1]["listen"] == f"127.0.0.1:{port}" and events[1]["reason"] == "Address already in use"
+
+
+def test_a_bare_port_is_this_machine_only():
+    from hacfg.agent.metrics import parse_listen
+
+    assert parse_listen("9464") == ("127.0.0.1", 9464)
+    assert parse_listen("0.0.0.0:9464") == ("0.0.0.0", 9464)
+    assert parse_listen("[::1]:9464") == ("::1", 9464)

@@ -73,6 +73,9 @@ class Agent:
         self.echo = echo
         self.events = EventLog(events, echo=echo, node=node)
         self.events.listeners.append(self._tell_plugins)
+        self.notes: list[
+            tuple[str, dict[str, Any]]
+        ] = []  # events found before the agent started, written after agent_start
         self._telling = False  # inside hacfg_agent_event: its own failures are not told again
         self.saves = None
         if policy.checkpoint_path is not None and policy.checkpoint_interval:
@@ -111,6 +114,8 @@ class Agent:
             self.echo(f"[hacfg] taking over this job's counters from {self.store.path}: {self._so_far(state.budgets)}")
         counters = self._counters(state.budgets)
         self.events.write(Event.AGENT_START, pid=os.getpid(), command=self.command, job=self.store.job, **counters)
+        for event, fields in self.notes:
+            self.events.write(event, **fields)
         if state.running:
             self.echo("[hacfg] the previous agent stopped during an attempt; counting it as an environment fault")
         precheck_failure = self._prechecks() if self.policy.precheck else None
@@ -241,9 +246,8 @@ class Agent:
         try:
             leftovers.remember(self.store.directory, pid)
         except OSError as err:
-            self.echo(
-                f"[hacfg] cannot record the attempt in {self.store.directory}: {err.strerror or err}; supervision continues"
-            )
+            reason = err.strerror or err
+            self.echo(f"[hacfg] cannot record the attempt in {self.store.directory}: {reason}; supervision continues")
 
     def _apply(self, verdict: Verdict) -> NodeState:
         """Persist the round's verdict and record it, identically on every node."""
@@ -423,7 +427,9 @@ def run_agent(
     node = spec.rank if spec is not None else None
     directory = state_dir or default_state_dir(policy, node or 0)
     log = events or directory / "events.jsonl"
-    metrics = _metrics(log, metrics_file, metrics_listen, echo) if metrics_file or metrics_listen else None
+    metrics, unserved = (
+        _metrics(log, metrics_file, metrics_listen, echo) if metrics_file or metrics_listen else (None, None)
+    )
     rounds: Rounds = SingleNodeRounds(policy)
     if spec is not None:
         store_class = group.torch_store()
@@ -444,6 +450,8 @@ def run_agent(
                 spec, policy, store_class, echo=echo, secret_folder=secrets, env=dict(os.environ)
             )
     agent = Agent(command, policy, directory, log, rounds=rounds, node=node, echo=echo, warm=warm, preload=preload)
+    if unserved is not None:
+        agent.notes.append((Event.METRICS_UNAVAILABLE, unserved))
     if metrics is None:
         return agent.run()
     agent.events.listeners.append(metrics.record)
@@ -453,8 +461,10 @@ def run_agent(
         metrics.close(linger=metrics_linger)
 
 
-def _metrics(log: Path, textfile: Path | None, listen: tuple[str, int] | None, echo: Callable[[str], None]) -> Metrics:
-    """The Prometheus exposition, started before the group so a busy port stops nothing half-made."""
+def _metrics(
+    log: Path, textfile: Path | None, listen: tuple[str, int] | None, echo: Callable[[str], None]
+) -> tuple[Metrics, dict[str, Any] | None]:
+    """The Prometheus exposition, and why its port could not be served (a warning: training goes on)."""
     from hacfg.agent.metrics import Metrics
     from hacfg.agent.state import read_events
     from hacfg.scenario.source import InputError
@@ -465,7 +475,14 @@ def _metrics(log: Path, textfile: Path | None, listen: tuple[str, int] | None, e
     except (OSError, InputError) as err:  # metrics are no reason to stop a job
         echo(f"[hacfg] metrics start from this agent's events: {err}")
     metrics = Metrics(history, textfile=textfile, echo=echo)
-    if listen is not None:
-        port = metrics.serve(*listen)
-        echo(f"[hacfg] metrics on http://{listen[0]}:{port}/metrics")
-    return metrics
+    if listen is None:
+        return metrics, None
+    host, port = listen
+    try:
+        port = metrics.serve(host, port)
+    except OSError as err:
+        reason = str(err.strerror or err)
+        echo(f"[hacfg] warning: cannot serve metrics on {host}:{port}: {reason}; the training starts without them")
+        return metrics, {"listen": f"{host}:{port}", "reason": reason}
+    echo(f"[hacfg] metrics on http://{host}:{port}/metrics")
+    return metrics, None

@@ -2,12 +2,13 @@
 
 ``hacfg agent --metrics-file PATH`` rewrites ``PATH`` atomically after every event and every
 ``REFRESH_SECONDS`` (name it ``*.prom`` in node_exporter's ``--collector.textfile.directory``);
-``--metrics-port [HOST:]PORT`` serves ``/metrics`` over HTTP. Both show the same families (listed in
-docs/goodput.md), computed from the node's whole event log, earlier agents' events included, as of
-the moment they are read: wall time and ETTR move while an attempt runs. Every label value of
-every counter is there from the start, at 0, so ``increase()`` sees the first failure of each cause.
-When the agent ends, the endpoint stays up until a scrape has read the final values, or for
-``--metrics-linger`` at most.
+``--metrics-port [HOST:]PORT`` serves ``/metrics`` over HTTP, on 127.0.0.1 unless a host is given.
+Both show the same families (listed in docs/goodput.md), computed from the node's whole event log,
+earlier agents' events included, as of the moment they are read: wall time and ETTR move while an
+attempt runs. Every label value of every counter is there from the start, at 0, so ``increase()``
+sees the first failure of each cause. When the agent ends, the endpoint stays up until a scrape
+has read the final values, or for ``--metrics-linger`` at most. Metrics are no reason to stop a
+job: a port that cannot be served is a warning and an event, and the training starts anyway.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ def _prometheus() -> Any:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """``PORT`` (every interface) or ``HOST:PORT``; port 0 picks a free one."""
+    """``PORT`` (this machine only: 127.0.0.1) or ``HOST:PORT`` (``0.0.0.0:PORT`` for every
+    interface); port 0 picks a free one."""
     host, _, port = text.rpartition(":")
     if not port.isdigit() or int(port) > 65535:
         raise ValueError(f"expected PORT or HOST:PORT, got {text!r}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 class Metrics:
@@ -73,11 +75,8 @@ class Metrics:
             threading.Thread(target=self._refresh, args=(refresh,), name="hacfg-metrics", daemon=True).start()
 
     def serve(self, host: str, port: int) -> int:
-        """Serve ``/metrics`` from a background thread; the port it listens on."""
-        try:
-            self.server, _ = self.prometheus.start_http_server(port, addr=host, registry=self.registry)
-        except OSError as err:
-            raise InputError(f"cannot serve metrics on {host}:{port}: {err.strerror or err}") from None
+        """Serve ``/metrics`` from a background thread; the port it listens on (OSError if it cannot)."""
+        self.server, _ = self.prometheus.start_http_server(port, addr=host, registry=self.registry)
         return int(self.server.server_port)
 
     def record(self, event: dict[str, Any]) -> None:

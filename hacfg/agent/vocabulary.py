@@ -33,7 +33,8 @@ job's state: a later agent on the same path starts from zero.
 
 In any state, ``group_rejected`` records a value from the group's store that failed its check
 (the agent then leaves with 138). Right after ``agent_start``, ``leftovers_ended`` names the
-processes an earlier agent on the same state folder left running, ended before anything starts.
+processes an earlier agent on the same state folder left running, ended before anything starts,
+and ``metrics_unavailable`` a ``--metrics-port`` that could not be served.
 """
 
 from __future__ import annotations
@@ -107,3 +108,4 @@ class Event(StrEnum):
     AGENT_EXIT = "agent_exit"
     GROUP_REJECTED = "group_rejected"  # a value from the group's store failed its check: never acted on
     LEFTOVERS_ENDED = "leftovers_ended"  # processes an earlier agent on the state folder left, ended at the start
+    METRICS_UNAVAILABLE = "metrics_unavailable"  # --metrics-port could not be served: the training goes on

@@ -330,7 +330,10 @@ def agent_command(
         None, "--metrics-file", help="Rewrite Prometheus metrics here after every event (node_exporter textfile)."
     ),
     metrics_port: Optional[str] = typer.Option(
-        None, "--metrics-port", metavar="[HOST:]PORT", help="Serve Prometheus metrics on /metrics."
+        None,
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        help="Serve Prometheus metrics on /metrics (127.0.0.1 unless HOST:PORT).",
     ),
     metrics_linger: str = typer.Option(
         "30s",
