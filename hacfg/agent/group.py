@@ -195,6 +195,8 @@ class GroupRounds:
             )
         except signing.NoSecret as err:
             raise GroupLost(str(err)) from None
+        except OSError as err:  # node 0 could not write it: a full or read-only checkpoint storage
+            raise GroupLost(f"cannot create the group secret in {self.secret_folder}: {err.strerror or err}") from None
         if not self.spec.leader:
             self.secret_file = None  # only node 0 ever removes it
         self.signer = signing.Signer(secret, self.spec.rank)

@@ -73,11 +73,6 @@ def remember(state_dir: Path, pid: int) -> None:
         atomic_write(state_dir / RECORD, json.dumps(record) + "\n", mode=0o600)
 
 
-def forget(state_dir: Path) -> None:
-    with contextlib.suppress(OSError):
-        (state_dir / RECORD).unlink()
-
-
 def leftovers(state_dir: Path) -> list[Proc]:
     """Every live process of an earlier attempt on ``state_dir``: carrying its mark or in its recorded session."""
     mark = f"\0{TREE_ENV}={tree_mark(state_dir)}\0".encode()
@@ -117,7 +112,8 @@ def end_leftovers(state_dir: Path) -> list[int]:
     for _, pidfd in killed:
         select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))  # readable once it has exited
         os.close(pidfd)
-    forget(state_dir)
+    with contextlib.suppress(OSError):
+        (state_dir / RECORD).unlink()
     return [pid for pid, _ in killed]
 
 

@@ -30,7 +30,7 @@ from hacfg.agent.identity import job_identity
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict, resume_visible
-from hacfg.agent.state import EventLog, NodeState, StateStore, stamp
+from hacfg.agent.state import EventLog, NodeState, StateStore, refuse_links, stamp
 from hacfg.agent.vocabulary import Action, Cause, Ending, Event
 from hacfg.agent.warm import WarmStarts
 from hacfg.plugin import manager as plugin_manager
@@ -73,9 +73,8 @@ class Agent:
         self.echo = echo
         self.events = EventLog(events, echo=echo, node=node)
         self.events.listeners.append(self._tell_plugins)
-        self.notes: list[
-            tuple[str, dict[str, Any]]
-        ] = []  # events found before the agent started, written after agent_start
+        self.notes: list[tuple[Event, dict[str, Any]]] = []  # found before the agent started, written after agent_start
+        self.unwritable: set[Path] = set()  # files of the state folder that could not be written, said once
         self._telling = False  # inside hacfg_agent_event: its own failures are not told again
         self.saves = None
         if policy.checkpoint_path is not None and policy.checkpoint_interval:
@@ -85,6 +84,7 @@ class Agent:
     def run(self) -> int:
         self.store.acquire()
         try:
+            refuse_links(self.events.path)
             self._end_leftovers()
             return self._run()
         except GroupLost as err:
@@ -130,7 +130,7 @@ class Agent:
             precheck_failure = None
             if isinstance(start, Plan):
                 state = NodeState(start.budgets, start.round, running=True)
-                self.store.save(state)
+                self._save(state)
                 verdict = self.rounds.end(self._attempt(start))
             else:
                 verdict = start
@@ -191,7 +191,6 @@ class Agent:
         try:
             with self.rounds.watch(supervisor.request_stop):
                 result = supervisor.run()
-            leftovers.forget(self.store.directory)  # the whole tree has ended
         except OSError as err:  # the command could not be started at all
             self.echo(f"[hacfg] cannot run {self.command[0]!r}: {err.strerror or err}")
             self.events.write(
@@ -232,6 +231,13 @@ class Agent:
         )
         return Outcome(self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer)
 
+    def _save(self, state: NodeState, *, ended: str | None = None) -> None:
+        """Persist the counters; a full or read-only disk is said once, and the agent goes on from memory."""
+        try:
+            self.store.save(state, ended=ended)
+        except OSError as err:
+            self._unwritable("save the state to", self.store.path, err, "attempts are judged from memory")
+
     def _end_leftovers(self) -> None:
         """One trainer at a time: nothing an earlier agent on this folder started still runs."""
         ended = leftovers.end_leftovers(self.store.directory)
@@ -246,13 +252,21 @@ class Agent:
         try:
             leftovers.remember(self.store.directory, pid)
         except OSError as err:
-            reason = err.strerror or err
-            self.echo(f"[hacfg] cannot record the attempt in {self.store.directory}: {reason}; supervision continues")
+            record = self.store.directory / leftovers.RECORD
+            self._unwritable("record the attempt's session in", record, err, "the next agent finds it by its mark")
+
+    def _unwritable(self, what: str, path: Path, err: OSError, meanwhile: str) -> None:
+        """A file the agent could not write: one line and one event the first time, then silence."""
+        if path not in self.unwritable:
+            self.unwritable.add(path)
+            reason = err.strerror or str(err)
+            self.echo(f"[hacfg] cannot {what} {path}: {reason}; supervision continues, {meanwhile}")
+            self.events.write(Event.STATE_UNWRITABLE, path=str(path), reason=reason)
 
     def _apply(self, verdict: Verdict) -> NodeState:
         """Persist the round's verdict and record it, identically on every node."""
         state = NodeState(verdict.budgets, verdict.round, running=False)
-        self.store.save(state, ended=verdict.action if verdict.action.ends_job else None)
+        self._save(state, ended=verdict.action if verdict.action.ends_job else None)
         self.events.write(
             Event.DECISION,
             round=verdict.round,

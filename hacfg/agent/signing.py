@@ -15,6 +15,7 @@ it there.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
@@ -130,18 +131,22 @@ def _create(path: Path) -> None:
     and a secret that is already there (a restarted node 0) is kept."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     draft = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with contextlib.suppress(FileNotFoundError):
+        draft.unlink()  # a draft of an earlier node 0 that died writing it
     try:
-        os.write(fd, secrets.token_hex(32).encode())
-        os.fsync(fd)
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            secret = secrets.token_hex(32).encode()
+            if os.write(fd, secret) < len(secret):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(draft))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):
+            os.link(draft, path)
     finally:
-        os.close(fd)
-    try:
-        os.link(draft, path)
-    except FileExistsError:
-        pass
-    finally:
-        draft.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            draft.unlink()
 
 
 def _read_private(path: Path) -> bytes | None:

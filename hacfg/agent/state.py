@@ -1,9 +1,16 @@
 """The agent's memory: its state (the job's counters and its place in the rounds) in a state file,
-written atomically, one agent per directory; and the events log."""
+written atomically, one agent per directory; and the events log.
+
+The state folder usually lies on shared storage and the agent usually runs as root, so its files
+are never followed through a link (``O_NOFOLLOW``) and a folder owned by another user is refused:
+nobody can make the agent write its PID or its records into a file of their choosing. A full disk
+loses records whole, never half of one, and supervision goes on.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import json
 import os
@@ -58,7 +65,14 @@ class StateStore:
 
     def acquire(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
-        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, PRIVATE)
+        owner = self.directory.stat().st_uid
+        if owner != os.geteuid():
+            whose = f"another user (uid {owner}, not {os.geteuid()})"
+            raise InputError(
+                f"the state folder belongs to {whose}: pass --state-dir a folder of your own", file=str(self.directory)
+            )
+        refuse_links(self.path)
+        fd = open_unlinked(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -79,7 +93,9 @@ class StateStore:
     def load(self) -> NodeState:
         """The saved state, including whether an attempt was running when the last agent stopped."""
         try:
-            data = json.loads(self.path.read_text())
+            fd = open_unlinked(self.path, os.O_RDONLY)
+            with os.fdopen(fd, "rb") as handle:
+                data = json.loads(handle.read())
             state = NodeState.from_json(data)
         except FileNotFoundError:
             return NodeState()
@@ -102,9 +118,31 @@ class StateStore:
         return f"the job that left the state in {self.directory} ended ({ended}, {found}); starting from zero"
 
     def save(self, state: NodeState, *, ended: str | None = None) -> None:
-        """Write the state; ``ended``, the final verdict, closes it."""
+        """Write the state (a rename, which never follows a link; OSError on a full disk); ``ended``,
+        the final verdict, closes it."""
         record = {**state.to_json(), "job": self.job, "ended": ended}
         atomic_write(self.path, json.dumps(record) + "\n", mode=PRIVATE)
+
+
+def open_unlinked(path: Path, flags: int) -> int:
+    """Open one of the agent's own files, refusing a symbolic link in its place with one clear line."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputError(
+                "is a symbolic link: the agent never writes through one in its state folder; remove it", file=str(path)
+            ) from None
+        raise
+
+
+def refuse_links(*paths: Path) -> None:
+    """Refuse, before anything is written, a symbolic link where one of the agent's files goes."""
+    for path in paths:
+        if path.is_symlink():
+            raise InputError(
+                "is a symbolic link: the agent never writes through one in its state folder; remove it", file=str(path)
+            )
 
 
 class EventLog:
@@ -121,20 +159,29 @@ class EventLog:
         record = {"time": stamp(datetime.now(UTC)), "event": event, **fields}
         if self.node is not None:
             record["node"] = self.node
-        line = json.dumps(record, default=str) + "\n"
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
-        except OSError as err:
+            self._append((json.dumps(record, default=str) + "\n").encode())
+        except (OSError, InputError) as err:
             if not self.broken:
                 self.broken = True
-                self.echo(f"[hacfg] cannot write events to {self.path}: {err.strerror or err}; supervision continues")
+                reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+                self.echo(f"[hacfg] cannot write events to {self.path}: {reason}; supervision continues")
         for listener in self.listeners:
             listener(record)
         return record
+
+    def _append(self, line: bytes) -> None:
+        """One record, whole or not at all: a short write (a full disk) is cut back off."""
+        fd = open_unlinked(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line  # the last record was torn (a crash mid-write): this one starts a line of its own
+            if os.write(fd, line) < len(line):
+                os.ftruncate(fd, size)
+                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (the record was cut short and taken back)")
+        finally:
+            os.close(fd)
 
 
 def stamp(when: datetime) -> str:
@@ -142,16 +189,19 @@ def stamp(when: datetime) -> str:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """Events from a log, skipping lines that are not JSON objects (a torn last line, say); a record
-    without a valid time is not the agent's and is an error at its line."""
+def read_events(path: Path, damaged: Callable[[int], None] = lambda number: None) -> list[dict[str, Any]]:
+    """Events from a log. A line that is not a JSON object (a record torn by a crash) is skipped and
+    reported to ``damaged`` by its number; the next line is read as usual. A record without a valid
+    time is not the agent's and is an error at its line."""
     events = []
     for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
         try:
             record = json.loads(line)
         except ValueError:
-            continue
+            record = None
         if not isinstance(record, dict):
+            if line.strip():
+                damaged(number)
             continue
         try:
             datetime.fromisoformat(str(record["time"]))

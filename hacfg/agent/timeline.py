@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
@@ -80,15 +81,18 @@ def merge(logs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return sorted((event for log in logs for event in log), key=lambda e: (str(e.get("time", "")), e.get("node", 0)))
 
 
-def read_logs(files: Iterable[Path]) -> list[dict[str, Any]]:
-    """The nodes' event logs, read and merged into one job's records."""
+def read_logs(
+    files: Iterable[Path], damaged: Callable[[Path, int], None] = lambda path, number: None
+) -> list[dict[str, Any]]:
+    """The nodes' event logs, read and merged into one job's records; each damaged line (a record
+    torn by a crash) is skipped and told to ``damaged``."""
     from hacfg.agent.state import read_events
     from hacfg.scenario.source import InputError
 
     logs = []
     for path in files:
         try:
-            logs.append(read_events(path))
+            logs.append(read_events(path, functools.partial(damaged, path)))
         except OSError as err:
             raise InputError(f"cannot read: {err.strerror or err}", file=str(path)) from None
     return merge(logs)

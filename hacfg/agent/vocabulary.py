@@ -34,7 +34,8 @@ job's state: a later agent on the same path starts from zero.
 In any state, ``group_rejected`` records a value from the group's store that failed its check
 (the agent then leaves with 138). Right after ``agent_start``, ``leftovers_ended`` names the
 processes an earlier agent on the same state folder left running, ended before anything starts,
-and ``metrics_unavailable`` a ``--metrics-port`` that could not be served.
+and ``metrics_unavailable`` a ``--metrics-port`` that could not be served. ``state_unwritable``
+says, once per file, that the state folder could not be written; the agent goes on from memory.
 """
 
 from __future__ import annotations
@@ -109,3 +110,4 @@ class Event(StrEnum):
     GROUP_REJECTED = "group_rejected"  # a value from the group's store failed its check: never acted on
     LEFTOVERS_ENDED = "leftovers_ended"  # processes an earlier agent on the state folder left, ended at the start
     METRICS_UNAVAILABLE = "metrics_unavailable"  # --metrics-port could not be served: the training goes on
+    STATE_UNWRITABLE = "state_unwritable"  # a file of the state folder could not be written (a full disk, say)

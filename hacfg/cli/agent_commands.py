@@ -130,7 +130,10 @@ def run_events(
     from hacfg.agent.timeline import read_logs, table
 
     plot = picture(plot)  # before any work
-    records = read_logs(files or default_event_logs(config))
+    records = read_logs(
+        files or default_event_logs(config),
+        damaged=lambda path, number: say(f"hacfg: warning: {path}:{number}: a damaged event record, skipped"),
+    )
     result = breakdown(records)
     measured = measure(records)
     if fmt == "json":
@@ -177,5 +180,3 @@ def run_diagnose(logs: Sequence[Path], config: str | None = None, fmt: Literal["
     else:
         write(diagnose.render_text(results, label), None)
     return EXIT_FINDINGS if any(result.failed for result in results) else EXIT_OK
-
-
