@@ -253,3 +253,15 @@ def test_a_checkpoint_linked_from_outside_the_checkpoint_path_is_never_chosen(tm
     assert checkpoints.within(root / "step_4", root) and not checkpoints.within(root / "step_100", root)
     failures = [str(f) for f in plugin_manager.drain()]
     assert any("step_100 lies outside checkpoint.path" in f for f in failures), failures
+
+
+@pytest.mark.parametrize(("host", "bound"), [("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1"), ("::1", "::1"), ("203.0.113.9", None)])
+def test_the_store_listens_on_the_endpoints_address_where_it_is_this_machines(host, bound):
+    from hacfg.agent.group import _listening_socket
+
+    listen = _listening_socket(host, 0)
+    try:
+        assert (listen.getsockname()[0] if listen else None) == bound  # None: torch's store takes every interface
+    finally:
+        if listen:
+            listen.close()

@@ -84,6 +84,18 @@ class TwoNodes:
         return [e for e in self.events(rank) if e["event"] == "group_rejected"]
 
 
+def listening(port: int) -> set[str]:
+    """The local addresses listening on ``port``, from the kernel's own tables (/proc/net/tcp, tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, port_hex = local.rsplit(":", 1)
+            if state == "0A" and int(port_hex, 16) == port:
+                found.add(address)
+    return found
+
+
 def saved_step(root: Path, step: int) -> Path:
     path = root / f"step_{step}"
     path.mkdir(parents=True)
@@ -124,6 +136,7 @@ def test_a_forged_stop_and_success_end_no_node_with_0(tmp_path):
     job.start(1)
     for rank in (0, 1):
         job.wait_for(rank, f"rank {rank} resume=")
+    assert listening(job.port) == {"0100007F"}  # 127.0.0.1 only, not every interface as torch's store would
     store = job.attacker()
     verdict = {"round": 1, "cause": "success", "reason": "every worker finished", "rank": 0, "action": "success", "detail": "done",
                "budgets": {"attempt": 1, "restarts": 0, "counted": 0, "user_streak": 0, "hang_streak": 0}, "exit_code": 0,

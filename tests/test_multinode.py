@@ -338,7 +338,9 @@ def test_under_torchrun_a_killed_worker_is_an_environment_fault(tmp_path, refere
 def test_a_node_that_cannot_see_the_chosen_checkpoint_fails_the_round_instead_of_training_from_another(tmp_path):
     job = Job(tmp_path, 2, options=("--max-restarts", "1"), faults=("kill:1:6",))
     job.ckpt.mkdir()
-    # node 1 gets a private, empty checkpoint folder: storage that is not shared
+    # node 1 gets a private, empty checkpoint folder: storage that is not shared; the platform
+    # gives the group its secret (node 1 could not read one node 0 kept on that storage)
+    job.node_env = {rank: {"HACFG_GROUP_SECRET": "the job's own secret, from the platform"} for rank in range(2)}
     job.state_dirs[1] = tmp_path / "node-1-state"
     job.wrap[1] = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'mount -t tmpfs none "{job.ckpt}" && exec "$@"', "sh"]
     codes = job.run()

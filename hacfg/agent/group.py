@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import ipaddress
 import os
 import socket
 import threading
@@ -229,8 +230,8 @@ class GroupRounds:
         if self.spec.leader and listen is None and not self.said_exposed:
             self.said_exposed = True
             self.echo(
-                f"[hacfg] {self.spec.host} is not an address of this machine: "
-                f"the group's store listens on every interface, port {self.spec.port}"
+                f"[hacfg] the group's store listens on every interface, port {self.spec.port}: "
+                f"{self.spec.host} is not an address of this machine, or names only its loopback"
             )
         if listen is None:
             return self.store_class(
@@ -644,6 +645,9 @@ def _listening_socket(host: str, port: int) -> socket.socket | None:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except OSError:
         return None
+    loopback: bool = ipaddress.ip_address(str(address[0])).is_loopback
+    if loopback and not _names_loopback(host):
+        return None  # a host name that /etc/hosts maps to 127.0.1.1 here: the other nodes resolve it elsewhere
     listen = socket.socket(family, kind, proto)
     try:
         listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -655,6 +659,14 @@ def _listening_socket(host: str, port: int) -> socket.socket | None:
             return None
         raise ConnectionError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
     return listen
+
+
+def _names_loopback(host: str) -> bool:
+    """Whether the endpoint itself says loopback (every node on this machine), not just resolves to it here."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _network_errors() -> tuple[type[BaseException], ...]:
