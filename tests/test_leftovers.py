@@ -7,13 +7,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import agent_argv
 from hacfg.agent.leftovers import RECORD, TREE_ENV, boot_id, end_leftovers, read_proc, tree_mark
 
 TREE = """
@@ -26,9 +25,8 @@ wait
 
 
 def agent(state: Path, script: str, log: Path, env: dict[str, str]) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", "--", "sh", "-c", script]
-    return subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO), **env},
-                            start_new_session=True)
+    return subprocess.Popen([*agent_argv(state), "sh", "-c", script], stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            env={**os.environ, **env}, start_new_session=True)
 
 
 def wait_until(condition, timeout: float = 30.0) -> None:

@@ -6,18 +6,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import agent_argv
 from hacfg.agent.state import EventLog, read_events
 
 
 def agent(state: Path, *command: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", *options, "--", *command]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+    """``hacfg agent`` around a shell command, its state in ``state``."""
+    return subprocess.run([*agent_argv(state, *options), *command], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("name", ["agent.lock", "state.json", "events.jsonl"])
