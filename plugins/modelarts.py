@@ -143,6 +143,12 @@ class ModelArts(Target):
             part["algorithm"] = {"environments": owned}
         return part
 
+    def owns(self, path: tuple[Any, ...]) -> bool:
+        key = path[2] if len(path) == 3 else None
+        if path[:2] == ("metadata", "annotations"):
+            return isinstance(key, str) and key.startswith(ma.FAULT_TOLERANCE_PREFIX)
+        return path[:2] == ("algorithm", "environments") and key in ma.SETTABLE_PLATFORM_VARIABLES
+
     def merge_into(self, existing: dict[str, Any], document: dict[str, Any], config: HAConfig) -> dict[str, Any]:
         """hacfg owns the fault-tolerance annotations and the two platform variables; the rest is kept."""
         existing = copy.deepcopy(existing)

@@ -171,3 +171,24 @@ def test_only_annotations_keeps_a_hang_timeout_the_platform_does_not_default_to(
     part = json.loads(cli("build", "--only", "annotations", path).out)
     assert part["algorithm"] == {"environments": {"MA_HANG_DETECT_TIME": "20", "MA_DETECT_TRAIN_INJECT_CODE": "0"}}
     assert set(part) == {"metadata", "algorithm"}
+
+
+def test_into_names_every_field_of_the_body_it_changes(cli, write, tmp_path):
+    body = tmp_path / "job.json"
+    body.write_text(json.dumps({
+        "kind": "job",
+        "metadata": {"name": "prod-run", "annotations": {"fault-tolerance/job-retry-num": "1", "team": "nlp"}},
+        "algorithm": {"id": "algo-1", "environments": {"MA_HANG_DETECT_TIME": "45", "DATA": "/d"}},
+        "spec": {"resource": {"flavor_id": "modelarts.pool.visual.xlarge", "node_count": 4}},
+    }))
+    path = write("ha.yaml", "version: 1\nscenario: multi-node\njob: {name: trial, flavor: modelarts.pool.visual.8xlarge, nodes: 2}\n")
+    result = cli("build", path, "--into", body, "-o", tmp_path / "out.json")
+    assert result.code == 0, result.err
+    changes = [line for line in result.err.splitlines() if "--into changes" in line]
+    assert changes == [
+        'hacfg: note: --into changes metadata.name: "prod-run" -> "trial" (from job.name)',
+        'hacfg: note: --into changes spec.resource.flavor_id: "modelarts.pool.visual.xlarge" -> "modelarts.pool.visual.8xlarge" (from job.flavor)',
+        "hacfg: note: --into changes spec.resource.node_count: 4 -> 2 (from job.nodes)",
+    ]  # the owned annotation and hang variable change by design; team and DATA are kept
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["metadata"]["annotations"]["team"] == "nlp" and out["algorithm"]["environments"]["DATA"] == "/d"

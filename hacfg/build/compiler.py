@@ -57,6 +57,7 @@ def compile_config(
             raise InputError("--into expects a request body, a mapping", into.span(()))
         own = _unstated_removed(target.part(document, only) if only else document, built, loaded, into.data)
         document = target.merge_into(into.data, own, loaded.config)
+        built.notes.extend(_changes(into.data, document, target, built))
     _validate(document, target, built, loaded, into)
     missing = target.missing(loaded.config, document) if only is None else []
     if missing:
@@ -82,6 +83,20 @@ def _unstated_removed(document: dict[str, Any], built: Build, loaded: Loaded, ex
         if isinstance(parent, dict):
             parent.pop(str(output[-1]), None)
     return document
+
+
+def _changes(existing: Any, merged: Any, target: Target, built: Build, path: LogicalPath = ()) -> list[str]:
+    """One line per field of the existing document that ``--into`` changes, outside what the target owns."""
+    if isinstance(existing, dict) and existing:
+        return [
+            line for key, value in existing.items() for line in _changes(value, merged, target, built, (*path, key))
+        ]
+    now = lookup(merged, path)
+    if target.owns(path) or json.dumps(now) == json.dumps(existing):
+        return []
+    origin = built.origins.get(path)
+    source = f" (from {dotted(origin)})" if origin else ""
+    return [f"--into changes {dotted(path)}: {json.dumps(existing)} -> {json.dumps(now)}{source}"]
 
 
 def stated(loaded: Loaded, path: LogicalPath) -> bool:

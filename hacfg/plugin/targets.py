@@ -50,6 +50,10 @@ class Target:
         """The slice of ``document`` that ``--only NAME`` prints."""
         raise NotImplementedError
 
+    def owns(self, path: LogicalPath) -> bool:
+        """Whether ``--into`` replaces the existing document's value at ``path`` by design (no note)."""
+        return False
+
     def merge_into(self, existing: dict[str, Any], document: dict[str, Any], config: HAConfig) -> dict[str, Any]:
         """``document`` merged into an existing one, keeping everything it does not set."""
         merged: dict[str, Any] = deep_merge(existing, document)
