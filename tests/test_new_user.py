@@ -46,7 +46,7 @@ def test_a_passthrough_switch_is_judged_with_the_annotations_the_build_writes(cl
     assert "HA020" in found  # the passthrough does override restart.pod_reschedules
 
 
-def test_importing_the_readmes_hang_retry_true_body_adds_no_finding(cli, tmp_path):
+def test_importing_the_readmes_hang_retry_true_body_draws_no_false_ha005(cli, tmp_path):
     body = tmp_path / "job.json"
     body.write_text(json.dumps({
         "kind": "job",
@@ -57,7 +57,8 @@ def test_importing_the_readmes_hang_retry_true_body_adds_no_finding(cli, tmp_pat
     imported = tmp_path / "ha.yaml"
     assert cli("import", body, "-o", imported).code == 0
     assert [rule for rule, _, _ in rules_at(cli, body)] == ["HA015"]
-    assert {rule for rule, _, _ in rules_at(cli, imported)} - {"HA001", "HA017"} == {"HA015"}  # checkpoints: not in a body
+    # checkpoints are not in a body; HA020: the "True" kept in passthrough overrides on_hang's false
+    assert {rule for rule, _, _ in rules_at(cli, imported)} - {"HA001", "HA017"} == {"HA015", "HA020"}
     assert 'on_hang: false                    # metadata.annotations."fault-tolerance/hang-retry" is "True": kept in passthrough' in imported.read_text()
 
 

@@ -230,8 +230,11 @@ class JobBody:
 
     @property
     def snippet(self) -> bool:
-        """Only metadata, as the platform docs show annotations: no kind, algorithm or spec of a whole job."""
-        return not ({"kind", "algorithm", "spec"} & self.data.keys())
+        """Part of a body, as the platform docs show annotations (or ``--only annotations`` writes them, with
+        the platform variables): no kind, spec or algorithm of a whole job."""
+        algorithm = self.data.get("algorithm")
+        partial_algorithm = algorithm is None or (isinstance(algorithm, dict) and algorithm.keys() <= {"environments"})
+        return partial_algorithm and not ({"kind", "spec"} & self.data.keys())
 
     @property
     def node_count(self) -> int | None:

@@ -113,7 +113,7 @@ class _Importer:
                 self.take(("hang", "timeout"), f"{int(value)}m", source)
             elif key == ma.PRECHECK_SWITCH and value == "0":
                 self.take(("precheck",), False, source)
-            else:
+            elif key not in ma.SETTABLE_PLATFORM_VARIABLES:  # the others stay in passthrough, judged there
                 self.take(("job", "environment", key), value, source)
 
     def scenario(self) -> dict[str, Any]:

@@ -46,24 +46,16 @@ class Override:
 
 
 def passthrough_overrides(config: HAConfig) -> list[Override]:
-    """Every owned key under ``passthrough`` whose value the platform does not read as the scenario means
+    """Every owned key under ``passthrough`` whose value is not exactly what the scenario means
     (one that agrees, as ``hacfg import`` leaves them, is harmless)."""
     says = _scenario_says(config)
     found = []
     for base, owned in _OWNED.items():
         written = lookup(config.passthrough, base)
         for key, value in written.items() if isinstance(written, dict) else ():
-            if key in owned and not _agrees(key, value, says[key]):
+            if key in owned and value != says[key]:
                 found.append(Override(("passthrough", *base, key), value, owned[key], says[key]))
     return found
-
-
-def _agrees(key: str, value: Any, said: str) -> bool:
-    """Whether the platform reads ``value`` as the scenario says: a switch is on only at exactly "true"
-    (a "True", which HA015 reports, is off like the scenario's false); anything else by its exact string."""
-    if key in ma.BOOLEAN_ANNOTATIONS:
-        return bool(value == "true") == (said == "true")
-    return bool(value == said)
 
 
 def _scenario_says(config: HAConfig) -> dict[str, str]:

@@ -125,9 +125,8 @@ def passthrough_owns_key(ctx: ScenarioContext) -> Iterator[Problem]:
     Fires for each `fault-tolerance/*` annotation hacfg emits (`job-retry-num`,
     `job-unconditional-retry`, `hang-retry`, `pod-retry-num`, `hccl_op_retry`) and each
     platform variable it owns (`MA_HANG_DETECT_TIME`, `MA_DETECT_TRAIN_INJECT_CODE`) under
-    `passthrough` whose value the platform does not read as the scenario's own key means (`hacfg
-    import` keeps `"false"`, `"True"` and the default hang time there, which agree: a switch is on
-    only at exactly `"true"`).
+    `passthrough` whose value is not exactly what the scenario's own key means (`hacfg import`
+    keeps `"false"` and the default hang time there, which agree).
 
     ## Why is this bad?
     `passthrough` is merged last: its value silently replaces what `restart:`, `hang:` and
