@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from hacfg.cli.main import main
 
@@ -181,3 +182,14 @@ def pytest_addoption(parser):
 def examples(request) -> int:
     """How many examples each property-based test runs: thousands in CI, far more with --many-examples."""
     return 20000 if request.config.getoption("--many-examples") else 1000
+
+
+# The invariants across commands (tests/test_invariants.py) run the whole CLI several times per example:
+# 300 each by default, thousands with --many-examples or HYPOTHESIS_PROFILE=slow.
+settings.register_profile("ci", max_examples=300, deadline=None, database=None)
+settings.register_profile("slow", max_examples=3000, deadline=None, database=None)
+
+
+def pytest_configure(config):
+    many = config.getoption("--many-examples")
+    settings.load_profile("slow" if many else os.environ.get("HYPOTHESIS_PROFILE", "ci"))
