@@ -38,6 +38,8 @@ def test_targets_platforms_formats_presets_and_rule_ids_by_name():
     assert offered("hacfg build multi") == ["multi-node"]
     assert offered("hacfg explain HA00") == [r for r in engine.registry() if r.startswith("HA00")]
     assert offered("hacfg explain ") == list(engine.registry())
+    for option in ("--select", "--extend-select", "--ignore"):
+        assert offered(f"hacfg lint {option} HA01") == [r for r in engine.registry() if r.startswith("HA01")]
 
 
 def test_commands_options_and_files():

@@ -10,7 +10,7 @@ from typing import Any
 from hacfg.cli.complete import GRAMMAR
 
 # What an option's or argument's value is, beyond click's own choices: hacfg's names by kind.
-_OPTION_KINDS = {"--target": "targets"}
+_OPTION_KINDS = {"--target": "targets", "--select": "rules", "--extend-select": "rules", "--ignore": "rules"}
 _ARGUMENT_KINDS = {("build", "file"): "presets", ("plan", "file"): "presets", ("explain", "rule_id"): "rules"}
 
 
