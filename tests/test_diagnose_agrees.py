@@ -31,7 +31,7 @@ RESTART = {
 }
 
 
-def _run_and_diagnose(tmp_path: Path, command: list[str], restart: str) -> tuple[list[dict], dict, int]:
+def _run_and_diagnose(tmp_path: Path, command: list[str], restart: str, expect: int = 1) -> tuple[list[dict], dict, int]:
     scenario = tmp_path / "ha.yaml"
     scenario.write_text(
         f"version: 1\nscenario: single-node\njob:\n  name: demo\n  accelerator: cpu\n{restart}"
@@ -42,7 +42,7 @@ def _run_and_diagnose(tmp_path: Path, command: list[str], restart: str) -> tuple
         argv = agent_argv(tmp_path / "state", "--config", str(scenario), "--grace", "1", "--no-warm")
         code = subprocess.run([*argv, *command], stdout=out, stderr=subprocess.STDOUT, timeout=120).returncode
     result = run_hacfg("diagnose", "--config", scenario, "--format", "json", log)
-    assert result.code == 1, result.err
+    assert result.code == expect, result.err
     [report] = json.loads(result.out)
     return read_events(tmp_path / "state"), report, code
 
@@ -58,3 +58,12 @@ def test_diagnose_of_the_agents_log_gives_the_agents_cause_and_decisions(tmp_pat
     assert [d["action"] for d in report["decisions"]] == decided
     assert report["decisions"][-1]["exit_code"] == events[-1]["exit_code"] == code
     assert report["exit_status"]["from"]["text"].startswith(f"[hacfg] attempt {len(exits)} ended: ")
+
+
+@pytest.mark.slow
+def test_a_job_that_succeeded_after_a_restart_is_diagnosed_a_success(tmp_path: Path) -> None:
+    command = ["sh", "-c", 'echo "NCCL WARN boom" >&2; test "$HACFG_ATTEMPT" -ge 2 || kill -9 $$']
+    events, report, code = _run_and_diagnose(tmp_path, command, RESTART["restart on"], expect=0)
+    assert code == 0 and [e["action"] for e in events if e["event"] == "decision"] == ["proc_restart", "success"]
+    assert report["outcome"] == "success"
+    assert report["exit_status"]["from"]["text"] == "[hacfg] attempt 2 ended: exit 0"

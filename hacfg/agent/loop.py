@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -75,7 +76,9 @@ class Agent:
         self.events.listeners.append(self._tell_plugins)
         self.notes: list[tuple[Event, dict[str, Any]]] = []  # found before the agent started, written after agent_start
         self.unwritable: set[Path] = set()  # files of the state folder that could not be written, said once
-        self._telling = False  # inside hacfg_agent_event: its own failures are not told again
+        # inside hacfg_agent_event: its own failures are not told again; per thread, as the save
+        # watch writes its event from its own
+        self._telling = threading.local()
         self.saves = None
         if policy.checkpoint_path is not None and policy.checkpoint_interval:
             self.saves = checkpoints.SaveWatch(policy.checkpoint_path, policy.checkpoint_interval, self._saves_overdue)
@@ -340,12 +343,12 @@ class Agent:
         return f"{', '.join(failed)} failed" if failed else None
 
     def _tell_plugins(self, record: dict[str, Any]) -> None:
-        if not self._telling:
-            self._telling = True
+        if not getattr(self._telling, "active", False):
+            self._telling.active = True
             try:
                 self._call_plugins("hacfg_agent_event", event=MappingProxyType(record))
             finally:
-                self._telling = False
+                self._telling.active = False
 
     def _call_plugins(self, hook: str, **arguments: Any) -> None:
         """A recovery hook: every implementation runs; one that raises is a ``plugin_failure`` event."""
