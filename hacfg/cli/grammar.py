@@ -33,7 +33,7 @@ def grammar() -> dict[str, Any]:
             if not param.is_flag and not param.count:
                 name = next(iter(param.opts))
                 choices = _literal(param.type_descriptor.annotation)
-                takes = _OPTION_KINDS.get(name) or (sorted(map(str, choices)) if choices else "files")
+                takes = _OPTION_KINDS.get(name) or ([str(choice) for choice in choices] if choices else "files")
             for name in (*param.opts, *param.secondary_opts):
                 found[name] = {"takes": takes, "help": first_line(param.help)}
         return dict(sorted(found.items()))
