@@ -125,7 +125,10 @@ def test_inputs_nobody_knows_stop_the_plan_with_the_lines_to_add(cli, tmp_path):
     result = cli("plan", path)
     assert result.code == 2
     assert result.err == (f"{path}: the plan needs checkpoint.save_time and reliability.restart_time: "
-                          "state it, pass it as a flag, or give --from-events\n")
+                          "state them, pass them as flags, or give --from-events\n")
+    one_missing = cli("plan", path, "--save-time", "1m")
+    assert one_missing.err == (f"{path}: the plan needs reliability.restart_time: "
+                               "state it, pass it as a flag, or give --from-events\n")
     without_duration = cli("plan", path, "--save-time", "1m", "--restart-time", "2m")
     assert without_duration.code == 0
     assert "failures over the run: unknown (state job.duration, or pass --duration)" in without_duration.out

@@ -67,7 +67,8 @@ class Forecast:
 def costs_of(inputs: Inputs) -> model.Costs:
     missing = inputs.missing("save_time", "restart_time")
     if missing:
-        raise NotEnough(f"the plan needs {' and '.join(missing)}: state it, pass it as a flag, or give --from-events")
+        them = "them, pass them as flags" if len(missing) > 1 else "it, pass it as a flag"
+        raise NotEnough(f"the plan needs {' and '.join(missing)}: state {them}, or give --from-events")
     for name in ("node_mtbf", "save_time"):
         if not (getattr(inputs, name).value or 0) > 0:
             what = name.replace("_", " ")
