@@ -98,7 +98,9 @@ def distribution(site: Path, name: str, entry_points: dict[str, str], version: s
     return dist
 
 
-def imported_modules(*args: str | Path, cwd: Path = REPO, env: dict | None = None) -> set[str]:
+def imported_modules(
+    *args: str | Path, cwd: Path = REPO, env: dict | None = None, python: str | Path = sys.executable
+) -> set[str]:
     """Every module a real ``hacfg ARGS`` process imports, however it exits (recorded as each is looked for)."""
     recorder = (
         "import runpy, sys\n"
@@ -109,7 +111,7 @@ def imported_modules(*args: str | Path, cwd: Path = REPO, env: dict | None = Non
         "runpy.run_module('hacfg', run_name='__main__', alter_sys=True)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", recorder, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+        [str(python), "-c", recorder, *map(str, args)], capture_output=True, text=True, cwd=cwd,
         env={**os.environ, **(env or {})},
     )
     assert proc.returncode in (0, 1, 2), proc.stderr
