@@ -174,10 +174,10 @@ def test_from_events_measures_the_node_rate_restart_cost_and_save_time(cli, long
     data = plan_json(cli, long_run, "--from-events", log, "--nodes", "1")
     measured = data["inputs"]
     assert measured["restart_time"] == {"key": "reliability.restart_time", "value": 6.0,
-                                        "origin": "measured: 1 restarts; few, so a rough figure"}
+                                        "origin": "measured: 1 restart; few, so a rough figure"}
     assert measured["save_time"]["value"] == 2.0 and measured["save_time"]["origin"].startswith("measured: 2 saves")
     assert measured["node_mtbf"]["value"] == 60.0  # one failure in one node-minute
-    assert measured["node_mtbf"]["origin"] == "measured: 1 failures in 0.0167 node-hours; few, so a rough figure"
+    assert measured["node_mtbf"]["origin"] == "measured: 1 failure in 0.0167 node-hours; few, so a rough figure"
     assert measured["hang_share"]["value"] == 0.0
     hopeless = cli("plan", long_run, "--from-events", log)  # a failure a minute on each of 1024 nodes
     assert hopeless.code == 2

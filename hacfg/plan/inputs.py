@@ -57,9 +57,14 @@ class Input:
 UNKNOWN = Input(None, "unknown")
 
 
+def _count(count: int, noun: str) -> str:
+    """``1 save``, ``2 saves``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 @dataclass(frozen=True)
 class Measured:
-    """What the agent measured over one or more runs (hacfg.plan.events reads it)."""
+    """What the agent measured over one or more runs (:mod:`hacfg.agent.calibration` reads it from events)."""
 
     failures: int  # the failures the rates rest on
     node_hours: float
@@ -72,24 +77,24 @@ class Measured:
     def summary(self) -> str:
         """One paragraph for ``hacfg events``: what ``hacfg plan --from-events`` would use."""
         rate = (
-            f"{self.failures} failures in {self.node_hours:.3g} node-hours "
+            f"{_count(self.failures, 'failure')} in {self.node_hours:.3g} node-hours "
             f"(node MTBF {self.node_hours / self.failures:.3g} h), {self.hangs} of them hangs"
             if self.failures
             else f"no failures in {self.node_hours:.3g} node-hours"
         )
 
         def mean(value: float | None, count: int, what: str) -> str:
-            return f"{value:.3g}s (mean of {count} {what})" if value is not None else "not measured"
+            return f"{value:.3g}s (mean of {_count(count, what)})" if value is not None else "not measured"
 
         return (
-            f"measured for hacfg plan: {rate}; restart cost {mean(self.restart_time, self.restarts, 'restarts')}; "
-            f"save time {mean(self.save_time, self.saves, 'saves')}\n"
+            f"measured for hacfg plan: {rate}; restart cost {mean(self.restart_time, self.restarts, 'restart')}; "
+            f"save time {mean(self.save_time, self.saves, 'save')}\n"
         )
 
-    def note(self, count: int, what: str) -> str:
+    def note(self, count: int, noun: str, where: str = "") -> str:
         """``measured: 12 saves`` and, when that is few, how far to trust it."""
         caution = "; few, so a rough figure" if count < 10 else ""
-        return f"measured: {count} {what}{caution}"
+        return f"measured: {_count(count, noun)}{where}{caution}"
 
 
 @dataclass(frozen=True)
@@ -160,13 +165,13 @@ def with_measured(inputs: Inputs, measured: Measured) -> Inputs:
     if measured.failures and measured.node_hours:
         changes["node_mtbf"] = Input(
             measured.node_hours * 3600 / measured.failures,
-            measured.note(measured.failures, f"failures in {measured.node_hours:.3g} node-hours"),
+            measured.note(measured.failures, "failure", f" in {measured.node_hours:.3g} node-hours"),
         )
-        changes["hang_share"] = Input(measured.hangs / measured.failures, measured.note(measured.failures, "failures"))
+        changes["hang_share"] = Input(measured.hangs / measured.failures, measured.note(measured.failures, "failure"))
     if measured.save_time is not None:
-        changes["save_time"] = Input(measured.save_time, measured.note(measured.saves, "saves"))
+        changes["save_time"] = Input(measured.save_time, measured.note(measured.saves, "save"))
     if measured.restart_time is not None:
-        changes["restart_time"] = Input(measured.restart_time, measured.note(measured.restarts, "restarts"))
+        changes["restart_time"] = Input(measured.restart_time, measured.note(measured.restarts, "restart"))
     return dataclasses.replace(inputs, **changes)
 
 
