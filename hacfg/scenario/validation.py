@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
 
-
 def _adapter() -> TypeAdapter[HAConfig]:
     """pydantic's validator for the model, whose annotations are strings naming the locals here:
     a TypeAdapter resolves them in the namespace of the frame that creates it."""
