@@ -10,9 +10,7 @@ the linter's registry.
 
 from __future__ import annotations
 
-import glob
 import os
-import shlex
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -28,6 +26,8 @@ def answer(environ: Mapping[str, str]) -> str | None:
     shell = environ.get(COMPLETE_VAR, "")
     if shell not in SHELLS:
         return None
+    import shlex  # here: every command imports this module for COMPLETE_VAR
+
     if shell == "complete_bash":
         words = shlex.split(environ.get("COMP_WORDS", ""))
         index = int(environ.get("COMP_CWORD", "0") or 0)
@@ -104,6 +104,8 @@ def _rules(incomplete: str) -> Iterator[Item]:
 
 def _files(incomplete: str) -> Iterator[Item]:
     """Paths, as the shell's own file completion would offer them (it is not asked when hacfg answers)."""
+    import glob
+
     for path in sorted(glob.glob(glob.escape(os.path.expanduser(incomplete)) + "*")):
         yield (path + "/" if os.path.isdir(path) else path), ""
 
