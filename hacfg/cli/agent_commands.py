@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hacfg.cli.commands import EXIT_FINDINGS, EXIT_OK, picture, say, write
+from hacfg.cli.commands import EXIT_FINDINGS, EXIT_OK, picture, say, seconds, write
 
 if TYPE_CHECKING:
     from hacfg.agent.policy import Policy
@@ -78,20 +78,10 @@ def run_agent(
         config_nodes=policy.nodes if config else None,
         metrics_file=metrics_file,
         metrics_listen=metrics_listen,
-        metrics_linger=_seconds(metrics_linger, "--metrics-linger"),
+        metrics_linger=seconds(metrics_linger, "--metrics-linger"),
         warm=warm,
         preload=_module_names(preload) if preload is not None else None,
     )
-
-
-def _seconds(text: str, option: str) -> float:
-    from hacfg.scenario.model import parse_duration
-    from hacfg.scenario.source import InputError
-
-    try:
-        return float(parse_duration(text).total_seconds())
-    except ValueError as err:
-        raise InputError(f"{option}: {err}") from None
 
 
 def _module_names(text: str) -> list[str]:

@@ -31,6 +31,17 @@ EXIT_PIPE_CLOSED = 1  # what typer answers a reader that went away (| head), qui
 Format = Literal["text", "json", "sarif", "github"]
 
 
+def seconds(text: str, option: str) -> float:
+    """A duration flag (``30s``, ``2h``) in seconds; a bad one is a usage error naming the flag."""
+    from hacfg.scenario.model import parse_duration
+    from hacfg.scenario.source import InputError
+
+    try:
+        return float(parse_duration(text).total_seconds())
+    except ValueError as err:
+        raise InputError(f"{option}: {err}") from None
+
+
 def say(line: str) -> None:
     """One line on stderr, for the user rather than for a pipe."""
     print(line, file=sys.stderr, flush=True)
@@ -314,7 +325,6 @@ def run_plan(
     from hacfg.plan.forecast import NotEnough, forecast
     from hacfg.plugin import provided as registry
     from hacfg.scenario.config import load_config
-    from hacfg.scenario.model import parse_duration
     from hacfg.scenario.source import InputError
 
     plot = picture(plot)  # before any work
@@ -327,10 +337,7 @@ def run_plan(
         "duration": duration,
     }
     for name, spelling in durations.items():
-        try:
-            flags[name] = None if spelling is None else parse_duration(spelling).total_seconds()
-        except ValueError as err:
-            raise InputError(f"--{name.replace('_', '-')}: {err}") from None
+        flags[name] = None if spelling is None else seconds(spelling, f"--{name.replace('_', '-')}")
         if flags[name] == 0 and name != "save_time":
             raise InputError(f"--{name.replace('_', '-')}: must be longer than 0s")
     if nodes is not None and nodes < 1:
