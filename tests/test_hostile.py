@@ -187,7 +187,7 @@ def test_a_whole_float_past_a_doubles_range_is_infinite_as_1e400_is():
 def test_a_huge_number_in_a_training_log_is_no_plugin_failure():
     from hacfg.agent.classify import classify
     from hacfg.plugin import manager as plugin_manager
-    from hacfg.plugin.agent import Failure
+    from hacfg.plugin.recovery import Failure
 
     manager = plugin_manager.get()
     reported = len(manager.failures)

@@ -313,7 +313,8 @@ def test_a_cold_lint_with_a_third_party_plugin_imports_no_agent_module(tmp_path)
     linted = run_hacfg("lint", "examples/llama-pretrain/ha.yaml", cwd=REPO, env=env)
     assert ":4:11: HEL001 info hello from a third-party plugin" in linted.out, linted.out + linted.err
     imported = imported_modules("lint", "examples/llama-pretrain/ha.yaml", env=env)
-    assert {"hacfg_plugin_hello", "hacfg.plugin.agent"} <= imported  # loaded, with the pre-check types it subclasses
+    assert {"hacfg_plugin_hello", "hacfg.plugin.precheck"} <= imported  # loaded, with the pre-check types it subclasses
+    assert "hacfg.plugin.recovery" not in imported  # what a pre-check plugin does not name, it does not pay for
     assert not {name for name in imported if name.startswith("hacfg.agent")}
 
 

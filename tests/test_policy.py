@@ -9,7 +9,7 @@ import pytest
 from hacfg.agent.checkpoints import newest_complete
 from hacfg.agent.classify import classify
 from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
-from hacfg.plugin.agent import Failure
+from hacfg.plugin.recovery import Failure
 
 
 def run(causes, policy, progress=None):

@@ -18,7 +18,7 @@ from typing import Any
 from hacfg.agent.vocabulary import Event
 from hacfg.checkpoint import MARKER
 from hacfg.plugin import manager as plugin_manager
-from hacfg.plugin.agent import CheckpointLayout, SavedCheckpoint
+from hacfg.plugin.recovery import CheckpointLayout, SavedCheckpoint
 
 
 def layouts() -> list[CheckpointLayout]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hacfg.agent.vocabulary import Cause
 from hacfg.plugin import manager as plugin_manager
-from hacfg.plugin.agent import Classification, Failure
+from hacfg.plugin.recovery import Classification, Failure
 
 
 def classify(failure: Failure) -> Classification:

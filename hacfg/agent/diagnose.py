@@ -18,7 +18,7 @@ import re
 import signal
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +28,7 @@ from hacfg.agent.classify import classify
 from hacfg.agent.policy import Budgets, Decision, Policy, decide
 from hacfg.agent.vocabulary import Cause
 from hacfg.plugin import manager as plugin_manager
-from hacfg.plugin.agent import Classification, Failure
+from hacfg.plugin.recovery import Classification, Failure
 from hacfg.scenario.source import InputError
 
 WINDOW = 2 * TAIL_LINES  # the agent keeps the last lines of stdout and of stderr; a log holds both
@@ -238,7 +238,7 @@ def diagnose(log: Log, policy: Policy) -> Diagnosis:
     if status.exit_code == 0 and status.line is not None:  # only a line says so
         return Diagnosis(log, status, None, (status.line,), ())
     output = attempt_output(log.tail, status)
-    failure = replace(status.failure, tail=tuple(line.text for line in output))
+    failure = status.failure._replace(tail=tuple(line.text for line in output))
     verdict = classify(failure)
     evidence = set(_relied_on(output, failure, verdict))
     if status.line is not None:
@@ -259,7 +259,7 @@ def _relied_on(lines: tuple[Line, ...], failure: Failure, verdict: Classificatio
     kept = list(lines)
     for line in lines:
         without = [other for other in kept if other is not line]
-        if classify(replace(failure, tail=tuple(other.text for other in without))) == verdict:
+        if classify(failure._replace(tail=tuple(other.text for other in without))) == verdict:
             kept = without
     del manager.failures[reported:]  # a broken plugin is reported once, not once per line tried
     return kept

@@ -126,7 +126,7 @@ def _clamp(moment: datetime, low: datetime, high: datetime) -> datetime:
 
 
 def _step_of(path: str | None) -> int:
-    from hacfg.plugin.agent import step_of
+    from hacfg.plugin.recovery import step_of
 
     return (step_of(path.rstrip("/").rsplit("/", 1)[-1]) or 0) if path else 0
 

@@ -35,7 +35,8 @@ from hacfg.agent.state import EventLog, NodeState, StateStore, refuse_links, sta
 from hacfg.agent.vocabulary import Action, Cause, Ending, Event
 from hacfg.agent.warm import WarmStarts
 from hacfg.plugin import manager as plugin_manager
-from hacfg.plugin.agent import Failure, PrecheckContext, PrecheckSettings, Restart, SavedCheckpoint
+from hacfg.plugin.precheck import PrecheckContext, PrecheckSettings
+from hacfg.plugin.recovery import Failure, Restart, SavedCheckpoint
 
 if TYPE_CHECKING:
     from hacfg.agent.metrics import Metrics

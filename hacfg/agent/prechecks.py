@@ -1,13 +1,13 @@
 """Environment pre-checks before the command starts; each is a plugin and logs one `item=` line.
 
 Paths and thresholds come from ``HACFG_PRECHECK_*`` environment variables, so tests and odd
-clusters can move them without code (``hacfg.plugin.agent.PrecheckSettings`` lists them).
+clusters can move them without code (``hacfg.plugin.precheck.PrecheckSettings`` lists them).
 """
 
 from __future__ import annotations
 
 from hacfg.plugin import manager as plugin_manager
-from hacfg.plugin.agent import Precheck, PrecheckContext, PrecheckResult
+from hacfg.plugin.precheck import Precheck, PrecheckContext, PrecheckResult
 
 
 def prechecks() -> list[Precheck]:

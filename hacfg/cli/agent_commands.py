@@ -99,7 +99,7 @@ def run_precheck(config: Path | None = None) -> int:
     """``hacfg precheck``: the environment pre-checks alone, exiting as the agent would on a failure."""
     from hacfg.agent.policy import RETRY_ELSEWHERE
     from hacfg.agent.prechecks import run_prechecks
-    from hacfg.plugin.agent import PrecheckContext, PrecheckSettings
+    from hacfg.plugin.precheck import PrecheckContext, PrecheckSettings
 
     policy = _agent_policy(config)
     results = run_prechecks(PrecheckContext(policy, PrecheckSettings.from_environment(), dict(os.environ)))

@@ -22,21 +22,9 @@ if TYPE_CHECKING:
     from hacfg.agent.policy import RETRY_ELSEWHERE, Policy
     from hacfg.agent.vocabulary import Cause
     from hacfg.plan.forecast import Forecast, forecast_config
-    from hacfg.plugin.agent import (
-        CheckpointLayout,
-        Classification,
-        Failure,
-        Precheck,
-        PrecheckContext,
-        PrecheckResult,
-        PrecheckSettings,
-        Restart,
-        SavedCheckpoint,
-        Status,
-        human_size,
-        step_of,
-    )
     from hacfg.plugin.hookspecs import hookimpl
+    from hacfg.plugin.precheck import Precheck, PrecheckContext, PrecheckResult, PrecheckSettings, Status, human_size
+    from hacfg.plugin.recovery import CheckpointLayout, Classification, Failure, Restart, SavedCheckpoint, step_of
     from hacfg.plugin.rules import (
         FileContext,
         Fix,
@@ -125,10 +113,10 @@ _HOME = {
         "ScenarioContext", "annotation_path", "rule",
     ),
     "hacfg.plugin.targets": ("Build", "Target", "dump_yaml", "schema_file"),
-    "hacfg.plugin.agent": (
-        "CheckpointLayout", "Classification", "Failure", "Precheck", "PrecheckContext", "PrecheckResult",
-        "PrecheckSettings", "Restart", "SavedCheckpoint", "Status", "human_size", "step_of",
+    "hacfg.plugin.precheck": (
+        "Precheck", "PrecheckContext", "PrecheckResult", "PrecheckSettings", "Status", "human_size",
     ),
+    "hacfg.plugin.recovery": ("CheckpointLayout", "Classification", "Failure", "Restart", "SavedCheckpoint", "step_of"),
     "hacfg.agent.policy": ("Policy", "RETRY_ELSEWHERE"),
     "hacfg.plan.forecast": ("Forecast", "forecast_config"),
     "hacfg.agent.vocabulary": ("Cause",),

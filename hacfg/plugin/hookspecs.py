@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:  # the extension types; none of their modules imports the plugin machinery
-    from hacfg.plugin.agent import CheckpointLayout, Classification, Failure, Precheck, Restart
+    from hacfg.plugin.precheck import Precheck
+    from hacfg.plugin.recovery import CheckpointLayout, Classification, Failure, Restart
     from hacfg.plugin.rules import Rule
     from hacfg.plugin.targets import Target
 

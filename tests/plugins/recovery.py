@@ -1,5 +1,4 @@
 """Recovery hooks that write what they were told, one JSON line each, to $RECOVERY_LOG."""
-import dataclasses
 import json
 import os
 
@@ -18,4 +17,4 @@ def hacfg_agent_event(event):
 
 @hookimpl
 def hacfg_before_restart(restart: Restart):
-    _write({"hook": "restart", **dataclasses.asdict(restart)})
+    _write({"hook": "restart", **restart._asdict()})

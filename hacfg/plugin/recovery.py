@@ -1,0 +1,85 @@
+"""What the agent's recovery plugins implement and receive: failure classifiers, checkpoint layouts,
+and the hook told before a restart.
+
+Plain data and base classes only, as cheap to define as :mod:`hacfg.plugin.precheck`'s (named
+tuples, so a lint that imports a classifier plugin pays no ``exec``); the agent's machinery that
+runs them lives in :mod:`hacfg.agent` (``classify``, ``checkpoints``, ``loop``). Plugin authors
+import these through :mod:`hacfg.plugin`.
+"""
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from hacfg.agent.vocabulary import Cause
+
+
+class Failure(NamedTuple):
+    """What a classifier sees about a failed attempt."""
+
+    exit_code: int | None  # None when killed by a signal
+    signal: int | None
+    tail: tuple[str, ...]  # the last lines of stdout, then of stderr
+    hung: bool = False
+
+    @property
+    def code(self) -> int:
+        """The shell's view: the exit code, or 128 + the signal."""
+        return self.exit_code if self.exit_code is not None else 128 + (self.signal or 0)
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            from signal import Signals  # here: a lint with a pre-check plugin never describes a failure
+
+            return f"killed by {Signals(self.signal).name}"
+        return f"exit {self.exit_code}"
+
+
+class Classification(NamedTuple):
+    """A classifier's answer: what kind of failure it was, and why it thinks so."""
+
+    cause: "Cause"  # quoted, and no ``from __future__ import annotations``: a string field costs a compile
+    reason: str
+    classifier: str = ""
+    peer: bool = False  # the failure follows from another rank's (connection closed by a peer, say)
+
+
+class Restart(NamedTuple):
+    """What a recovery hook learns before the job restarts (``hacfg_before_restart``)."""
+
+    action: str  # proc_restart (here, by the agent) | pod_reschedule | job_reschedule (by the platform)
+    attempt: int  # the attempt that just ended
+    cause: str  # environment | user | hang
+    reason: str
+    node: int  # this node's rank (0 alone)
+    checkpoint: str | None  # the newest complete checkpoint: the next attempt resumes from it
+
+
+class SavedCheckpoint(NamedTuple):
+    """One checkpoint a layout found on disk (not the scenario's ``checkpoint:`` settings); ordered by step."""
+
+    step: int
+    path: Path
+    complete: bool = True
+    layout: str = ""
+
+
+class CheckpointLayout:
+    """A way training code lays out checkpoints. Subclasses set ``name`` and implement ``find``."""
+
+    name: str = ""
+
+    def find(self, root: Path) -> Iterable[SavedCheckpoint]:
+        """Every checkpoint under ``root``, complete or not (``complete=False`` is never resumed)."""
+        raise NotImplementedError
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def step_of(name: str) -> int | None:
+    """The last number in a directory name: ``checkpoint-1200`` -> 1200, ``iter_0000300`` -> 300."""
+    numbers = _DIGITS.findall(name)
+    return int(numbers[-1]) if numbers else None
