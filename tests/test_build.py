@@ -45,7 +45,7 @@ def test_a_preset_name_builds_too(cli):
     )
 
 
-def test_full_body_of_the_example(cli):
+def test_full_body_of_the_example(cli, tmp_path):
     result = cli("build", REPO / "examples/llama-pretrain/ha.yaml")
     assert result.code == 0, result.err
     body = json.loads(result.out)
@@ -65,8 +65,13 @@ def test_full_body_of_the_example(cli):
             "command": "bash run.sh",
             "environments": {"NCCL_DEBUG": "INFO", "MA_HANG_DETECT_TIME": "45"},
         },
-        "spec": {"resource": {"flavor_id": "modelarts.pool.visual.8xlarge", "node_count": 4, "pool_id": "pool-1234"}},
+        "spec": {
+            "resource": {"flavor_id": "modelarts.pool.visual.8xlarge", "node_count": 4, "pool_id": "pool-1234"},
+            "volumes": [{"nfs": {"nfs_server_path": "192.168.0.82:/", "local_path": "/mnt/sfs", "read_only": False}}],
+        },
     }
+    (tmp_path / "job.json").write_text(result.out)
+    assert cli("lint", tmp_path / "job.json").out == ""  # what it builds, it accepts
 
 
 @pytest.mark.slow

@@ -258,15 +258,8 @@ def built_lints_clean(work: Path, target: str, *args: str) -> Result:
     if result.code == 0:
         out = work / ("built.json" if target == "modelarts" else "built.yaml")
         out.write_text(result.out)
-        assert [f for f in errors(findings(out.name, cwd=work)) if not open_violation(f)] == [], result.out
+        assert errors(findings(out.name, cwd=work)) == [], result.out
     return result
-
-
-def open_violation(finding: dict) -> bool:
-    """Found by this property and not yet resolved: a scenario's checkpoint.path (obs://, or the output
-    channel's folder) builds no algorithm.outputs, so lint of the built body says there is no output
-    channel or volume to keep checkpoints (HA001)."""
-    return finding["rule"] == "HA001" and "no output channel or volume" in finding["message"]
 
 
 def test_a_scenario_that_lints_clean_builds_and_its_build_lints_clean(folder):
@@ -336,14 +329,6 @@ def check_comments(text: str, body: dict) -> None:
             assert json.dumps(lookup(body, dotted_path(source))).startswith(shown.removesuffix(": kept in passthrough").removesuffix("...")), line
 
 
-def open_import_violation(body: dict) -> set[str]:
-    """Found by this property and not yet resolved: a switch spelled true but not "true" ("True", 1) stays in
-    passthrough, and HA009, which reads it as on beside job-retry-num, is reported at the job-retry-num that
-    became restart.max, outside passthrough: lint of the import loses it."""
-    switch = body["metadata"]["annotations"].get(ma.UNCONDITIONAL_RETRY)
-    return {"HA009"} if switch != "true" and ma.spelled_true(switch if switch is not None else "") else set()
-
-
 def test_import_keeps_every_finding_builds_back_the_body_and_comments_truly(folder):
     @PROPERTY
     @given(bodies(), FORMATS)
@@ -354,7 +339,7 @@ def test_import_keeps_every_finding_builds_back_the_body_and_comments_truly(fold
         result = hacfg("import", path.name, "-o", "ha.yaml", cwd=work)
         assert result.code == 0, result.err
         lost = {f["rule"] for f in found} - {f["rule"] for f in findings("ha.yaml", cwd=work)}
-        assert lost <= open_import_violation(body), lost
+        assert lost == set(), lost
         check_comments((work / "ha.yaml").read_text(), body)
         if errors(found):
             return  # the API would refuse it: nothing to build back

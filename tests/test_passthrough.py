@@ -53,7 +53,7 @@ passthrough:
 def test_ignoring_the_override_rule_still_judges_the_overriding_key(cli, project):
     """Which passthrough keys override the scenario is the engine's own question, not HA020's finding."""
     (project / "ha.yaml").write_text(HEAD + """\
-restart: {max: 8}
+restart: {max: 0}
 passthrough:
   metadata:
     annotations: {fault-tolerance/job-retry-num: "500"}
@@ -62,3 +62,36 @@ passthrough:
     assert {rule for rule, _, _ in both} >= {"HA020", "HA001", "HA006"}
     (project / "pyproject.toml").write_text('[tool.hacfg]\nignore = ["HA020"]\n')
     assert findings(cli, "ha.yaml", keys=AT) == {f for f in both if f[0] != "HA020"}
+
+
+def test_a_passthrough_key_the_scenario_does_not_write_is_judged_where_it_stands(cli, write):
+    """A variable only passthrough sets was seen by no scenario rule: its body rule speaks at its line."""
+    path = write("ha.yaml", HEAD + """\
+job: {environment: {NCCL_DEBUG: INFO}}
+passthrough:
+  algorithm:
+    environments: {NCCL_SOCKET_IFNAME: "$IFACE"}
+""")
+    assert findings(cli, path, keys=AT) == {("HA013", 7, 40)}
+
+
+def test_a_problem_passthrough_causes_elsewhere_is_placed_at_the_scenario_key_it_meets(cli, write):
+    """A passthrough switch turns a budget the scenario sets into a risk: the finding is at restart.max."""
+    path = write("ha.yaml", HEAD.replace("multi-node", "single-node") + """\
+restart: {max: 2}
+passthrough:
+  metadata:
+    annotations: {fault-tolerance/job-unconditional-retry: "true"}
+""")
+    assert {f for f in findings(cli, path, keys=AT) if f[0] != "HA020"} == {("HA009", 4, 16)}
+
+
+def test_what_the_scenario_itself_builds_is_not_said_twice(cli, write):
+    """The built body's own findings are the scenario rules' to report, in the scenario's words."""
+    path = write("ha.yaml", HEAD + """\
+restart: {max: 8}
+passthrough:
+  spec:
+    log_export_path: {obs_url: "obs://b/logs/"}
+""")
+    assert findings(cli, path, keys=AT) == set()

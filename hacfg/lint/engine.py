@@ -32,7 +32,7 @@ from hacfg.scenario.config import (
     with_presets,
 )
 from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
-from hacfg.scenario.passthrough import passthrough_overrides
+from hacfg.scenario.passthrough import passthrough_agreements
 from hacfg.scenario.source import (
     Document,
     InputError,
@@ -296,18 +296,55 @@ def _streamed(data: Any) -> bool:
 PASSTHROUGH: LogicalPath = ("passthrough",)
 
 
-def _passthrough_context(ctx: ScenarioContext) -> JobContext:
-    """``passthrough:`` within the request body ``hacfg build`` makes of the scenario: a passthrough
-    switch is judged with the annotations the scenario writes beside it, as the platform reads them."""
-    modelarts = provided.targets().get("modelarts")
-    built = modelarts.build(ctx.config).document if modelarts is not None else {}
-    data = deep_merge(built or {"metadata": {"name": ctx.config.name}}, ctx.config.passthrough)
+@dataclass(frozen=True)
+class _Passthrough:
+    """The request body ``hacfg build`` makes of a scenario, with its ``passthrough:`` and without: what
+    a rule finds only in the first, passthrough brought about."""
 
-    def under(spans: dict[LogicalPath, Span]) -> dict[LogicalPath, Span]:
-        return {path[1:]: span for path, span in spans.items() if path[:1] == PASSTHROUGH}
+    merged: JobContext  # positions from passthrough, as the platform reads it: beside what the scenario writes
+    alone: JobContext  # the scenario's own body
+    origins: dict[LogicalPath, LogicalPath]  # body path -> the scenario key it was built from
+    agreeing: set[LogicalPath]  # in the scenario file: owned keys passthrough writes as the scenario means them
 
-    view = Document(ctx.own.path, ctx.own.text, data, under(ctx.document.values), under(ctx.document.keys))
-    return JobContext(view, view, ctx.platform, JobBody(data))
+    @classmethod
+    def of(cls, ctx: ScenarioContext) -> _Passthrough:
+        modelarts = provided.targets().get("modelarts")
+        built = modelarts.build(replace(ctx.config, passthrough={})) if modelarts is not None else None
+        document = built.document if built is not None else {"metadata": {"name": ctx.config.name}}
+        merged = deep_merge(document, ctx.config.passthrough)
+
+        def under(spans: dict[LogicalPath, Span]) -> dict[LogicalPath, Span]:
+            return {path[1:]: span for path, span in spans.items() if path[:1] == PASSTHROUGH}
+
+        view = Document(ctx.own.path, ctx.own.text, merged, under(ctx.document.values), under(ctx.document.keys))
+        alone = Document(ctx.own.path, ctx.own.text, document, {}, {})
+        return cls(
+            JobContext(view, view, ctx.platform, JobBody(merged)),
+            JobContext(alone, alone, ctx.platform, JobBody(document)),
+            built.origins if built is not None else {},
+            passthrough_agreements(ctx.config),
+        )
+
+    def brought_about(self, rule: Rule) -> Iterator[Problem]:
+        """``rule``'s problems in passthrough, each placed in the scenario file: at the passthrough key,
+        else (a problem passthrough causes elsewhere) at the scenario key the body path was built from.
+
+        A rule that also reads scenarios judged the scenario's own body in its own words: what it
+        finds there, or at a key passthrough only repeats, is not said twice."""
+        if rule.scenario_check is None:
+            yield from (_under(PASSTHROUGH, p) for p in rule.problems(self.merged) if self.merged.is_set(p.at))
+            return
+        before = {(problem.at, problem.message) for problem in rule.problems(self.alone)}
+        for problem in rule.problems(self.merged):
+            if (problem.at, problem.message) in before:
+                continue
+            if self.merged.is_set(problem.at):
+                placed = _under(PASSTHROUGH, problem)
+                if placed.at not in self.agreeing:
+                    yield placed
+            else:
+                origin = self.origins.get(tuple(problem.at))
+                yield replace(problem, at=origin or PASSTHROUGH, fix=None, on_key=False)
 
 
 def _under(prefix: LogicalPath, problem: Problem) -> Problem:
@@ -359,29 +396,19 @@ class _FileLinter:
         ctx = self.context(platform)
         if ctx is None:
             return
-        passes: list[tuple[ScenarioContext | JobContext, LogicalPath]] = [(ctx, ())]
-        overrides: set[LogicalPath] = set()
-        if isinstance(ctx, ScenarioContext) and ctx.config.passthrough:
-            passes.append((_passthrough_context(ctx), PASSTHROUGH))
-            overrides = {override.at for override in passthrough_overrides(ctx.config)}
-        for checked, prefix in passes:
-            # In passthrough, what it writes itself: by a body-only rule anywhere; by a rule that also
-            # reads scenarios only where passthrough overrides the scenario (elsewhere that check judged it).
-            for rule_id, source in self.rules.items():
-                if rule_id not in self.enabled:
-                    continue
-                try:
-                    for problem in source.rule.problems(checked):
-                        if prefix and not checked.is_set(problem.at):
-                            continue
-                        at = _under(prefix, problem)
-                        if prefix and source.rule.scenario_check and at.at not in overrides:
-                            continue
-                        self.add(rule_id, at)
-                except Exception as err:  # a plugin's bug must not stop the other rules
-                    message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}"
-                    span = self.own.span(())
-                    self.findings.append(finding_at("HA000", self.rules, span, (), message.splitlines()[0]))
+        passthrough = _Passthrough.of(ctx) if isinstance(ctx, ScenarioContext) and ctx.config.passthrough else None
+        for rule_id, source in self.rules.items():
+            if rule_id not in self.enabled:
+                continue
+            try:
+                for problem in source.rule.problems(ctx):
+                    self.add(rule_id, problem)
+                for problem in passthrough.brought_about(source.rule) if passthrough else ():
+                    self.add(rule_id, problem)
+            except Exception as err:  # a plugin's bug must not stop the other rules
+                message = f"rule {rule_id} of plugin {source.plugin!r} raised {type(err).__name__}: {err}"
+                span = self.own.span(())
+                self.findings.append(finding_at("HA000", self.rules, span, (), message.splitlines()[0]))
 
     def context(self, platform: str | None) -> ScenarioContext | JobContext | None:
         if kind_of(self.own) == "job":

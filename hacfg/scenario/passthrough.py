@@ -1,9 +1,9 @@
 """Which ``passthrough:`` keys override what the scenario's own keys mean.
 
 ``passthrough`` is merged last into the request body, so a key there that hacfg also writes from
-the scenario (``restart.max`` becomes ``fault-tolerance/job-retry-num``) wins. The lint engine
-reads :func:`passthrough_overrides` to judge such a key as the job will run it, and HA020 reports
-each one; both ask here, so that whether a rule is enabled changes nothing else.
+the scenario (``restart.max`` becomes ``fault-tolerance/job-retry-num``) wins. HA020 reports each
+:func:`passthrough_overrides`; the lint engine asks :func:`passthrough_agreements` where a key
+only repeats the scenario, so that whether a rule is enabled changes nothing else.
 """
 
 from __future__ import annotations
@@ -48,12 +48,22 @@ class Override:
 def passthrough_overrides(config: HAConfig) -> list[Override]:
     """Every owned key under ``passthrough`` whose value is not exactly what the scenario means
     (one that agrees, as ``hacfg import`` leaves them, is harmless)."""
+    return [override for override in _owned_in_passthrough(config) if override.value != override.means]
+
+
+def passthrough_agreements(config: HAConfig) -> set[LogicalPath]:
+    """Where ``passthrough`` writes an owned key as exactly what the scenario means: the scenario's own
+    rules have judged it there, in their words."""
+    return {override.at for override in _owned_in_passthrough(config) if override.value == override.means}
+
+
+def _owned_in_passthrough(config: HAConfig) -> list[Override]:
     says = _scenario_says(config)
     found = []
     for base, owned in _OWNED.items():
         written = lookup(config.passthrough, base)
         for key, value in written.items() if isinstance(written, dict) else ():
-            if key in owned and value != says[key]:
+            if key in owned:
                 found.append(Override(("passthrough", *base, key), value, owned[key], says[key]))
     return found
 

@@ -35,6 +35,9 @@ def restart_without_checkpoint(ctx: ScenarioContext) -> Iterator[Problem]:
     your own, through `extends:`, may), and the message quotes the preset's recommendation, the
     training output channel `/home/ma-user/modelarts/outputs/train_url_0`.
 
+    In a request body it is a warning: a script may write its checkpoints to OBS itself (as
+    MoXing's `mox.file.copy_parallel` does), which the body cannot show.
+
     ## Why is this bad?
     The platform restarts the job, but every restart starts again from step 0. A job that
     fails every few hours may never finish, and each attempt burns the whole cluster's time.
@@ -49,6 +52,8 @@ def restart_without_checkpoint(ctx: ScenarioContext) -> Iterator[Problem]:
     checkpoint: {path: /mnt/sfs/run1/ckpt, interval: 30m, resume: true}
     restart: {max: 3}
     ```
+    and in a request body, the storage that holds it: `spec.volumes` (SFS Turbo over nfs, or
+    OBS) mounted at `/mnt/sfs`, or an output channel in `algorithm.outputs`.
     """
     if ctx.config.restart.max and not ctx.config.checkpoint.path:
         fix = ctx.advised(("checkpoint", "path"), "checkpoint.path")
@@ -65,8 +70,9 @@ def restart_without_checkpoint_in_body(ctx: JobContext) -> Iterator[Problem]:
     if body.retries and not has_output and not body.snippet:  # a snippet of annotations shows no outputs
         yield Problem(
             annotation_path(ma.JOB_RETRY_NUM),
-            "auto restart is on but the job has no output channel or volume to keep checkpoints: "
-            "add algorithm.outputs or spec.volumes",
+            "auto restart is on but the job has no output channel or volume to keep checkpoints: unless the "
+            "script writes them to OBS itself, every restart starts from step 0; add algorithm.outputs or spec.volumes",
+            severity="warning",
         )
 
 
