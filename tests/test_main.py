@@ -20,8 +20,8 @@ import typer.main
 
 from conftest import REPO, Result
 from hacfg.cli.app import app
-from hacfg.cli.commands import run_build, run_lint
-from hacfg.cli.main import LINT_OPTIONS, LINT_SWITCHES, PLAN_OPTIONS
+from hacfg.cli.commands import run_build, run_fix, run_lint
+from hacfg.cli.main import FIX_OPTIONS, FIX_SWITCHES, LINT_OPTIONS, LINT_SWITCHES, PLAN_OPTIONS
 
 HACFG = Path(sys.executable).parent / "hacfg"  # the console script pip wrote
 ENV = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as a user's shell has it
@@ -33,23 +33,25 @@ THROUGH_TYPER = {"lint": ["--fail-on", "error"], "build": ["--target", "modelart
 
 def test_the_plain_call_gets_the_defaults_typer_gives():
     commands = typer.main.get_command(app).commands
-    for name, function in (("lint", run_lint), ("build", run_build)):
+    for name, function in (("lint", run_lint), ("build", run_build), ("fix", run_fix)):
         operand, *options = inspect.signature(function).parameters.values()
         assert {p.name: p.default for p in options} == {
             p.name: p.default for p in commands[name].params if p.name != operand.name
         }, f"hacfg {name}: the typer options and {function.__name__}'s defaults drifted apart"
 
 
-def test_each_switch_a_plain_lint_takes_is_the_typer_flag_of_that_name():
-    params = typer.main.get_command(app).commands["lint"].params
-    for flag, (keyword, value) in LINT_SWITCHES.items():
+@pytest.mark.parametrize(("command", "switches"), [("lint", LINT_SWITCHES), ("fix", FIX_SWITCHES)])
+def test_each_switch_a_plain_call_takes_is_the_typer_flag_of_that_name(command, switches):
+    params = typer.main.get_command(app).commands[command].params
+    for flag, (keyword, value) in switches.items():
         (param,) = [p for p in params if flag in (*p.opts, *p.secondary_opts)]
         assert (param.name, flag in param.opts) == (keyword, value), flag
 
 
-def test_each_option_a_plain_lint_takes_is_the_typer_option_of_that_name():
-    params = typer.main.get_command(app).commands["lint"].params
-    for flag, keyword in LINT_OPTIONS.items():
+@pytest.mark.parametrize(("command", "options"), [("lint", LINT_OPTIONS), ("fix", FIX_OPTIONS)])
+def test_each_option_a_plain_call_takes_is_the_typer_option_of_that_name(command, options):
+    params = typer.main.get_command(app).commands[command].params
+    for flag, keyword in options.items():
         (param,) = [p for p in params if flag in p.opts]
         assert (param.name, param.is_flag) == (keyword, False), flag
 
@@ -120,6 +122,53 @@ def test_plain_lint_and_build_skip_typer_and_answer_byte_for_byte_as_typer_does(
     assert "Traceback" not in plain.err
     assert "typer" in typed_imports
     assert not {"typer", "click", "hacfg.cli.app"} & plain_imports, "a plain lint or build imports the argument parser"
+
+
+# The same arguments through typer: the process entry with its plain path taken away.
+THROUGH_TYPER_ONLY = "import sys; from hacfg.cli import main; main._plain_paths = lambda *_: None; sys.exit(main.main())"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fix", "findings/ha.yaml"],
+        ["fix", "--force-exclude", "clean/ha.yaml", "findings/ha.yaml", "notes.yaml"],
+        ["fix", "--diff", "findings", "clean"],
+        ["fix", "--platform", "otc", "--no-respect-gitignore", "--diff", "findings"],
+        ["fix", "--platform", "nowhere", "findings"],
+        ["fix", "--force", "findings"],
+        ["fix", "missing.yaml"],
+        ["fix", "bad.yaml"],
+        ["fix"],
+    ],
+    ids=" ".join,
+)
+def test_a_plain_fix_skips_typer_and_does_what_typer_does(tmp_path, args):
+    """What pre-commit's hacfg-fix hook runs: the same answer and the same files, without the argument parser."""
+    outcomes = []
+    for way in ("plain", "typer"):
+        project = tmp_path / way
+        (project / "clean").mkdir(parents=True)
+        shutil.copy(EXAMPLE, project / "clean/ha.yaml")
+        (project / "findings").mkdir()
+        (project / "findings/ha.yaml").write_text(FINDINGS)
+        (project / "bad.yaml").write_text("version: 1\nscenario: [\n")
+        (project / "notes.yaml").write_text("title: not a training job\n")
+        if way == "plain":
+            result, imports = hacfg(*args, cwd=project)
+            refused = "nowhere" in args  # a value typer refuses is left to typer, to say so in its words
+            assert bool({"typer", "click", "hacfg.cli.app"} & imports) == refused, "a plain fix imports typer"
+        else:
+            proc = subprocess.run(
+                [sys.executable, "-c", THROUGH_TYPER_ONLY, *args], capture_output=True, text=True, cwd=project,
+                env=ENV, timeout=60,
+            )
+            result = Result(proc.returncode, proc.stdout, proc.stderr)
+        files = {str(path.relative_to(project)): path.read_text() for path in sorted(project.rglob("*.yaml"))}
+        outcomes.append((result, files))
+    assert outcomes[0] == outcomes[1]
+    assert "Traceback" not in outcomes[0][0].err
 
 
 def test_shell_completion_goes_to_typer_whatever_the_arguments(tmp_path):

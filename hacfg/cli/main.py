@@ -1,8 +1,8 @@
 """The ``hacfg`` process: which way a command runs, its exit code, and a quick exit.
 
-A plain ``hacfg lint PATH...`` (with the switches and options pre-commit and editors pass),
-``hacfg build FILE`` or ``hacfg plan FILE`` (with what-if values), what editors, hooks and scripts
-run most, calls :mod:`hacfg.cli.commands` directly; anything else goes through typer
+A plain ``hacfg lint PATH...`` or ``hacfg fix PATH...`` (with the switches and options pre-commit
+and editors pass), ``hacfg build FILE`` or ``hacfg plan FILE`` (with what-if values), what editors,
+hooks and scripts run most, calls :mod:`hacfg.cli.commands` directly; anything else goes through typer
 (:mod:`hacfg.cli.app`), which takes about 80 ms to import with the pydantic it reads options through.
 """
 
@@ -25,11 +25,13 @@ from hacfg.cli.commands import (
     EXIT_PIPE_CLOSED,
     Format,
     run_build,
+    run_fix,
     run_lint,
     run_plan,
     say,
 )
 from hacfg.cli.complete import COMPLETE_VAR, answer
+from hacfg.scenario.names import Platform
 
 # The switches a plain lint takes, each setting one keyword of run_lint to one value; test_main
 # checks every one against typer's declaration of the same flag.
@@ -55,6 +57,17 @@ LINT_OPTIONS = {
     "--ignore": "ignore",
 }
 _RULE_LISTS = ("select", "extend_select", "ignore")
+_CHOICES = {"fmt": get_args(Format), "platform": get_args(Platform)}  # what typer would accept, else typer says no
+
+# The switches and options a plain fix takes (pre-commit's hook passes --force-exclude), as for lint.
+FIX_SWITCHES = {
+    "--force-exclude": ("force_exclude", True),
+    "--diff": ("show_diff", True),
+    "--force": ("force", True),
+    "--respect-gitignore": ("respect_gitignore", True),
+    "--no-respect-gitignore": ("respect_gitignore", False),
+}
+FIX_OPTIONS = {"--platform": "platform"}
 
 # The options a plain plan takes, each followed by its value, and the keyword of run_plan it sets;
 # test_main checks every one against typer's declaration of the same option.
@@ -115,8 +128,10 @@ def _command(args: list[str]) -> Callable[[], int]:
             return functools.partial(_print, completions)
     elif args:
         name, *rest = args
-        if name == "lint" and (lint := _plain_lint(rest)) is not None:
+        if name == "lint" and (lint := _plain_paths(rest, LINT_SWITCHES, LINT_OPTIONS, run_lint)) is not None:
             return lint
+        if name == "fix" and (fix := _plain_paths(rest, FIX_SWITCHES, FIX_OPTIONS, run_fix)) is not None:
+            return fix
         if name == "build" and len(rest) == 1 and not rest[0].startswith("-"):
             return functools.partial(run_build, rest[0])
         if name == "plan" and (plain := _plain_plan(rest)) is not None:
@@ -126,16 +141,21 @@ def _command(args: list[str]) -> Callable[[], int]:
     return functools.partial(app, args=args, prog_name="hacfg")
 
 
-def _plain_lint(args: list[str]) -> Callable[[], int] | None:
-    """``lint [SWITCH | OPTION VALUE | PATH | -]...`` with values typer would take as they are, else None."""
+def _plain_paths(
+    args: list[str],
+    switches: dict[str, tuple[str, bool]],
+    options: dict[str, str],
+    command: Callable[..., int],
+) -> Callable[[], int] | None:
+    """``[SWITCH | OPTION VALUE | PATH | -]...`` with values typer would take as they are, else None."""
     operands, chosen = [], dict[str, Any]()
     items = iter(args)
     for arg in items:
-        if arg in LINT_SWITCHES:
-            keyword, setting = LINT_SWITCHES[arg]
+        if arg in switches:
+            keyword, setting = switches[arg]
             chosen[keyword] = setting
-        elif arg in LINT_OPTIONS:
-            value, keyword = next(items, None), LINT_OPTIONS[arg]
+        elif arg in options:
+            value, keyword = next(items, None), options[arg]
             if value is None or value.startswith("-"):
                 return None
             if keyword in _RULE_LISTS:
@@ -146,9 +166,9 @@ def _plain_lint(args: list[str]) -> Callable[[], int] | None:
             return None
         else:
             operands.append(Path(arg))
-    if chosen.get("fmt", "text") not in get_args(Format):
+    if any(chosen[keyword] not in choices for keyword, choices in _CHOICES.items() if keyword in chosen):
         return None
-    return functools.partial(run_lint, operands, **chosen)
+    return functools.partial(command, operands, **chosen)
 
 
 def _print(text: str) -> int:
