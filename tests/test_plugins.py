@@ -260,10 +260,13 @@ def builtin_plugins_implementing(*hooks: str) -> set[str]:
 @pytest.mark.slow
 def test_a_command_imports_only_the_builtin_plugins_whose_hooks_it_calls(builtin_plugins_only):
     plugins = {ep.value for ep in builtin_entry_points()}
-    lint_imports = imported_modules("lint", "examples/llama-pretrain/ha.yaml")
+    lint_imports = imported_modules("lint", "examples/resumable-training/ha.yaml")
     assert lint_imports & plugins == builtin_plugins_implementing("hacfg_rules", "hacfg_presets")
     assert {"hacfg.plugins.rules.checkpoint", "hacfg.plugins.presets"} <= lint_imports
     assert not {name for name in lint_imports if name.startswith("hacfg.agent")}  # nor the agent's types
+    # passthrough is judged within the body it joins: linting it builds that body
+    passthrough_imports = imported_modules("lint", "examples/llama-pretrain/ha.yaml")
+    assert passthrough_imports & plugins == builtin_plugins_implementing("hacfg_rules", "hacfg_presets", "hacfg_targets")
     build_imports = imported_modules("build", "examples/llama-pretrain/ha.yaml")
     assert build_imports & plugins == builtin_plugins_implementing("hacfg_presets", "hacfg_targets")
     assert {"hacfg.plugins.modelarts", "hacfg.plugins.volcano"} <= build_imports
