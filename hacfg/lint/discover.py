@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hacfg.lint.settings import Settings
 from hacfg.scenario import modelarts as ma
@@ -76,8 +76,7 @@ SCENARIO_KEYS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Found:
+class Found(NamedTuple):
     """A file to lint: its path as the user spelled it, and the documents read while choosing it."""
 
     path: Path

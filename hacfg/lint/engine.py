@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hacfg.lint.discover import choose_named, discover, is_request_body, ours
 from hacfg.lint.settings import Settings, find_settings, read_settings
@@ -145,8 +145,7 @@ class Finding:
         }
 
 
-@dataclass(frozen=True)
-class RuleSource:
+class RuleSource(NamedTuple):
     rule: Rule
     plugin: str
     distribution: str
@@ -296,8 +295,7 @@ def _streamed(data: Any) -> bool:
 PASSTHROUGH: LogicalPath = ("passthrough",)
 
 
-@dataclass(frozen=True)
-class _Passthrough:
+class _Passthrough(NamedTuple):
     """The request body ``hacfg build`` makes of a scenario, with its ``passthrough:`` and without: what
     a rule finds only in the first, passthrough brought about."""
 

@@ -15,15 +15,13 @@ import json
 import os
 import sys
 import zlib
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 FORMAT = 1  # of the cache file
 
 
-@dataclass(frozen=True)
-class EntryPoint:
+class EntryPoint(NamedTuple):
     """What :class:`importlib.metadata.EntryPoint` gives hacfg, and ``load`` as it does it."""
 
     name: str
@@ -53,7 +51,7 @@ def entry_points(group: str) -> list[EntryPoint]:
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, or unreadable: scan
     found = _scan(group)
-    _store(cache, {"format": FORMAT, "fingerprint": fingerprint, "entry_points": [asdict(e) for e in found]})
+    _store(cache, {"format": FORMAT, "fingerprint": fingerprint, "entry_points": [e._asdict() for e in found]})
     return found
 
 

@@ -16,7 +16,7 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import pluggy
 
@@ -28,16 +28,14 @@ BUILTIN_DISTRIBUTION = "hacfg"
 AUTOLOAD_SWITCH = "HACFG_DISABLE_PLUGIN_AUTOLOAD"
 
 
-@dataclass(frozen=True)
-class PluginInfo:
+class PluginInfo(NamedTuple):
     name: str
     module: str
     distribution: str
     version: str = ""
 
 
-@dataclass(frozen=True)
-class _Deferred:
+class _Deferred(NamedTuple):
     """One of hacfg's own plugins, not imported until one of ``hooks`` is called."""
 
     entry_point: EntryPoint
@@ -60,8 +58,7 @@ PROVIDES: dict[str, tuple[str, Callable[[Any], object] | None]] = {
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class PluginFailure:
+class PluginFailure(NamedTuple):
     """A plugin that could not be loaded, or raised inside a hook."""
 
     plugin: str
@@ -78,8 +75,7 @@ class BuiltinPluginError(Exception):
     """One of hacfg's own plugins is missing or broken: an installation problem, not the user's input."""
 
 
-@dataclass(frozen=True)
-class Provided(Generic[T]):
+class Provided(NamedTuple, Generic[T]):
     """One uniquely named thing a plugin provides (a rule, preset or target), and whose it is."""
 
     item: T

@@ -15,9 +15,9 @@ import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hacfg.scenario import fastcheck
 from hacfg.scenario.model import HAConfig
@@ -66,8 +66,7 @@ class ConfigInvalid(Exception):
         self.errors = list(errors)
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(NamedTuple):
     """A validated config and the merged document it came from (for positions)."""
 
     config: HAConfig
@@ -106,8 +105,7 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
     return Loaded(config=config, document=document)
 
 
-@dataclass(frozen=True)
-class Salvaged:
+class Salvaged(NamedTuple):
     """The valid part of an invalid scenario file, and where it is not to be judged: an unknown key,
     and the whole section of a bad value (without it, that section would be judged by its default)."""
 
