@@ -31,7 +31,7 @@ class Failure(NamedTuple):
 
     def describe(self) -> str:
         if self.signal is not None:
-            from signal import Signals  # here: a lint with a pre-check plugin never describes a failure
+            from signal import Signals  # here: a lint that imports a classifier plugin never describes a failure
 
             return f"killed by {Signals(self.signal).name}"
         return f"exit {self.exit_code}"
