@@ -106,6 +106,8 @@ class Volcano(Target):
             },
         }
         built.document = {"apiVersion": "v1", "kind": "List", "items": [config_map, volcano_job]}
+        for item in range(len(built.document["items"])):  # a name Kubernetes refuses is the job name's fault
+            built.origins[("items", item, "metadata", "name")] = ("job", "name")
         built.origins[("items", 1, "spec", "minAvailable")] = ("job", "nodes")
         built.origins[("items", 1, "spec", "maxRetry")] = ("restart", "max")
         return built

@@ -89,3 +89,13 @@ def test_a_job_with_no_command_is_refused(cli, write):
     result = cli("build", "--target", "volcano", path)
     assert (result.code, result.out) == (2, "")
     assert result.err == f"{path}:4:3: the volcano job is incomplete: no command: set job.command\n"
+
+
+@pytest.mark.parametrize(("name", "why"), [("a" * 64, "is too long"), ("_job", "does not match")])
+def test_a_job_name_modelarts_takes_but_kubernetes_does_not_is_refused_at_its_line(cli, write, name, why):
+    """ModelArts takes 64 characters and a leading '_'; a Kubernetes name is a DNS label."""
+    path = write("ha.yaml", f"version: 1\nscenario: single-node\njob: {{name: {name}, image: org/x:1, command: x}}\n")
+    result = cli("build", "--target", "volcano", path)
+    assert (result.code, result.out) == (2, "")
+    assert result.err.startswith(f"{path}:3:13: volcano output items[") and why in result.err, result.err
+    assert "Traceback" not in result.err
