@@ -60,8 +60,8 @@ class Run:
 
 def agent_share(ckpt: Path) -> tuple[float | None, float | None]:
     """From hacfg's events: how long stopping every node took, and then planning the next round."""
-    from hacfg.agent.state import read_events
-    from hacfg.agent.timeline import merge
+    from hacfg.agent.records.state import read_events
+    from hacfg.agent.records.timeline import merge
 
     events = merge([read_events(path) for path in sorted(ckpt.glob(".hacfg/node-*/events.jsonl"))])
     stamp = {id(e): datetime.fromisoformat(e["time"].replace("Z", "+00:00")).timestamp() for e in events}

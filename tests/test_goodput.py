@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pytest import approx
 
-from hacfg.agent.goodput import breakdown
+from hacfg.agent.records.goodput import breakdown
 
 
 def at(second: float) -> str:

@@ -13,11 +13,11 @@ import pytest
 from conftest import CHILDREN, REPO, agent_argv, read_events
 from hacfg.agent import checkpoints
 from hacfg.agent.classify import Failure, classify
-from hacfg.agent.group import DEFAULT_PORT, resolve_spec
-from hacfg.agent.policy import Budgets, Policy
+from hacfg.agent.group.discovery import DEFAULT_PORT, resolve_spec
+from hacfg.agent.group.signing import SECRET_ENV, SECRET_FILE_ENV, NoSecret, Rejected, Signer, forget, job_secret
 from hacfg.agent.rounds import Outcome, Plan, judge
-from hacfg.agent.signing import SECRET_ENV, SECRET_FILE_ENV, NoSecret, Rejected, Signer, forget, job_secret
 from hacfg.plugin import manager as plugin_manager
+from hacfg.restart.policy import Budgets, Policy
 from hacfg.scenario.source import InputError
 
 
@@ -257,9 +257,9 @@ def test_a_checkpoint_linked_from_outside_the_checkpoint_path_is_never_chosen(tm
 
 @pytest.mark.parametrize(("host", "bound"), [("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1"), ("::1", "::1"), ("203.0.113.9", None)])
 def test_the_store_listens_on_the_endpoints_address_where_it_is_this_machines(host, bound):
-    from hacfg.agent.group import _listening_socket
+    from hacfg.agent.group.transport import listening_socket
 
-    listen = _listening_socket(host, 0)
+    listen = listening_socket(host, 0)
     try:
         assert (listen.getsockname()[0] if listen else None) == bound  # None: torch's store takes every interface
     finally:

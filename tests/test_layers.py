@@ -42,3 +42,28 @@ def test_the_plugin_face_names_for_the_type_checker_what_it_serves_at_run_time()
         for alias in statement.names
     }
     assert checked == set(hacfg.plugin.__all__)
+
+
+def test_the_plugin_face_serves_only_from_below_it():
+    """What plugins import never reaches up into the agent, the linter or the command line, not even
+    lazily through ``importlib``, where import-linter cannot see it."""
+    below = ("hacfg.plugin", "hacfg.restart", "hacfg.plan", "hacfg.scenario")
+    served_from = {*hacfg.plugin._MODULE_OF.values(), *hacfg.plugin._MODULES.values()}
+    assert "hacfg.restart.policy" in served_from
+    assert sorted(module for module in served_from if not module.startswith(below)) == []
+    plugin_folder = Path(hacfg.plugin.__file__).parent
+    assert [path.name for path in sorted(plugin_folder.glob("*.py")) if "hacfg.agent" in path.read_text()] == []
+
+
+def test_the_warm_server_imports_the_standard_library_alone():
+    """It runs inside the user's interpreter before their script: a third-party or hacfg import
+    there would be imported into every warm attempt (import-linter's contract names hacfg's rooms;
+    this names everything else)."""
+    import sys
+
+    from hacfg.agent.process import warm_server
+
+    tree = ast.parse(Path(warm_server.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    assert imported and sorted(imported - sys.stdlib_module_names - {"__future__"}) == []

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import agent_argv
-from hacfg.agent.leftovers import RECORD, TREE_ENV, boot_id, end_leftovers, read_proc, tree_mark
+from hacfg.agent.process.leftovers import RECORD, TREE_ENV, boot_id, end_leftovers, read_proc, tree_mark
 
 TREE = """
 echo $$ >> "$PIDS"

@@ -116,7 +116,7 @@ def test_wall_time_and_ettr_move_between_events(tmp_path):
 
 
 def test_the_textfile_is_refreshed_between_events(tmp_path):
-    from hacfg.agent.metrics import Metrics
+    from hacfg.agent.records.metrics import Metrics
 
     prom = tmp_path / "hacfg.prom"
     started = {"time": "2026-01-01T00:00:00.000+00:00", "event": "agent_start"}
@@ -166,7 +166,7 @@ def test_a_busy_port_is_a_warning_and_an_event_and_the_training_runs(tmp_path):
 
 
 def test_a_bare_port_is_this_machine_only():
-    from hacfg.agent.metrics import parse_listen
+    from hacfg.agent.records.metrics import parse_listen
 
     assert parse_listen("9464") == ("127.0.0.1", 9464)
     assert parse_listen("0.0.0.0:9464") == ("0.0.0.0", 9464)

@@ -92,7 +92,7 @@ def test_the_plain_call_and_typer_give_the_same_answer(cli, long_run, tmp_path):
 
 def test_a_plain_plan_imports_neither_typer_nor_pydantic(long_run):
     modules = imported_modules("plan", long_run, "-f", "json")
-    assert not {"typer", "pydantic", "hacfg.agent.calibration"} & modules
+    assert not {"typer", "pydantic", "hacfg.agent.records.calibration"} & modules
 
 
 def test_a_budget_the_platform_can_hold_is_raised_within_its_range(cli, tmp_path):

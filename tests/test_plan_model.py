@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from hacfg.agent.policy import Budgets, Policy, decide
-from hacfg.agent.vocabulary import Action
 from hacfg.plan.model import Costs, Rules, Units, daly_interval, job_mtbf, young_interval
+from hacfg.restart.policy import Budgets, Policy, decide
+from hacfg.restart.vocabulary import Action
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 

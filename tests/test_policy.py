@@ -8,8 +8,8 @@ import pytest
 
 from hacfg.agent.checkpoints import newest_complete
 from hacfg.agent.classify import classify
-from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
 from hacfg.plugin.recovery import Failure
+from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
 
 
 def run(causes, policy, progress=None):
@@ -109,7 +109,7 @@ def test_checkpoint_layouts_choose_the_newest_complete(tmp_path):
 
 
 def test_accelerator_activity_counts_only_when_it_changes():
-    from hacfg.agent.accelerator import UtilizationProbe
+    from hacfg.agent.process.accelerator import UtilizationProbe
 
     samples = iter([[100, 100], [100, 100], [100, 99], [100, 100]])
     stuck = UtilizationProbe(lambda: next(samples))

@@ -12,8 +12,8 @@ import tty
 import pytest
 
 from conftest import CHILDREN, agent_argv
-from hacfg.agent import relay as relay_module
-from hacfg.agent.relay import PIPE_BYTES, grow_pipe, relay, splice_allowed
+from hacfg.agent.process import relay as relay_module
+from hacfg.agent.process.relay import PIPE_BYTES, grow_pipe, relay, splice_allowed
 
 TAIL = 64 * 1024
 STREAM = os.urandom(3 << 20) + b"the last line: NCCL error\n"

@@ -15,7 +15,7 @@ import pytest
 from pytest import approx
 
 from conftest import REPO, read_events
-from hacfg.agent.goodput import when
+from hacfg.agent.records.goodput import when
 
 pytestmark = pytest.mark.slow  # real training runs with faults injected
 

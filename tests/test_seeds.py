@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, findings, read_events, run_hacfg
-from hacfg.agent.policy import Budgets, Policy, decide
 from hacfg.agent.prechecks import prechecks
 from hacfg.plugin.precheck import GiB, PrecheckContext, PrecheckSettings
 from hacfg.plugin.provided import presets as available_presets
+from hacfg.restart.policy import Budgets, Policy, decide
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.config import load_config
 

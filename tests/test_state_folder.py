@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import agent_argv
-from hacfg.agent.state import EventLog, read_events
+from hacfg.agent.records.state import EventLog, read_events
 
 
 def agent(state: Path, *command: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from conftest import agent, read_events
-from hacfg.agent import vocabulary
-from hacfg.agent.vocabulary import Action, Cause, Ending, Event, Start
+from hacfg.restart import vocabulary
+from hacfg.restart.vocabulary import Action, Cause, Ending, Event, Start
 
 pytestmark = pytest.mark.slow
 

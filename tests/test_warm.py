@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from hacfg.agent import warm_server
-from hacfg.agent.warm import Entry, interpreter_env, python_entry
+from hacfg.agent.process import warm_server
+from hacfg.agent.process.warm import Entry, interpreter_env, python_entry
 
 PROBES = REPO / "tests" / "children" / "warm"
 PY = sys.executable

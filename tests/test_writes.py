@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hacfg.agent.metrics import Metrics
+from hacfg.agent.records.metrics import Metrics
 
 # A request body with one safe fix (HA007 quotes the count), so every writer can start from it.
 BODY = "kind: job\nmetadata:\n  name: demo\n  annotations:\n    fault-tolerance/job-retry-num: 3\nspec: {resource: {node_count: 1}}\n"

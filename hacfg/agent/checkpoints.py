@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hacfg.agent.vocabulary import Event
 from hacfg.checkpoint import MARKER
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import CheckpointLayout, SavedCheckpoint
+from hacfg.restart.vocabulary import Event
 
 
 def layouts() -> list[CheckpointLayout]:

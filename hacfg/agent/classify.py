@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hacfg.agent.vocabulary import Cause
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import Classification, Failure
+from hacfg.restart.vocabulary import Cause
 
 
 def classify(failure: Failure) -> Classification:

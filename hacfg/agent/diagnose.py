@@ -23,12 +23,11 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal
 
-from hacfg.agent.attempt import TAIL_LINES
 from hacfg.agent.classify import classify
-from hacfg.agent.policy import Budgets, Decision, Policy, decide
-from hacfg.agent.vocabulary import Cause
 from hacfg.plugin import manager as plugin_manager
-from hacfg.plugin.recovery import Classification, Failure
+from hacfg.plugin.recovery import TAIL_LINES, Classification, Failure
+from hacfg.restart.policy import Budgets, Decision, Policy, decide
+from hacfg.restart.vocabulary import Cause
 from hacfg.scenario.source import InputError
 
 WINDOW = 2 * TAIL_LINES  # the agent keeps the last lines of stdout and of stderr; a log holds both

@@ -1,10 +1,10 @@
 """The agent loop: pre-checks, then rounds of plan -> attempt -> verdict, until one is final.
 
 The states it passes through, and the event each writes, are tabled in
-:mod:`hacfg.agent.vocabulary`.
+:mod:`hacfg.restart.vocabulary`.
 
 A round's plan and verdict come from :class:`~hacfg.agent.rounds.SingleNodeRounds` on one node and
-from :class:`~hacfg.agent.group.GroupRounds` on several, so every node of a job starts each round
+from :class:`~hacfg.agent.group.protocol.GroupRounds` on several, so every node of a job starts each round
 from the same checkpoint and ends it with the same decision.
 """
 
@@ -22,24 +22,26 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from hacfg.agent import checkpoints, leftovers
-from hacfg.agent.accelerator import nvml_probe
-from hacfg.agent.attempt import Supervisor, become_subreaper
+from hacfg.agent import checkpoints
 from hacfg.agent.classify import classify
-from hacfg.agent.group import GroupLost, GroupRejected
-from hacfg.agent.identity import job_identity
-from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy
+from hacfg.agent.group.protocol import GroupLost, GroupRejected
 from hacfg.agent.prechecks import run_prechecks
+from hacfg.agent.process import leftovers
+from hacfg.agent.process.accelerator import nvml_probe
+from hacfg.agent.process.attempt import Supervisor, become_subreaper
+from hacfg.agent.process.warm import WarmStarts
+from hacfg.agent.records.identity import job_identity
+from hacfg.agent.records.state import EventLog, NodeState, StateStore, refuse_links, stamp
 from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict, resume_visible
-from hacfg.agent.state import EventLog, NodeState, StateStore, refuse_links, stamp
-from hacfg.agent.vocabulary import Action, Cause, Ending, Event
-from hacfg.agent.warm import WarmStarts
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.precheck import PrecheckContext, PrecheckSettings
 from hacfg.plugin.recovery import Failure, Restart, SavedCheckpoint
+from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy
+from hacfg.restart.vocabulary import Action, Cause, Ending, Event
 
 if TYPE_CHECKING:
-    from hacfg.agent.metrics import Metrics
+    from hacfg.agent.options import RunOptions
+    from hacfg.agent.records.metrics import Metrics
 
 HEARTBEAT_FILE = "heartbeat"
 WARM_LOG = "warm.log"  # the warm interpreters' own output: what they imported, why one could not serve
@@ -54,20 +56,19 @@ def _say(line: str) -> None:
 class Agent:
     def __init__(
         self,
-        command: list[str],
-        policy: Policy,
+        options: RunOptions,
         state_dir: Path,
         events: Path,
         *,
         rounds: Rounds | None = None,  # default: this node on its own
         node: int | None = None,  # this node's rank in a group
         echo: Callable[[str], None] = _say,
-        warm: bool = True,  # fork restarts from a warm interpreter (Python commands)
-        preload: list[str] | None = None,  # what it imports; default: the script's installed top-level imports
     ):
-        self.command = command
-        self.warm = WarmStarts(command, state_dir / WARM_LOG, enabled=warm, preload=preload)
-        self.policy = policy
+        self.options = options
+        self.command = list(options.command)
+        self.policy = policy = options.policy
+        preload = list(options.preload) if options.preload is not None else None
+        self.warm = WarmStarts(self.command, state_dir / WARM_LOG, enabled=options.warm, preload=preload)
         self.rounds = rounds or SingleNodeRounds(policy)
         self.rank = node or 0
         self.store = StateStore(state_dir, job=job_identity(os.environ))
@@ -408,49 +409,31 @@ def default_state_dir(policy: Policy, node: int) -> Path:
     return base / f"node-{node}"
 
 
-def run_agent(
-    command: list[str],
-    policy: Policy,
-    *,
-    state_dir: Path | None = None,
-    events: Path | None = None,
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    rdzv_endpoint: str | None = None,
-    rdzv_timeout: float = 900.0,
-    standalone: bool = False,
-    config_nodes: int | None = None,
-    metrics_file: Path | None = None,
-    metrics_listen: tuple[str, int] | None = None,
-    metrics_linger: float = 30.0,
-    echo: Callable[[str], None] = _say,
-    warm: bool = True,
-    preload: list[str] | None = None,
-) -> int:
-    """Supervise ``command`` on this node: alone, or as one node of a group formed through torch's store."""
-    from hacfg.agent import group
+def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int:
+    """Supervise the command on this node: alone, or as one node of a group formed through torch's store."""
+    from hacfg.agent.group import discovery, protocol, transport
 
+    policy = options.policy
     spec = (
         None
-        if standalone
-        else group.resolve_spec(
-            nnodes=nnodes,
-            node_rank=node_rank,
-            endpoint=rdzv_endpoint,
-            timeout=rdzv_timeout,
-            config_nodes=config_nodes,
+        if options.standalone
+        else discovery.resolve_spec(
+            nnodes=options.nnodes,
+            node_rank=options.node_rank,
+            endpoint=options.rdzv_endpoint,
+            timeout=options.rdzv_timeout,
+            config_nodes=options.config_nodes,
             env=dict(os.environ),
         )
     )
     node = spec.rank if spec is not None else None
-    directory = state_dir or default_state_dir(policy, node or 0)
-    log = events or directory / "events.jsonl"
-    metrics, unserved = (
-        _metrics(log, metrics_file, metrics_listen, echo) if metrics_file or metrics_listen else (None, None)
-    )
+    directory = options.state_dir or default_state_dir(policy, node or 0)
+    log = options.events or directory / "events.jsonl"
+    textfile, listen = options.metrics_file, options.metrics_listen
+    metrics, unserved = _metrics(log, textfile, listen, echo) if textfile or listen else (None, None)
     rounds: Rounds = SingleNodeRounds(policy)
     if spec is not None:
-        store_class = group.torch_store()
+        store_class = transport.torch_store()
         if store_class is None:
             echo(
                 f"[hacfg] node {spec.rank} of {spec.nnodes}: torch is not installed, "
@@ -464,10 +447,10 @@ def run_agent(
                 + (" (hosted here)" if spec.leader else "")
             )
             secrets = default_state_dir(policy, 0)  # node 0's folder on the shared checkpoint storage
-            rounds = group.GroupRounds(
+            rounds = protocol.GroupRounds(
                 spec, policy, store_class, echo=echo, secret_folder=secrets, env=dict(os.environ)
             )
-    agent = Agent(command, policy, directory, log, rounds=rounds, node=node, echo=echo, warm=warm, preload=preload)
+    agent = Agent(options, directory, log, rounds=rounds, node=node, echo=echo)
     if unserved is not None:
         agent.notes.append((Event.METRICS_UNAVAILABLE, unserved))
     if metrics is None:
@@ -476,15 +459,15 @@ def run_agent(
     try:
         return agent.run()
     finally:
-        metrics.close(linger=metrics_linger)
+        metrics.close(linger=options.metrics_linger)
 
 
 def _metrics(
     log: Path, textfile: Path | None, listen: tuple[str, int] | None, echo: Callable[[str], None]
 ) -> tuple[Metrics, dict[str, Any] | None]:
     """The Prometheus exposition, and why its port could not be served (a warning: training goes on)."""
-    from hacfg.agent.metrics import Metrics
-    from hacfg.agent.state import read_events
+    from hacfg.agent.records.metrics import Metrics
+    from hacfg.agent.records.state import read_events
     from hacfg.scenario.source import InputError
 
     history: list[dict[str, Any]] = []

@@ -2,7 +2,7 @@
 
 A round is planned (attempt number, counters, the checkpoint to resume from), run, and judged.
 On one node the agent plans and judges by itself (:class:`SingleNodeRounds`); in a group of nodes
-the leader does it for everyone (:class:`~hacfg.agent.group.GroupRounds`). Both use the same two functions,
+the leader does it for everyone (:class:`~hacfg.agent.group.protocol.GroupRounds`). Both use the same two functions,
 :func:`plan_round` and :func:`judge`, so one node and many follow one set of rules.
 """
 
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hacfg.agent import checkpoints
-from hacfg.agent.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
-from hacfg.agent.state import NodeState
-from hacfg.agent.vocabulary import Action, Cause, Ending
+from hacfg.agent.records.state import NodeState
+from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
+from hacfg.restart.vocabulary import Action, Cause, Ending
 
 
 @dataclass(frozen=True)

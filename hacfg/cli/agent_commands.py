@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from hacfg.cli.commands import EXIT_FINDINGS, EXIT_OK, picture, say, seconds, write
 
 if TYPE_CHECKING:
-    from hacfg.agent.policy import Policy
+    from hacfg.restart.policy import Policy
 
 
 def _agent_policy(config: Path | None, **overrides: Any) -> Policy:
-    from hacfg.agent.policy import load_policy
     from hacfg.plugin import provided as registry
+    from hacfg.restart.policy import load_policy
 
     return load_policy(config, registry.presets() if config else {}, **overrides)
 
@@ -53,6 +53,7 @@ def run_agent(
 ) -> int:
     """``hacfg agent``: supervise ``command`` with the scenario file's policy and the overrides given."""
     from hacfg.agent.loop import run_agent as supervise
+    from hacfg.agent.options import RunOptions
 
     policy = _agent_policy(
         config,
@@ -65,8 +66,8 @@ def run_agent(
         precheck=False if no_precheck else None,
         grace=grace,
     )
-    return supervise(
-        command,
+    options = RunOptions(
+        tuple(command),
         policy,
         state_dir=state_dir,
         events=events,
@@ -82,13 +83,14 @@ def run_agent(
         warm=warm,
         preload=_module_names(preload) if preload is not None else None,
     )
+    return supervise(options)
 
 
-def _module_names(text: str) -> list[str]:
+def _module_names(text: str) -> tuple[str, ...]:
     """``--preload torch,numpy``: the modules a warm interpreter imports, instead of the script's own."""
     from hacfg.scenario.source import InputError
 
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
     for name in names:
         if not all(part.isidentifier() for part in name.split(".")):
             raise InputError(f"--preload: {name!r} is not a module name")
@@ -97,9 +99,9 @@ def _module_names(text: str) -> list[str]:
 
 def run_precheck(config: Path | None = None) -> int:
     """``hacfg precheck``: the environment pre-checks alone, exiting as the agent would on a failure."""
-    from hacfg.agent.policy import RETRY_ELSEWHERE
     from hacfg.agent.prechecks import run_prechecks
     from hacfg.plugin.precheck import PrecheckContext, PrecheckSettings
+    from hacfg.restart.policy import RETRY_ELSEWHERE
 
     policy = _agent_policy(config)
     results = run_prechecks(PrecheckContext(policy, PrecheckSettings.from_environment(), dict(os.environ)))
@@ -115,9 +117,9 @@ def run_events(
     import dataclasses
     import json
 
-    from hacfg.agent.calibration import measure
-    from hacfg.agent.goodput import breakdown, report
-    from hacfg.agent.timeline import read_logs, table
+    from hacfg.agent.records.calibration import measure
+    from hacfg.agent.records.goodput import breakdown, report
+    from hacfg.agent.records.timeline import read_logs, table
 
     plot = picture(plot)  # before any work
     records = read_logs(
@@ -132,7 +134,7 @@ def run_events(
     else:
         write(f"{table(records)}\n{report(result)}\n{measured.summary()}", None)
     if plot is not None:
-        from hacfg.agent.timeline import plot as draw
+        from hacfg.agent.records.timeline import plot as draw
 
         draw(records, str(plot))
         say(f"wrote {plot}")

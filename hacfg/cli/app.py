@@ -354,7 +354,7 @@ def agent_command(
     agent): a failure anywhere restarts every node from the same checkpoint, with one budget."""
     listen = None
     if metrics_port is not None:
-        from hacfg.agent.metrics import parse_listen
+        from hacfg.agent.records.metrics import parse_listen
 
         try:
             listen = parse_listen(metrics_port)

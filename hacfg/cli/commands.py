@@ -345,8 +345,8 @@ def run_plan(
     loaded = load_config(registry.preset_or_path(file), registry.presets())
     inputs = planned.from_config(loaded.config, loaded.document.values)
     if from_events:
-        from hacfg.agent.calibration import measure
-        from hacfg.agent.timeline import read_logs
+        from hacfg.agent.records.calibration import measure
+        from hacfg.agent.records.timeline import read_logs
 
         inputs = planned.with_measured(inputs, measure(read_logs(from_events)))
     inputs = planned.with_what_if(inputs, flags)

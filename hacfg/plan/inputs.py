@@ -64,7 +64,7 @@ def _count(count: int, noun: str) -> str:
 
 @dataclass(frozen=True)
 class Measured:
-    """What the agent measured over one or more runs (:mod:`hacfg.agent.calibration` reads it from events)."""
+    """What the agent measured over one or more runs (:mod:`hacfg.agent.records.calibration` reads it from events)."""
 
     failures: int  # the failures the rates rest on
     node_hours: float

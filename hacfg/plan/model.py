@@ -74,7 +74,7 @@ class Costs:
 
 @dataclass(frozen=True)
 class Rules:
-    """The restart rules as hacfg's agent applies them (hacfg.agent.policy.decide)."""
+    """The restart rules as hacfg's agent applies them (:func:`hacfg.restart.policy.decide`)."""
 
     restart_max: int
     on_hang: bool

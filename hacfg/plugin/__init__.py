@@ -19,8 +19,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hacfg.agent.policy import RETRY_ELSEWHERE, Policy
-    from hacfg.agent.vocabulary import Cause
     from hacfg.plan.forecast import Forecast, forecast_config
     from hacfg.plugin.hookspecs import hookimpl
     from hacfg.plugin.precheck import Precheck, PrecheckContext, PrecheckResult, PrecheckSettings, Status, human_size
@@ -39,6 +37,8 @@ if TYPE_CHECKING:
         rule,
     )
     from hacfg.plugin.targets import Build, Target, dump_yaml, schema_file
+    from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
+    from hacfg.restart.vocabulary import Cause
     from hacfg.scenario import modelarts
     from hacfg.scenario.config import deep_merge
     from hacfg.scenario.model import HAConfig, format_duration, scenario_document
@@ -117,9 +117,9 @@ _HOME = {
         "Precheck", "PrecheckContext", "PrecheckResult", "PrecheckSettings", "Status", "human_size",
     ),
     "hacfg.plugin.recovery": ("CheckpointLayout", "Classification", "Failure", "Restart", "SavedCheckpoint", "step_of"),
-    "hacfg.agent.policy": ("Policy", "RETRY_ELSEWHERE"),
+    "hacfg.restart.policy": ("Policy", "RETRY_ELSEWHERE"),
     "hacfg.plan.forecast": ("Forecast", "forecast_config"),
-    "hacfg.agent.vocabulary": ("Cause",),
+    "hacfg.restart.vocabulary": ("Cause",),
     "hacfg.scenario.config": ("deep_merge",),
     "hacfg.scenario.model": ("HAConfig", "format_duration", "scenario_document"),
     "hacfg.scenario.names": ("Kind", "Platform", "Scenario", "Severity"),

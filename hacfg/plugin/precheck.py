@@ -3,8 +3,8 @@
 Plain types only, and cheap to define: a plugin that adds a pre-check and a rule is imported by
 every lint, which pays for each class it names. So the records are named tuples (a frozen
 dataclass generates its methods with ``exec``, about 0.5 ms each, a few percent of a cold lint).
-The machinery that runs pre-checks lives in :mod:`hacfg.agent.prechecks`. Plugin authors import
-these through :mod:`hacfg.plugin`.
+The agent's machinery that runs pre-checks sits above this package; the policy a pre-check reads
+comes from :mod:`hacfg.restart`, below it. Plugin authors import these through :mod:`hacfg.plugin`.
 """
 
 import os
@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 if TYPE_CHECKING:
-    from hacfg.agent.policy import Policy
+    from hacfg.restart.policy import Policy
 
 GiB = 1 << 30
 Status = Literal["passed", "failed", "skipped"]

@@ -2,18 +2,19 @@
 and the hook told before a restart.
 
 Plain data and base classes only, as cheap to define as :mod:`hacfg.plugin.precheck`'s (named
-tuples, so a lint that imports a classifier plugin pays no ``exec``); the agent's machinery that
-runs them lives in :mod:`hacfg.agent` (``classify``, ``checkpoints``, ``loop``). Plugin authors
-import these through :mod:`hacfg.plugin`.
+tuples, so a lint that imports a classifier plugin pays no ``exec``); the words a verdict is
+written in come from :mod:`hacfg.restart`, below this package. The agent's machinery that runs
+these plugins sits above it. Plugin authors import these through :mod:`hacfg.plugin`.
 """
 
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-if TYPE_CHECKING:
-    from hacfg.agent.vocabulary import Cause
+from hacfg.restart.vocabulary import Cause
+
+TAIL_LINES = 50  # a failure carries the last lines of stdout and of stderr, this many of each
 
 
 class Failure(NamedTuple):
@@ -40,7 +41,7 @@ class Failure(NamedTuple):
 class Classification(NamedTuple):
     """A classifier's answer: what kind of failure it was, and why it thinks so."""
 
-    cause: "Cause"  # quoted, and no ``from __future__ import annotations``: a string field costs a compile
+    cause: Cause
     reason: str
     classifier: str = ""
     peer: bool = False  # the failure follows from another rank's (connection closed by a peer, say)

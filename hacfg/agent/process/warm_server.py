@@ -2,7 +2,7 @@
 
 This file runs inside the training's own interpreter (the one the command names, with the same
 options), loaded by path so that no ``hacfg`` package is imported there: it uses the standard
-library only. The agent's side is :mod:`hacfg.agent.warm`.
+library only. The agent's side is :mod:`hacfg.agent.process.warm`.
 
 - **Imports at the lowest priority.** They run in a thread of their own at nice 19 and the idle
   I/O class, so they never compete with the training; nice and I/O priority are per thread on

@@ -2,7 +2,7 @@
 fork the next attempt from it, so that a restart skips Python's start and ``import torch``.
 
 For a Python command (``python script.py``, ``python -m module``, an interpreter named by path),
-:class:`WarmStarts` keeps at most one warm interpreter (:mod:`hacfg.agent.warm_server`), started
+:class:`WarmStarts` keeps at most one warm interpreter (:mod:`hacfg.agent.process.warm_server`), started
 once an attempt runs, in its own session, with the attempt's environment minus the ``HACFG_*``
 variables. At the next attempt, if it is ready and the environment is unchanged, the attempt is
 forked from it: the agent sends it stdin and the write ends of two fresh pipes over a Unix socket
@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from hacfg.agent.vocabulary import Start
-from hacfg.agent.warm_server import MESSAGE_BYTES
+from hacfg.agent.process.warm_server import MESSAGE_BYTES
+from hacfg.restart.vocabulary import Start
 
 if TYPE_CHECKING:
-    from hacfg.agent.attempt import Process
+    from hacfg.agent.process.attempt import Process
 
 SERVER = Path(__file__).with_name("warm_server.py")
 # Loads the server by path: the training's interpreter need not have hacfg, and gets no hacfg package.
@@ -260,7 +260,7 @@ class Launch:
     spent: Server | None = None  # stopped once the attempt runs: its exit takes time the attempt need not wait
 
     def __call__(self, argv: list[str], env: dict[str, str]) -> Process:
-        from hacfg.agent.attempt import start_cold
+        from hacfg.agent.process.attempt import start_cold
 
         proc: Process
         if self.process is not None:

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hacfg.agent.policy import Budgets
-from hacfg.agent.vocabulary import Event
 from hacfg.fsutil import atomic_write
+from hacfg.restart.policy import Budgets
+from hacfg.restart.vocabulary import Event
 from hacfg.scenario.source import InputError, Span
 
 STATE_FILE = "state.json"
@@ -51,7 +51,7 @@ class NodeState:
 class StateStore:
     """The node's state in ``state.json``; ``agent.lock`` keeps a second agent off the same directory.
 
-    A state belongs to one job (:mod:`hacfg.agent.identity`): it is taken over by the next agent of
+    A state belongs to one job (:mod:`hacfg.agent.records.identity`): it is taken over by the next agent of
     that job (after a pod or job reschedule, or the agent's own restart) until a final verdict,
     success or give-up, closes it. A closed state, or one of another job, is not taken over."""
 

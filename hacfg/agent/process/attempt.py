@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
-from hacfg.agent.accelerator import UtilizationProbe
-from hacfg.agent.relay import prepare, relay
+from hacfg.agent.process.accelerator import UtilizationProbe
+from hacfg.agent.process.relay import prepare, relay
+from hacfg.plugin.recovery import TAIL_LINES
 
 TAIL_BYTES = 64 * 1024
-TAIL_LINES = 50
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36

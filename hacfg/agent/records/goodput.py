@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from hacfg.agent.vocabulary import Ending, Event
+from hacfg.restart.vocabulary import Ending, Event
 
 KINDS = ("startup", "productive", "save", "lost", "hang_wait", "grace", "restart")
 MICROSECONDS = 6  # decimals of a second: event times are exact to the microsecond, and no finer

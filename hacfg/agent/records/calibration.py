@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from hacfg.agent.goodput import attempts, when
+from hacfg.agent.records.goodput import attempts, when
 from hacfg.plan.inputs import Measured
 
 FAILED = ("environment", "user", "hang")

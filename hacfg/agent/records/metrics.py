@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hacfg.agent import goodput
-from hacfg.agent.vocabulary import Action, Ending, Event
+from hacfg.agent.records import goodput
+from hacfg.restart.vocabulary import Action, Ending, Event
 from hacfg.scenario.source import InputError
 
 PREFIX = "hacfg_"

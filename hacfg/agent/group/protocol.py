@@ -19,7 +19,7 @@ one resume checkpoint, one set of counters and one verdict per round. Keys in th
 ==================  ==========================================================================
 
 Every value but the two counters (``seq``, ``alive``) is signed with the job's secret
-(:mod:`hacfg.agent.signing`) and checked before use: plans, decisions, ``ready`` and ``current``
+(:mod:`hacfg.agent.group.signing`) and checked before use: plans, decisions, ``ready`` and ``current``
 only from node 0, a node's own keys only from that node, each for the round it is read in. A value
 that fails its check is never acted on: the node stops its workers, publishes ``abort`` and
 leaves with exit 138, and the others do the same within a second.
@@ -28,119 +28,32 @@ leaves with exit 138, and the others do the same within a second.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
-import ipaddress
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hacfg.agent import signing
 from hacfg.agent.checkpoints import within
-from hacfg.agent.policy import RETRY_ELSEWHERE, Policy
+from hacfg.agent.group import signing
+from hacfg.agent.group.discovery import GroupSpec
+from hacfg.agent.group.transport import first_line, listening_socket, network_errors
+from hacfg.agent.records.state import NodeState
 from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict
-from hacfg.agent.state import NodeState
-from hacfg.agent.vocabulary import Action, Ending
-from hacfg.scenario.source import InputError
+from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
+from hacfg.restart.vocabulary import Action, Ending
 
 T = TypeVar("T")
 
-DEFAULT_PORT = 29400  # torchrun's c10d rendezvous port
 POLL = 0.1  # seconds between looks at the round's stop key: how fast a failure elsewhere is seen
 KEEPALIVE_EVERY = 1.0
 KEEPALIVE_TIMEOUT = 15.0  # a node silent this long is lost (torchrun: 3 missed 5 s heartbeats)
 ACK_TIMEOUT = 30.0
 ABORT_EVERY = 1.0  # seconds between looks at the abort key while waiting for another key
 ABORT_LINGER = 3 * ABORT_EVERY  # the leader keeps an aborted store up this long, so every node reads why
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    """Where this node stands in the job: torchrun's ``--nnodes``, ``--node-rank``, ``--rdzv-endpoint``."""
-
-    nnodes: int
-    rank: int
-    host: str
-    port: int
-    timeout: float = 900.0  # torchrun's --rdzv-timeout default
-
-    @property
-    def leader(self) -> bool:
-        return self.rank == 0
-
-
-def resolve_spec(
-    *,
-    nnodes: int | None,
-    node_rank: int | None,
-    endpoint: str | None,
-    timeout: float,
-    config_nodes: int | None,
-    env: dict[str, str],
-) -> GroupSpec | None:
-    """The group from flags, else the job's environment (ModelArts, Volcano, torchrun's variables);
-    None for a one-node job."""
-    count = nnodes or config_nodes or _int(env, "VC_WORKER_NUM", "MA_NUM_HOSTS", "WORLD_SIZE_NODES") or 1
-    if count <= 1:
-        return None
-    rank = node_rank if node_rank is not None else _int(env, "NODE_RANK", "VC_TASK_INDEX", "GROUP_RANK")
-    if rank is None:
-        raise InputError(
-            f"a {count}-node job needs this node's rank: pass --node-rank or set NODE_RANK"
-            " (VC_TASK_INDEX on ModelArts and Volcano)"
-        )
-    if not 0 <= rank < count:
-        raise InputError(f"--node-rank {rank} is outside a {count}-node job (0 to {count - 1})")
-    host, port = _endpoint(endpoint, env)
-    return GroupSpec(count, rank, host, port, timeout)
-
-
-def _int(env: dict[str, str], *names: str) -> int | None:
-    for name in names:
-        value = env.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return None
-
-
-def _endpoint(endpoint: str | None, env: dict[str, str]) -> tuple[str, int]:
-    """``HOST[:PORT]``; by default node 0's address on torchrun's rendezvous port, never the training's."""
-    if endpoint:
-        host, _, port_text = endpoint.rpartition(":") if ":" in endpoint else (endpoint, "", "")
-        if port_text and not port_text.isdigit():
-            raise InputError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT")
-        if port_text:
-            return host.strip("[]"), int(port_text)
-    else:
-        host = env.get("MASTER_ADDR") or env.get("VC_WORKER_HOSTS", "").split(",")[0].strip()
-        if not host:
-            raise InputError(
-                "a multi-node job needs node 0's address: pass --rdzv-endpoint HOST:PORT or set MASTER_ADDR"
-                " (VC_WORKER_HOSTS on Volcano)"
-            )
-    training_port = _int(env, "MASTER_PORT")
-    return host, DEFAULT_PORT + 1 if training_port == DEFAULT_PORT else DEFAULT_PORT
-
-
-def torch_store() -> Any | None:
-    """torch's ``TCPStore`` class, or None in an image without torch."""
-    quiet = "TORCH_CPP_LOG_LEVEL" not in os.environ
-    if quiet:  # c10d logs every retried connection with a C++ backtrace; our messages say what matters
-        os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
-    try:
-        from torch.distributed import TCPStore
-    except ImportError:
-        return None
-    finally:
-        if quiet:  # read at import; the workers keep the user's own setting
-            del os.environ["TORCH_CPP_LOG_LEVEL"]
-    return TCPStore
 
 
 class GroupLost(Exception):
@@ -215,10 +128,10 @@ class GroupRounds:
                 if self._wait(["ready"], deadline - time.monotonic()):
                     self._take("ready", 0, node=0)
                 return
-            except _network_errors() as err:
+            except network_errors() as err:
                 if time.monotonic() >= deadline:
                     raise GroupLost(
-                        f"cannot reach the group's store at {self.spec.host}:{self.spec.port}: {_first_line(err)}"
+                        f"cannot reach the group's store at {self.spec.host}:{self.spec.port}: {first_line(err)}"
                     ) from None
                 time.sleep(0.5)
 
@@ -226,7 +139,7 @@ class GroupRounds:
         """A client of the group's store; on node 0 also its server, listening on the endpoint's
         address only where that is an address of this machine."""
         timeout = timedelta(seconds=self.spec.timeout)
-        listen = _listening_socket(self.spec.host, self.spec.port) if self.spec.leader else None
+        listen = listening_socket(self.spec.host, self.spec.port) if self.spec.leader else None
         if self.spec.leader and listen is None and not self.said_exposed:
             self.said_exposed = True
             self.echo(
@@ -248,7 +161,7 @@ class GroupRounds:
 
     def _reconnect(self, err: BaseException) -> None:
         self.echo(
-            f"[hacfg] lost the group's store ({_first_line(err)}); reconnecting to {self.spec.host}:{self.spec.port}"
+            f"[hacfg] lost the group's store ({first_line(err)}); reconnecting to {self.spec.host}:{self.spec.port}"
         )
         self.store = None
         self._connect()
@@ -300,7 +213,7 @@ class GroupRounds:
         while True:
             try:
                 return self._begin(precheck_failure)
-            except _network_errors() as err:
+            except network_errors() as err:
                 self._reconnect(err)
                 self._catch_up()
 
@@ -384,7 +297,7 @@ class GroupRounds:
     def _monitor(self, number: int, stop: Callable[[str], None], done: threading.Event) -> None:
         try:
             store = self.store.clone()  # a connection of its own: the main thread may call the store too
-        except _network_errors():
+        except network_errors():
             stop("lost the group's store")
             return
         stop_key, alive = f"r{number}/stop", f"alive/{self.spec.rank}"
@@ -411,7 +324,7 @@ class GroupRounds:
                 if not stopped:
                     stop(str(err))
                 return
-            except _network_errors():
+            except network_errors():
                 if not stopped:
                     stop("lost the group's store (node 0's agent stopped)")
                 return
@@ -436,7 +349,7 @@ class GroupRounds:
             try:
                 verdict = self._end(outcome)
                 break
-            except _network_errors() as err:
+            except network_errors() as err:
                 self._reconnect(err)
                 if self.store.check([f"r{self.plan.round}/decision"]):  # the new leader judged the round
                     verdict = self._decision(self.plan.round)
@@ -522,7 +435,7 @@ class GroupRounds:
 
     def close(self) -> None:
         if self.spec.leader and self.store is not None:
-            with contextlib.suppress(*_network_errors(), RuntimeError):
+            with contextlib.suppress(*network_errors(), RuntimeError):
                 if self.store.check(["abort"]):
                     time.sleep(ABORT_LINGER)
         self.store = None
@@ -563,7 +476,7 @@ class GroupRounds:
         """Tell the group (stop the round, abort the job) and return the error to raise."""
         store = store or self.store
         rejected = GroupRejected(key, reason)
-        with contextlib.suppress(*_network_errors(), RuntimeError):
+        with contextlib.suppress(*network_errors(), RuntimeError):
             if self.number:
                 self._stop_round(store, self.number, self.spec.rank, str(rejected))
             self._put("abort", 0, {"rank": self.spec.rank, "reason": str(rejected)}, store)
@@ -593,7 +506,7 @@ class GroupRounds:
             left = deadline - time.monotonic()
             try:
                 self.store.wait(keys, timedelta(seconds=max(min(left, ABORT_EVERY), 0.001)))
-            except _network_errors():
+            except network_errors():
                 raise
             except RuntimeError:  # DistStoreError: the wait timed out
                 self._check_abort(self.store)
@@ -638,42 +551,3 @@ def _outcome(rank: int, report: Any) -> Outcome:
     return outcome
 
 
-def _listening_socket(host: str, port: int) -> socket.socket | None:
-    """A socket listening on ``host:port`` for the store's server; None where ``host`` is not an
-    address of this machine (a service name, say), where the server must listen on every interface."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except OSError:
-        return None
-    loopback: bool = ipaddress.ip_address(str(address[0])).is_loopback
-    if loopback and not _names_loopback(host):
-        return None  # a host name that /etc/hosts maps to 127.0.1.1 here: the other nodes resolve it elsewhere
-    listen = socket.socket(family, kind, proto)
-    try:
-        listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listen.bind(address)
-        listen.listen(socket.SOMAXCONN)
-    except OSError as err:
-        listen.close()
-        if err.errno == errno.EADDRNOTAVAIL:
-            return None
-        raise ConnectionError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
-    return listen
-
-
-def _names_loopback(host: str) -> bool:
-    """Whether the endpoint itself says loopback (every node on this machine), not just resolves to it here."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def _network_errors() -> tuple[type[BaseException], ...]:
-    from torch.distributed import DistNetworkError
-
-    return (DistNetworkError, ConnectionError)
-
-
-def _first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]

@@ -8,8 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hacfg.agent.vocabulary import Action, Event
 from hacfg.fsutil import write_figure
+from hacfg.restart.vocabulary import Action, Event
 
 Record = dict[str, Any]
 
@@ -86,7 +86,7 @@ def read_logs(
 ) -> list[dict[str, Any]]:
     """The nodes' event logs, read and merged into one job's records; each damaged line (a record
     torn by a crash) is skipped and told to ``damaged``."""
-    from hacfg.agent.state import read_events
+    from hacfg.agent.records.state import read_events
     from hacfg.scenario.source import InputError
 
     logs = []
@@ -124,7 +124,7 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    from hacfg.agent import goodput
+    from hacfg.agent.records import goodput
 
     result = goodput.breakdown(events)
     nodes = sorted({int(e.get("node", 0)) for e in events}) or [0]

@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hacfg.agent.vocabulary import Action, Cause
+from hacfg.restart.vocabulary import Action, Cause
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.config import load_config
 from hacfg.scenario.model import parse_duration

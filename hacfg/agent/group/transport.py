@@ -1,0 +1,66 @@
+"""The sockets under the group's store: torch's ``TCPStore`` class, node 0's listening socket, and
+the errors that mean the network, not the protocol, failed."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import socket
+from typing import Any
+
+
+def torch_store() -> Any | None:
+    """torch's ``TCPStore`` class, or None in an image without torch."""
+    quiet = "TORCH_CPP_LOG_LEVEL" not in os.environ
+    if quiet:  # c10d logs every retried connection with a C++ backtrace; our messages say what matters
+        os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        from torch.distributed import TCPStore
+    except ImportError:
+        return None
+    finally:
+        if quiet:  # read at import; the workers keep the user's own setting
+            del os.environ["TORCH_CPP_LOG_LEVEL"]
+    return TCPStore
+
+
+def listening_socket(host: str, port: int) -> socket.socket | None:
+    """A socket listening on ``host:port`` for the store's server; None where ``host`` is not an
+    address of this machine (a service name, say), where the server must listen on every interface."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError:
+        return None
+    loopback: bool = ipaddress.ip_address(str(address[0])).is_loopback
+    if loopback and not names_loopback(host):
+        return None  # a host name that /etc/hosts maps to 127.0.1.1 here: the other nodes resolve it elsewhere
+    listen = socket.socket(family, kind, proto)
+    try:
+        listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listen.bind(address)
+        listen.listen(socket.SOMAXCONN)
+    except OSError as err:
+        listen.close()
+        if err.errno == errno.EADDRNOTAVAIL:
+            return None
+        raise ConnectionError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    return listen
+
+
+def names_loopback(host: str) -> bool:
+    """Whether the endpoint itself says loopback (every node on this machine), not just resolves to it here."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def network_errors() -> tuple[type[BaseException], ...]:
+    from torch.distributed import DistNetworkError
+
+    return (DistNetworkError, ConnectionError)
+
+
+def first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]

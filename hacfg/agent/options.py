@@ -1,0 +1,62 @@
+"""One ``hacfg agent`` run's settings, built once from the command line and the scenario file and
+checked there, then handed down whole, as torch's elastic agent hands down its ``WorkerSpec``.
+
+Settings that contradict each other are refused when the options are made (an input error: one
+line, exit 2), so nothing below has to wonder which of two settings wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from hacfg.restart.policy import Policy
+from hacfg.scenario.model import format_duration
+from hacfg.scenario.source import InputError
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the agent supervises, by which rules, where it records, and how it finds its group."""
+
+    command: tuple[str, ...]
+    policy: Policy
+    state_dir: Path | None = None  # default: per node, under checkpoint.path (loop.default_state_dir)
+    events: Path | None = None  # default: events.jsonl in the state folder
+    # The group, with torchrun's flags; unset ones come from the job's environment.
+    nnodes: int | None = None
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_timeout: float = 900.0
+    standalone: bool = False  # this node on its own, whatever the job's size
+    config_nodes: int | None = None  # job.nodes of the scenario file; None without one
+    # Prometheus exposition.
+    metrics_file: Path | None = None
+    metrics_listen: tuple[str, int] | None = None
+    metrics_linger: float = 30.0
+    # Restarts forked from a warm interpreter (Python commands), which imports ``preload``
+    # (default: the script's installed top-level imports).
+    warm: bool = True
+    preload: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise InputError("no command to supervise: hacfg agent [OPTIONS] -- COMMAND...")
+        if self.preload is not None and not self.warm:
+            raise InputError("--preload names what a warm interpreter imports, and --no-warm turns them off")
+        policy = self.policy
+        if policy.initial_hang_timeout is not None and not policy.hang_detect:
+            raise InputError("--initial-hang-timeout is set, but hang detection is off: set --hang-timeout too")
+        if policy.hang_detect and policy.first_hang_timeout < policy.hang_timeout:
+            raise InputError(
+                f"the initial hang timeout ({_duration(policy.first_hang_timeout)}) is shorter than the"
+                f" hang timeout ({_duration(policy.hang_timeout)}): it covers start-up and the first step,"
+                " so it is at least as long"
+            )
+        if self.metrics_linger < 0:
+            raise InputError("--metrics-linger cannot be negative")
+
+
+def _duration(seconds: float) -> str:
+    return format_duration(timedelta(seconds=seconds))
