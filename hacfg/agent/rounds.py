@@ -21,7 +21,7 @@ from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
 from hacfg.restart.vocabulary import Action, Cause, Ending
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """One round as every node starts it: the same numbers and the same checkpoint on every rank."""
 
@@ -40,7 +40,12 @@ class Plan:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
-        return cls(int(data["round"]), Budgets(**data["budgets"]), data.get("resume_step"), data.get("resume_from"))
+        return cls(
+            round=int(data["round"]),
+            budgets=Budgets(**data["budgets"]),
+            resume_step=data.get("resume_step"),
+            resume_from=data.get("resume_from"),
+        )
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class Outcome:
         return cls(**{**fields, "cause": Ending(fields["cause"])})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     """The round's one cause and one decision, identical on every node."""
 
@@ -94,7 +99,12 @@ def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     """
     budgets = dataclasses.replace(budgets, attempt=budgets.attempt + 1)
     found = checkpoints.newest_complete(policy.checkpoint_path)
-    return Plan(number, budgets, found.step if found else None, str(found.path) if found else None)
+    return Plan(
+        round=number,
+        budgets=budgets,
+        resume_step=found.step if found else None,
+        resume_from=str(found.path) if found else None,
+    )
 
 
 def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
@@ -106,16 +116,16 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
 
     def verdict(cause: Ending, reason: str, rank: int, action: Action, detail: str, exit_code: int | None) -> Verdict:
         return Verdict(
-            plan.round,
-            cause,
-            reason,
-            rank,
-            action,
-            detail,
-            budgets,
-            exit_code,
-            progressed,
-            str(after.path) if after else None,
+            round=plan.round,
+            cause=cause,
+            reason=reason,
+            rank=rank,
+            action=action,
+            detail=detail,
+            budgets=budgets,
+            exit_code=exit_code,
+            progressed=progressed,
+            resume_from=str(after.path) if after else None,
         )
 
     failures = sorted((o for o in outcomes if o.cause != Ending.SUCCESS), key=lambda o: (o.peer, o.seq, o.rank))
@@ -133,14 +143,14 @@ def precheck_verdict(number: int, budgets: Budgets, policy: Policy, reason: str,
     """A failed pre-check: this hardware is not fit, so the job is retried elsewhere (exit 138)."""
     action = Action.POD_RESCHEDULE if policy.pod_reschedules else Action.JOB_RESCHEDULE
     return Verdict(
-        number,
-        Ending.ENVIRONMENT,
-        f"pre-check failed: {reason}",
-        rank,
-        action,
-        "pre-check failed: retry elsewhere",
-        budgets,
-        RETRY_ELSEWHERE,
+        round=number,
+        cause=Ending.ENVIRONMENT,
+        reason=f"pre-check failed: {reason}",
+        rank=rank,
+        action=action,
+        detail="pre-check failed: retry elsewhere",
+        budgets=budgets,
+        exit_code=RETRY_ELSEWHERE,
     )
 
 
@@ -184,7 +194,7 @@ class SingleNodeRounds:
         if not (state.running and self.policy.max_restarts):
             return None
         found = checkpoints.newest_complete(self.policy.checkpoint_path)
-        plan = Plan(state.round, state.budgets, resume_step=found.step if found else None)
+        plan = Plan(round=state.round, budgets=state.budgets, resume_step=found.step if found else None)
         reason = "the previous agent stopped during an attempt"
         return self._local(judge(plan, [Outcome(0, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy))
 

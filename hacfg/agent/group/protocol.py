@@ -180,7 +180,7 @@ class GroupRounds:
         self._put("current", current, current)
         if interrupted:
             rank = interrupted[0]
-            plan = Plan(newest.round, newest.budgets, resume_step=self._newest_step())
+            plan = Plan(round=newest.round, budgets=newest.budgets, resume_step=self._newest_step())
             reason = f"the agent of node {rank} stopped during round {newest.round} (the group's store restarted)"
             verdict = judge(plan, [Outcome(rank, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy)
             self._put(f"r{newest.round}/decision", newest.round, verdict.to_json())
@@ -241,14 +241,14 @@ class GroupRounds:
         if not self._wait(keys, self.spec.timeout):
             reason = f"nodes {self._missing(keys)} did not join round {number} within {self.spec.timeout:g}s"
             verdict = Verdict(
-                number,
-                Ending.ENVIRONMENT,
-                reason,
-                0,
-                Action.JOB_RESCHEDULE,
-                "the job cannot form: retry elsewhere",
-                state.budgets,
-                RETRY_ELSEWHERE,
+                round=number,
+                cause=Ending.ENVIRONMENT,
+                reason=reason,
+                rank=0,
+                action=Action.JOB_RESCHEDULE,
+                detail="the job cannot form: retry elsewhere",
+                budgets=state.budgets,
+                exit_code=RETRY_ELSEWHERE,
             )
             return self._publish_final(number, verdict)
         for rank, key in enumerate(keys):
