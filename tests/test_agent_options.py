@@ -14,7 +14,6 @@ from hacfg.scenario.source import InputError
     [
         (("--no-warm", "--preload", "json"), "--preload names what a warm interpreter imports, and --no-warm turns them off"),
         (("--hang-timeout", "10m", "--initial-hang-timeout", "1m"), "the initial hang timeout (1m) is shorter than the hang timeout (10m)"),
-        (("--initial-hang-timeout", "5m"), "--initial-hang-timeout is set, but hang detection is off"),
     ],
 )
 def test_settings_that_contradict_each_other_are_refused_before_anything_runs(cli, tmp_path, flags, says):

@@ -46,8 +46,6 @@ class RunOptions:
         if self.preload is not None and not self.warm:
             raise InputError("--preload names what a warm interpreter imports, and --no-warm turns them off")
         policy = self.policy
-        if policy.initial_hang_timeout is not None and not policy.hang_detect:
-            raise InputError("--initial-hang-timeout is set, but hang detection is off: set --hang-timeout too")
         if policy.hang_detect and policy.first_hang_timeout < policy.hang_timeout:
             raise InputError(
                 f"the initial hang timeout ({_duration(policy.first_hang_timeout)}) is shorter than the"
