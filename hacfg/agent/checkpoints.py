@@ -58,7 +58,25 @@ def within(path: Path, root: Path | None) -> bool:
 
 def newest_complete(root: Path | None) -> SavedCheckpoint | None:
     """The complete checkpoint with the highest step, across every layout; None when there is none."""
-    return max(complete(root), key=lambda c: c.step, default=None)
+    return choose(root)[0]
+
+
+def choose(root: Path | None) -> tuple[SavedCheckpoint | None, tuple[str, ...]]:
+    """The checkpoint to resume from, and the doubts about that choice, each to be said (a line and
+    an event): the layout's own (a dangling pointer, say), and another layout's checkpoint of the
+    same step (two programs saving under one path)."""
+    found = complete(root)
+    newest = max(found, key=lambda c: c.step, default=None)
+    if newest is None:
+        return None, ()
+    doubts = [newest.doubt] if newest.doubt else []
+    rivals = sorted({str(c.path) for c in found if c.step == newest.step and c.layout != newest.layout})
+    if rivals:
+        doubts.append(
+            f"step {newest.step} is saved by more than one layout: {newest.path} ({newest.layout}) is resumed, "
+            f"not {', '.join(rivals)}"
+        )
+    return newest, tuple(doubts)
 
 
 def save_seconds(path: Path, files: int = 10_000) -> float | None:
