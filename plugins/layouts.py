@@ -96,7 +96,7 @@ class StepDirs(CheckpointLayout):
     ``step_N.replaced-*`` copy is the complete one a re-save of step N had not yet replaced."""
 
     name = "step_N"
-    pattern = re.compile(r"step_(\d+)(?:\.replaced-\w+)?")
+    pattern = re.compile(r"step_(\d+)(?:\.replaced-[a-z]+)?")
 
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         for path, match in _entries(root, self.pattern):
@@ -131,9 +131,20 @@ class ModelCheckpoint(CheckpointLayout):
                 step = _global_step(path)
             if step is None:
                 continue
-            written = whole or (path / ".metadata").is_file() or (path / "weights" / ".metadata").is_file()
+            written = whole or self._written(path)
             finishing = (root / (stem.removesuffix("-EMA") + self.unfinished)).exists()
             yield SavedCheckpoint(step, path, written and not finishing, self.name)
+
+    @staticmethod
+    def _written(folder: Path) -> bool:
+        """A checkpoint saved as a folder is written once DCP's ``.metadata`` is in it (Lightning's FSDP
+        strategy, NeMo 1) or in its ``weights/`` (NeMo 2), or once DeepSpeed's ``latest`` in it names its
+        tag (Lightning's DeepSpeed strategy, src/lightning/pytorch/strategies/deepspeed.py, tag ``checkpoint``)."""
+        if (folder / ".metadata").is_file() or (folder / "weights" / ".metadata").is_file():
+            return True
+        latest = folder / "latest"
+        tag = latest.read_text().strip() if latest.is_file() else ""
+        return bool(tag) and (folder / tag).is_dir()
 
 
 def _global_step(path: Path) -> int | None:

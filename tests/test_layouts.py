@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import agent_argv, read_events
+from conftest import agent_argv, read_events, run_hacfg
 from hacfg.agent.checkpoints import choose, newest_complete
 
 
@@ -104,6 +104,8 @@ def test_the_agent_says_so_when_deepspeeds_latest_dangles(tmp_path):
     assert f"[hacfg] {ckpt}/latest names 'global_step300', which is not there" in result.stderr
     (doubt,) = [e for e in read_events(tmp_path / "state") if e["event"] == "checkpoint_doubt"]
     assert (doubt["resume_from"], doubt["detail"].split(",")[0]) == (f"{ckpt}/global_step200", f"{ckpt}/latest names 'global_step300'")
+    shown = run_hacfg("events", tmp_path / "state" / "events.jsonl").out
+    assert f"checkpoint_doubt  {ckpt}/latest names 'global_step300', which is not there" in shown
 
 
 def test_lightning_checkpoint_files_are_read_by_their_step_field(tmp_path):
@@ -111,6 +113,14 @@ def test_lightning_checkpoint_files_are_read_by_their_step_field(tmp_path):
     files(tmp_path, "epoch=1-step=2000.ckpt", "epoch=2-step=3000-v1.ckpt", "epoch=3.ckpt")  # no step field: no step
     found = newest_complete(tmp_path)
     assert (found.step, found.path) == (3000, tmp_path / "epoch=2-step=3000-v1.ckpt")
+
+
+def test_lightning_deepspeed_strategy_folders_are_complete_once_latest_is_written(tmp_path):
+    # Lightning's DeepSpeedStrategy.save_checkpoint: deepspeed_engine.save_checkpoint(filepath, tag="checkpoint").
+    files(tmp_path / "epoch=2-step=3000.ckpt", "latest", *(f"checkpoint/{f}" for f in DEEPSPEED))
+    (tmp_path / "epoch=2-step=3000.ckpt" / "latest").write_text("checkpoint")
+    files(tmp_path / "epoch=3-step=4000.ckpt", *(f"checkpoint/{f}" for f in DEEPSPEED))  # latest not written yet
+    assert newest_complete(tmp_path).path == tmp_path / "epoch=2-step=3000.ckpt"
 
 
 def test_two_layouts_saving_the_same_step_is_a_doubt(tmp_path):
