@@ -28,6 +28,7 @@ import json
 import os
 import secrets
 import shutil
+import string
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,7 +42,9 @@ def save_step(root: str | Path, step: int, write: Callable[[Path], None]) -> Pat
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
-    token = secrets.token_hex(8)  # this writer's alone, on every node sharing the storage
+    # This writer's alone, on every node sharing the storage; letters only, so that the step stays
+    # the last number in ``step_N.replaced-TOKEN``.
+    token = "".join(secrets.choice(string.ascii_lowercase) for _ in range(16))
     staging = root / f".step_{step}.{token}.tmp"
     staging.mkdir()
     try:

@@ -15,6 +15,7 @@ import pytest
 from conftest import CHILDREN
 from hacfg.agent.checkpoints import newest_complete
 from hacfg.checkpoint import save_step
+from hacfg.plugin import step_of
 
 
 def writer(root: Path, step: int, name: str, *options: str | Path) -> subprocess.Popen:
@@ -53,6 +54,7 @@ def test_a_resave_killed_while_publishing_leaves_the_complete_copy(tmp_path):
     assert dying.wait(timeout=60) == -signal.SIGKILL, dying.stderr.read()
     found = newest_complete(root)
     assert (found.step, contents(found.path)) == (5, {"model.pt": "old"})
+    assert step_of(found.path.name) == 5  # as the events' time accounting reads a resume path
     again = save_step(root, 5, lambda folder: (folder / "model.pt").write_text("newer"))
     assert newest_complete(root).path == again
     assert contents(again) == {"model.pt": "newer"}
