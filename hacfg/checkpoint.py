@@ -9,13 +9,14 @@
     ...
     save_step("/mnt/sfs/run/ckpt", step, lambda folder: save(state, folder))
 
-``save_step`` lets your code write into a folder of its own, fsyncs what it wrote, adds the
-``.complete`` marker and renames the folder to ``step_N`` in one atomic step. A crash at any
-moment leaves either a finished checkpoint or a hidden staging folder the agent never resumes from.
-Each call stages in a folder of its own, so two writers of one step (each node's local rank 0
-saving to shared storage, say) never mix their files: ``step_N`` holds one writer's whole save.
-Saving a step again keeps the complete copy findable (as ``step_N.replaced-*``) until the new one
-is in place: a kill at any moment leaves a complete step N.
+``save_step`` lets your code write into a staging folder of its own (each call, each writer),
+fsyncs what it wrote, adds the ``.complete`` marker and renames the folder to ``step_N`` in one
+atomic step: two writers of one step (each node's local rank 0 saving to shared storage, say)
+never mix their files, and ``step_N`` holds one writer's whole save. A crash at any moment leaves
+either a finished checkpoint or a hidden staging folder the agent never resumes from, and removes
+before the next attempt. Saving a step again keeps the complete copy (as ``step_N.replaced-*``,
+which the agent resumes from too) until the new one is in place, so a kill at any moment leaves a
+complete step N.
 The marker records how long the save took (``{"save_s": 1.234}``): the agent reports it, and
 ``hacfg plan --from-events`` plans with it.
 """
@@ -26,6 +27,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import secrets
 import shutil
 import string
@@ -34,6 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 MARKER = ".complete"
+_TOKEN = 16  # letters: what keeps one writer's folders apart from another's
+_STAGING = re.compile(rf"\.step_\d+\.[a-z]{{{_TOKEN}}}\.tmp")
+_REPLACED = re.compile(rf"(step_\d+)\.replaced-[a-z]{{{_TOKEN}}}")
 
 
 def save_step(root: str | Path, step: int, write: Callable[[Path], None]) -> Path:
@@ -44,7 +49,7 @@ def save_step(root: str | Path, step: int, write: Callable[[Path], None]) -> Pat
     final = root / f"step_{step}"
     # This writer's alone, on every node sharing the storage; letters only, so that the step stays
     # the last number in ``step_N.replaced-TOKEN``.
-    token = "".join(secrets.choice(string.ascii_lowercase) for _ in range(16))
+    token = "".join(secrets.choice(string.ascii_lowercase) for _ in range(_TOKEN))
     staging = root / f".step_{step}.{token}.tmp"
     staging.mkdir()
     try:
@@ -91,6 +96,21 @@ def _sync(directory: Path) -> None:
         os.fsync(handle)
     finally:
         os.close(handle)
+
+
+def tidy(root: str | Path | None) -> list[Path]:
+    """Remove what saves killed midway left under ``root``: their staging folders, and replaced
+    copies whose ``step_N`` is complete again. Safe only while no save can be in flight (the agent
+    calls it before each attempt, once every worker has stopped); returns what it removed."""
+    if root is None or not Path(root).is_dir():
+        return []
+    removed = []
+    for entry in sorted(Path(root).iterdir()):
+        replaced = _REPLACED.fullmatch(entry.name)
+        if _STAGING.fullmatch(entry.name) or (replaced and (entry.parent / replaced[1] / MARKER).is_file()):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 def resume_dir() -> Path | None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHILDREN
+from conftest import CHILDREN, agent_argv
 from hacfg.agent.checkpoints import newest_complete
-from hacfg.checkpoint import save_step
+from hacfg.checkpoint import save_step, tidy
 from hacfg.plugin import step_of
 
 
@@ -47,6 +47,7 @@ def test_two_writers_of_one_step_never_mix_their_files(tmp_path):
     assert sorted(path.name for path in root.iterdir()) == ["step_5"]  # no staging or replaced copy left
 
 
+@pytest.mark.slow
 def test_a_resave_killed_while_publishing_leaves_the_complete_copy(tmp_path):
     root = tmp_path / "ckpt"
     save_step(root, 5, lambda folder: (folder / "model.pt").write_text("old"))
@@ -55,9 +56,15 @@ def test_a_resave_killed_while_publishing_leaves_the_complete_copy(tmp_path):
     found = newest_complete(root)
     assert (found.step, contents(found.path)) == (5, {"model.pt": "old"})
     assert step_of(found.path.name) == 5  # as the events' time accounting reads a resume path
+    # The agent resumes from that copy, and first removes the killed save's staging folder.
+    resumed = subprocess.run([*agent_argv(tmp_path / "state", "--checkpoint-path", str(root)), sys.executable, "-c",
+                              "import os; print(os.environ['HACFG_RESUME_FROM'])"], capture_output=True, text=True, timeout=60)
+    assert resumed.stdout == f"{found.path}\n"
+    assert [path.name for path in root.iterdir() if path.name != ".hacfg"] == [found.path.name]
     again = save_step(root, 5, lambda folder: (folder / "model.pt").write_text("newer"))
     assert newest_complete(root).path == again
     assert contents(again) == {"model.pt": "newer"}
+    assert tidy(root) == [found.path]  # the replaced copy goes once step_5 is complete again
 
 
 def test_a_resave_replaces_the_step_and_a_failed_one_leaves_it(tmp_path):

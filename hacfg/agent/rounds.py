@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from hacfg.agent import checkpoints
 from hacfg.agent.records.state import NodeState
+from hacfg.checkpoint import tidy
 from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
 from hacfg.restart.vocabulary import Action, Cause, Ending
 
@@ -98,9 +99,11 @@ class Verdict:
 def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     """The next round: one more attempt, resuming from the newest complete checkpoint.
 
-    Called only once every worker of the previous round has stopped, so no save is in flight.
+    Called only once every worker of the previous round has stopped, so no save is in flight: what
+    killed saves left behind is removed first.
     """
     budgets = dataclasses.replace(budgets, attempt=budgets.attempt + 1)
+    tidy(policy.checkpoint_path)
     found, doubts = checkpoints.choose(policy.checkpoint_path)
     return Plan(
         round=number,
