@@ -113,7 +113,9 @@ class ModelCheckpoint(CheckpointLayout):
     (nemo/lightning/pytorch/callbacks/model_checkpoint.py) saves a distributed checkpoint as a
     folder, DCP's ``.metadata`` at its top (NeMo 1) or in ``weights/`` (NeMo 2, nemo/lightning/
     ckpt_utils.py), and marks a save in progress with a ``<name>-unfinished`` file beside it,
-    removed once every rank is done. The step is the ``step=`` field; ``last.ckpt`` holds it inside.
+    removed once every rank is done. The step is the ``step=`` field; without one (``last.ckpt``,
+    NeMo 2's default name under Megatron, nemo/lightning/nemo_logger.py), the ``global_step`` the
+    checkpoint holds: in the file, or in the ``common.pt`` megatron.core.dist_checkpointing writes.
     """
 
     name = "model-checkpoint"
@@ -127,8 +129,9 @@ class ModelCheckpoint(CheckpointLayout):
             if stem.endswith(self.unfinished) or not (whole or path.is_dir()):
                 continue
             step = step_of(stem)
-            if step is None and whole:
-                step = _global_step(path)
+            if step is None:  # last.ckpt, or NeMo 2's default name for Megatron ('{epoch}-{consumed_samples}')
+                held = (path,) if whole else (path / "common.pt", path / "weights" / "common.pt")
+                step = next((found for found in map(_global_step, held) if found is not None), None)
             if step is None:
                 continue
             written = whole or self._written(path)
@@ -151,7 +154,8 @@ def _global_step(path: Path) -> int | None:
     """The ``global_step`` a Lightning checkpoint file holds, read from its pickle without running it.
 
     ``torch.save`` writes a zip whose ``data.pkl`` pickles Lightning's ``dump_checkpoint`` dict,
-    ``{"epoch": ..., "global_step": ..., ...}``: the first ``global_step`` key is the top-level one.
+    ``{"epoch": ..., "global_step": ..., ...}`` (a distributed save keeps its unsharded part in
+    ``common.pt``): the first ``global_step`` key is the top-level one.
     """
     try:
         with zipfile.ZipFile(path) as archive:
@@ -166,7 +170,7 @@ def _global_step(path: Path) -> int | None:
                     if key == "global_step":
                         return arg if isinstance(arg, int) and not isinstance(arg, bool) else None
                     key = arg if isinstance(arg, str) else None
-    except (OSError, zipfile.BadZipFile, ValueError):
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
         return None
     return None
 

@@ -139,22 +139,24 @@ def test_hugging_face_trainer_is_complete_once_trainer_state_is_written(tmp_path
     assert newest_complete(tmp_path).path == tmp_path / "checkpoint-500"
 
 
-def lightning_checkpoint(path: Path, epoch: int, step: int) -> None:
-    """What Lightning's ``dump_checkpoint`` saves (trainer/connectors/checkpoint_connector.py), through torch.save."""
+def lightning_checkpoint(path: Path, epoch: int, step: int, sharded: bool = False) -> None:
+    """What Lightning's ``dump_checkpoint`` saves (trainer/connectors/checkpoint_connector.py), through
+    torch.save; ``sharded``: its unsharded part, as megatron.core.dist_checkpointing keeps it in common.pt."""
     torch = pytest.importorskip("torch")
-    torch.save(
-        {
-            "epoch": epoch,
-            "global_step": step,
-            "pytorch-lightning_version": "2.5.0",
-            "state_dict": {"layer.weight": torch.zeros(2, 2)},
-            "loops": {"fit_loop": {"epoch_loop.state_dict": {"_batches_that_stepped": step}}},
-            "callbacks": {},
-            "optimizer_states": [{"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]}],
-            "lr_schedulers": [],
-        },
-        path,
-    )
+    checkpoint = {
+        "epoch": epoch,
+        "global_step": step,
+        "pytorch-lightning_version": "2.5.0",
+        "state_dict": {"layer.weight": torch.zeros(2, 2)},
+        "loops": {"fit_loop": {"epoch_loop.state_dict": {"_batches_that_stepped": step}}},
+        "callbacks": {},
+        "optimizer_states": [{"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]}],
+        "lr_schedulers": [],
+    }
+    if sharded:
+        del checkpoint["state_dict"], checkpoint["optimizer_states"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint, path)
 
 
 @pytest.mark.slow
@@ -181,3 +183,13 @@ def test_torch_dcp_and_torchtitan_step_folders(tmp_path):
     assert newest_complete(tmp_path).path == tmp_path / "step-10"
     dcp.save(state, checkpoint_id=tmp_path / "iter_0000030")  # Megatron's, and no tracker names it
     assert newest_complete(tmp_path).path == tmp_path / "step-10"
+
+
+@pytest.mark.slow
+def test_nemo_2_default_names_without_a_step_are_ordered_by_the_step_they_hold(tmp_path):
+    # nemo/lightning/nemo_logger.py under MegatronStrategy: '{name}--{monitor:.4f}-{epoch}-{consumed_samples}'.
+    for samples, step in ((64000, 1000), (128000, 2000)):
+        folder = files(tmp_path / f"default--reduced_train_loss=2.3100-epoch=0-consumed_samples={samples}.0", *(f"weights/{f}" for f in TORCH_DIST))
+        lightning_checkpoint(folder / "weights" / "common.pt", 0, step, sharded=True)
+    found = newest_complete(tmp_path)
+    assert (found.step, found.path.name) == (2000, "default--reduced_train_loss=2.3100-epoch=0-consumed_samples=128000.0")
