@@ -44,7 +44,7 @@ class DeepSpeedLatest(CheckpointLayout):
 
     When ``latest`` names a folder that is not there, DeepSpeed would start from nothing; the newest
     ``global_stepN/`` older than the tag that holds model states (``*model_states.pt``) is taken
-    instead, with a doubt: ``latest`` moved past it, so it was complete then.
+    instead (``latest`` moved past it, so it was complete then), and the dangling pointer is a doubt.
     """
 
     name = "deepspeed"
@@ -59,11 +59,13 @@ class DeepSpeedLatest(CheckpointLayout):
         if tag and step is not None and (root / tag).is_dir():
             yield SavedCheckpoint(step, root / tag, True, self.name)
             return
-        doubt = f"{pointer} names {tag!r}, which is not there: the newest global_step folder saved before it is resumed"
+        doubt = f"{pointer} names {tag!r}, which is not there"
+        if step is not None:
+            yield SavedCheckpoint(step, root / tag, False, self.name, doubt)
         for path, match in _entries(root, self.pattern):
             older = step is None or int(match[1]) < step
             if older and path.is_dir() and any(path.glob("*model_states.pt")):
-                yield SavedCheckpoint(int(match[1]), path, True, self.name, doubt)
+                yield SavedCheckpoint(int(match[1]), path, True, self.name, doubt if step is None else "")
 
 
 class MegatronTracker(CheckpointLayout):

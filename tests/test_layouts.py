@@ -85,11 +85,12 @@ def test_deepspeed_latest_that_dangles_falls_back_to_the_newest_saved_before_it_
     (tmp_path / "latest").write_text("global_step300")  # its folder removed by a clean-up script
     found, doubts = choose(tmp_path)
     assert found.path == tmp_path / "global_step200"
-    assert doubts == (f"{tmp_path / 'latest'} names 'global_step300', which is not there: "
-                      "the newest global_step folder saved before it is resumed",)
+    assert doubts == (f"{tmp_path / 'latest'} names 'global_step300', which is not there: {found.path} is resumed",)
     (tmp_path / "latest").write_text("global_step100")
     assert choose(tmp_path) == (newest_complete(tmp_path), ())
     assert newest_complete(tmp_path).path == tmp_path / "global_step100"
+    (tmp_path / "latest").write_text("global_step50")  # nothing saved before it: said, not silent
+    assert choose(tmp_path) == (None, (f"{tmp_path / 'latest'} names 'global_step50', which is not there: no checkpoint is resumed",))
 
 
 @pytest.mark.slow
@@ -129,7 +130,7 @@ def test_two_layouts_saving_the_same_step_is_a_doubt(tmp_path):
     found, doubts = choose(tmp_path)
     assert found.step == 300
     other = ({tmp_path / "checkpoint-300", tmp_path / "step_300"} - {found.path}).pop()
-    assert doubts == (f"step 300 is saved by more than one layout: {found.path} ({found.layout}) is resumed, not {other}",)
+    assert doubts == (f"step 300 is saved by more than one layout: {found.path} is resumed ({found.layout}), not {other}",)
 
 
 def test_hugging_face_trainer_is_complete_once_trainer_state_is_written(tmp_path):
