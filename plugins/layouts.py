@@ -86,11 +86,10 @@ class MegatronTracker(CheckpointLayout):
         if not tracker.is_file():
             return
         text = tracker.read_text().strip()
-        if text.isdigit():
-            target = root / f"iter_{int(text):07d}"
-            yield SavedCheckpoint(int(text), target, target.is_dir(), self.name)
-        elif text == "release":
-            yield SavedCheckpoint(0, root / "release", (root / "release").is_dir(), self.name)
+        if text.isdigit() or text == "release":
+            step, target = (int(text), root / f"iter_{int(text):07d}") if text.isdigit() else (0, root / "release")
+            missing = "" if target.is_dir() else f"{tracker} names {text!r}, whose folder {target.name} is not there"
+            yield SavedCheckpoint(step, target, not missing, self.name, missing)
 
 
 class StepDirs(CheckpointLayout):

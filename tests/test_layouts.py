@@ -62,6 +62,9 @@ def test_megatron_resumes_what_its_tracker_names_not_a_newer_torch_dist_folder(t
     assert newest_complete(tmp_path).path == tmp_path / "iter_0000100"
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("200")
     assert newest_complete(tmp_path).path == tmp_path / "iter_0000200"
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("300")  # its folder removed: Megatron would stop
+    tracker = tmp_path / "latest_checkpointed_iteration.txt"
+    assert choose(tmp_path) == (None, (f"{tracker} names '300', whose folder iter_0000300 is not there: no checkpoint is resumed",))
 
 
 def test_megatron_legacy_and_release_folders(tmp_path):
