@@ -9,23 +9,36 @@
     ...
     save_step("/mnt/sfs/run/ckpt", step, lambda folder: save(state, folder))
 
-``save_step`` lets your code write into a temporary folder, fsyncs what it wrote, adds the
-``.complete`` marker and renames the folder to ``step_N`` in one atomic step. A crash at any
-moment leaves either a finished checkpoint or a ``.tmp`` folder the agent never resumes from.
+``save_step`` lets your code write into a staging folder of its own (each call, each writer),
+fsyncs what it wrote, adds the ``.complete`` marker and renames the folder to ``step_N`` in one
+atomic step: two writers of one step (each node's local rank 0 saving to shared storage, say)
+never mix their files, and ``step_N`` holds one writer's whole save. A crash at any moment leaves
+either a finished checkpoint or a hidden staging folder the agent never resumes from, and removes
+before the next attempt. Saving a step again keeps the complete copy (as ``step_N.replaced-*``,
+which the agent resumes from too) until the new one is in place, so a kill at any moment leaves a
+complete step N.
 The marker records how long the save took (``{"save_s": 1.234}``): the agent reports it, and
 ``hacfg plan --from-events`` plans with it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import re
+import secrets
 import shutil
+import string
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 MARKER = ".complete"
+_TOKEN = 16  # letters: what keeps one writer's folders apart from another's
+_STAGING = re.compile(rf"\.step_\d+\.[a-z]{{{_TOKEN}}}\.tmp")
+_REPLACED = re.compile(rf"(step_\d+)\.replaced-[a-z]{{{_TOKEN}}}")
 
 
 def save_step(root: str | Path, step: int, write: Callable[[Path], None]) -> Path:
@@ -34,27 +47,70 @@ def save_step(root: str | Path, step: int, write: Callable[[Path], None]) -> Pat
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
-    staging = root / f".step_{step}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
+    # This writer's alone, on every node sharing the storage; letters only, so that the step stays
+    # the last number in ``step_N.replaced-TOKEN``.
+    token = "".join(secrets.choice(string.ascii_lowercase) for _ in range(_TOKEN))
+    staging = root / f".step_{step}.{token}.tmp"
     staging.mkdir()
-    write(staging)
-    for path in staging.iterdir():
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
-    # The marker comes after the data is durable, and says how long that took.
-    with open(staging / MARKER, "w") as marker:
-        json.dump({"save_s": round(time.monotonic() - started, 3)}, marker)
-        marker.flush()
-        os.fsync(marker.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(staging, final)
-    directory = os.open(root, os.O_RDONLY)
     try:
-        os.fsync(directory)
+        write(staging)
+        for path in staging.iterdir():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        # The marker comes after the data is durable, and says how long that took.
+        with open(staging / MARKER, "w") as marker:
+            json.dump({"save_s": round(time.monotonic() - started, 3)}, marker)
+            marker.flush()
+            os.fsync(marker.fileno())
+        _publish(staging, final, root / f"step_{step}.replaced-{token}")
     finally:
-        os.close(directory)
+        shutil.rmtree(staging, ignore_errors=True)  # gone once published; a save that raised leaves nothing
     return final
+
+
+def _publish(staging: Path, final: Path, aside: Path) -> None:
+    """Rename ``staging`` to ``final``. A complete copy already there is set ``aside`` (where the
+    agent still finds it) until the new one is in place; when another writer's lands first, it stands."""
+    if not _renamed(staging, final):
+        with contextlib.suppress(FileNotFoundError):  # another writer is replacing it at this moment
+            os.rename(final, aside)
+        _renamed(staging, final)  # refused only when another writer's copy landed first
+    _sync(final.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _renamed(source: Path, target: Path) -> bool:
+    """Rename ``source`` to ``target`` unless ``target`` is a folder with files (the rename refuses those)."""
+    try:
+        os.rename(source, target)
+    except OSError as err:
+        if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise
+    return True
+
+
+def _sync(directory: Path) -> None:
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def tidy(root: str | Path | None) -> list[Path]:
+    """Remove what saves killed midway left under ``root``: their staging folders, and replaced
+    copies whose ``step_N`` is complete again. Safe only while no save can be in flight (the agent
+    calls it before each attempt, once every worker has stopped); returns what it removed."""
+    if root is None or not Path(root).is_dir():
+        return []
+    removed = []
+    for entry in sorted(Path(root).iterdir()):
+        replaced = _REPLACED.fullmatch(entry.name)
+        if _STAGING.fullmatch(entry.name) or (replaced and (entry.parent / replaced[1] / MARKER).is_file()):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 def resume_dir() -> Path | None:

@@ -1,73 +1,208 @@
-"""Built-in checkpoint layouts: HF Trainer, DeepSpeed/Megatron pointer files, step dirs, torch DCP."""
+"""Built-in checkpoint layouts, each complete by the rule of the framework that writes it.
+
+Each layout names the source its rule was read from. The layouts own disjoint folder names, so one
+checkpoint is never judged by two rules: torch DCP takes the numbered folders no framework claims.
+"""
 
 from __future__ import annotations
 
+import pickletools
+import re
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from hacfg.plugin import CheckpointLayout, SavedCheckpoint, hookimpl, step_of
 
 
-def _subdirs(root: Path, prefix: str = "") -> Iterator[tuple[Path, int]]:
+def _entries(root: Path, pattern: re.Pattern[str]) -> Iterator[tuple[Path, re.Match[str]]]:
+    """The entries of ``root`` whose whole name matches ``pattern``, in name order."""
     for entry in sorted(root.iterdir()):
-        if entry.is_dir() and entry.name.startswith(prefix):
-            step = step_of(entry.name[len(prefix) :] if prefix else entry.name)
-            if step is not None:
-                yield entry, step
+        if match := pattern.fullmatch(entry.name):
+            yield entry, match
 
 
 class TrainerDirs(CheckpointLayout):
-    """``checkpoint-N/``, complete when it holds ``trainer_state.json`` or a ``.complete`` marker."""
+    """Hugging Face Trainer's ``checkpoint-N/``. ``Trainer._save_checkpoint`` (transformers,
+    src/transformers/trainer.py) writes the model, optimizer, scheduler and RNG state, then
+    ``trainer_state.json``: that file says the folder is complete (so does a ``.complete`` marker,
+    as other tools write it)."""
 
     name = "checkpoint-N"
+    pattern = re.compile(r"checkpoint-(\d+)")
 
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
-        for path, step in _subdirs(root, "checkpoint-"):
+        for path, match in _entries(root, self.pattern):
             complete = (path / "trainer_state.json").is_file() or (path / ".complete").exists()
-            yield SavedCheckpoint(step, path, complete, self.name)
+            yield SavedCheckpoint(int(match[1]), path, complete, self.name)
 
 
-class PointerFile(CheckpointLayout):
-    """A ``latest`` (DeepSpeed) or ``latest_checkpointed_iteration.txt`` (Megatron) file naming a step dir."""
+class DeepSpeedLatest(CheckpointLayout):
+    """DeepSpeed's ``global_stepN/`` and its ``latest`` file. ``DeepSpeedEngine.save_checkpoint``
+    (deepspeed/runtime/engine.py) writes the folder's tag into ``latest`` once every file is
+    committed, and ``load_checkpoint`` resumes from the folder ``latest`` names.
 
-    name = "pointer"
+    When ``latest`` names a folder that is not there, DeepSpeed would start from nothing; the newest
+    ``global_stepN/`` older than the tag that holds model states (``*model_states.pt``) is taken
+    instead (``latest`` moved past it, so it was complete then), and the dangling pointer is a doubt.
+    """
+
+    name = "deepspeed"
+    pattern = re.compile(r"global_step(\d+)")
 
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
-        deepspeed, megatron = root / "latest", root / "latest_checkpointed_iteration.txt"
-        if deepspeed.is_file():
-            tag = deepspeed.read_text().strip()
-            step = step_of(tag)
-            if tag and step is not None:
-                target = root / tag
-                yield SavedCheckpoint(step, target, target.is_dir(), self.name)
-        if megatron.is_file():
-            text = megatron.read_text().strip()
-            if text.isdigit():
-                target = root / f"iter_{int(text):07d}"
-                yield SavedCheckpoint(int(text), target, target.is_dir(), self.name)
+        pointer = root / "latest"
+        if not pointer.is_file():
+            return
+        tag = pointer.read_text().strip()
+        step = step_of(tag)
+        if tag and step is not None and (root / tag).is_dir():
+            yield SavedCheckpoint(step, root / tag, True, self.name)
+            return
+        doubt = f"{pointer} names {tag!r}, which is not there"
+        if step is not None:
+            yield SavedCheckpoint(step, root / tag, False, self.name, doubt)
+        for path, match in _entries(root, self.pattern):
+            older = step is None or int(match[1]) < step
+            if older and path.is_dir() and any(path.glob("*model_states.pt")):
+                yield SavedCheckpoint(int(match[1]), path, True, self.name, doubt if step is None else "")
+
+
+class MegatronTracker(CheckpointLayout):
+    """Megatron-LM's ``iter_NNNNNNN/`` (legacy ``mp_rank_XX/model_optim_rng.pt`` or torch_dist) and
+    ``latest_checkpointed_iteration.txt``. ``save_checkpoint`` (megatron/training/checkpointing.py)
+    rewrites the tracker only once the iteration is saved everywhere, and ``load_checkpoint`` resumes
+    from the iteration it names (``read_metadata``: a number, or ``release`` for ``release/``).
+
+    The tracker decides: an ``iter_`` folder it does not name is never resumed, however finished it
+    looks (a torch_dist save has DCP's ``.metadata`` before the tracker moves).
+    """
+
+    name = "megatron"
+    pattern = re.compile(r"iter_(\d+)|release")
+
+    def find(self, root: Path) -> Iterator[SavedCheckpoint]:
+        tracker = root / "latest_checkpointed_iteration.txt"
+        if not tracker.is_file():
+            return
+        text = tracker.read_text().strip()
+        if text.isdigit() or text == "release":
+            step, target = (int(text), root / f"iter_{int(text):07d}") if text.isdigit() else (0, root / "release")
+            missing = "" if target.is_dir() else f"{tracker} names {text!r}, whose folder {target.name} is not there"
+            yield SavedCheckpoint(step, target, not missing, self.name, missing)
 
 
 class StepDirs(CheckpointLayout):
-    """``step_N/``, complete when it holds a ``.complete`` marker."""
+    """``hacfg.checkpoint.save_step``'s ``step_N/``, complete with its ``.complete`` marker; a
+    ``step_N.replaced-*`` copy is the complete one a re-save of step N had not yet replaced."""
 
     name = "step_N"
+    pattern = re.compile(r"step_(\d+)(?:\.replaced-[a-z]+)?")
 
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
-        for path, step in _subdirs(root, "step_"):
-            yield SavedCheckpoint(step, path, (path / ".complete").exists(), self.name)
+        for path, match in _entries(root, self.pattern):
+            yield SavedCheckpoint(int(match[1]), path, (path / ".complete").exists(), self.name)
+
+
+class ModelCheckpoint(CheckpointLayout):
+    """Lightning's ``ModelCheckpoint`` and NeMo's, which extends it.
+
+    Lightning (src/lightning/pytorch/callbacks/model_checkpoint.py) names each save from
+    ``name=value`` fields, ``{epoch}-{step}`` by default (``epoch=2-step=3000.ckpt``, ``-v1`` on a
+    clash), keeps ``last.ckpt`` (a copy, or a link with ``save_last="link"``), and writes each file
+    whole (``_atomic_save``, src/lightning/fabric/utilities/cloud_io.py). NeMo
+    (nemo/lightning/pytorch/callbacks/model_checkpoint.py) saves a distributed checkpoint as a
+    folder, DCP's ``.metadata`` at its top (NeMo 1) or in ``weights/`` (NeMo 2, nemo/lightning/
+    ckpt_utils.py), and marks a save in progress with a ``<name>-unfinished`` file beside it,
+    removed once every rank is done. The step is the ``step=`` field; without one (``last.ckpt``,
+    NeMo 2's default name under Megatron, nemo/lightning/nemo_logger.py), the ``global_step`` the
+    checkpoint holds: in the file, or in the ``common.pt`` megatron.core.dist_checkpointing writes.
+    """
+
+    name = "model-checkpoint"
+    pattern = re.compile(r"(?:.*=.*|last(?:-v\d+)?)(?:\.ckpt)?")
+    unfinished = "-unfinished"
+
+    def find(self, root: Path) -> Iterator[SavedCheckpoint]:
+        for path, _ in _entries(root, self.pattern):
+            stem = path.name.removesuffix(".ckpt")
+            whole = path.name.endswith(".ckpt") and path.is_file()
+            if stem.endswith(self.unfinished) or not (whole or path.is_dir()):
+                continue
+            step = step_of(stem)
+            if step is None:  # last.ckpt, or NeMo 2's default name for Megatron ('{epoch}-{consumed_samples}')
+                held = (path,) if whole else (path / "common.pt", path / "weights" / "common.pt")
+                step = next((found for found in map(_global_step, held) if found is not None), None)
+            if step is None:
+                continue
+            written = whole or self._written(path)
+            finishing = (root / (stem.removesuffix("-EMA") + self.unfinished)).exists()
+            yield SavedCheckpoint(step, path, written and not finishing, self.name)
+
+    @staticmethod
+    def _written(folder: Path) -> bool:
+        """A checkpoint saved as a folder is written once DCP's ``.metadata`` is in it (Lightning's FSDP
+        strategy, NeMo 1) or in its ``weights/`` (NeMo 2), or once DeepSpeed's ``latest`` in it names its
+        tag (Lightning's DeepSpeed strategy, src/lightning/pytorch/strategies/deepspeed.py, tag ``checkpoint``)."""
+        if (folder / ".metadata").is_file() or (folder / "weights" / ".metadata").is_file():
+            return True
+        latest = folder / "latest"
+        tag = latest.read_text().strip() if latest.is_file() else ""
+        return bool(tag) and (folder / tag).is_dir()
+
+
+def _global_step(path: Path) -> int | None:
+    """The ``global_step`` a Lightning checkpoint file holds, read from its pickle without running it.
+
+    ``torch.save`` writes a zip whose ``data.pkl`` pickles Lightning's ``dump_checkpoint`` dict,
+    ``{"epoch": ..., "global_step": ..., ...}`` (a distributed save keeps its unsharded part in
+    ``common.pt``): the first ``global_step`` key is the top-level one.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickled = next((name for name in archive.namelist() if name.endswith("/data.pkl")), None)
+            if pickled is None:
+                return None
+            with archive.open(pickled) as stream:
+                key = None
+                for opcode, arg, _ in pickletools.genops(stream):
+                    if "PUT" in opcode.name or opcode.name == "MEMOIZE":
+                        continue
+                    if key == "global_step":
+                        return arg if isinstance(arg, int) and not isinstance(arg, bool) else None
+                    key = arg if isinstance(arg, str) else None
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return None
+    return None
 
 
 class TorchDcp(CheckpointLayout):
-    """torch.distributed.checkpoint directories, complete when ``.metadata`` exists (written last)."""
+    """torch.distributed.checkpoint folders: torchtitan's ``step-N/``, or any numbered folder no
+    framework above claims. ``FileSystemWriter.finish`` (torch/distributed/checkpoint/filesystem.py)
+    renames ``.metadata`` into place after every rank's data; torchtitan's ``_find_load_step``
+    (torchtitan/components/checkpointer/dcp.py) counts a folder with it, or with
+    ``model.safetensors.index.json`` for a Hugging Face format save, as complete."""
 
     name = "torch-dcp"
+    claimed = (
+        TrainerDirs.pattern,
+        DeepSpeedLatest.pattern,
+        MegatronTracker.pattern,
+        StepDirs.pattern,
+        ModelCheckpoint.pattern,
+    )
 
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
-        for path, step in _subdirs(root):
-            if any(p.suffix == ".distcp" for p in path.iterdir()) or (path / ".metadata").exists():
-                yield SavedCheckpoint(step, path, (path / ".metadata").is_file(), self.name)
+        for path in sorted(root.iterdir()):
+            step = step_of(path.name)
+            hidden = path.name.startswith(".")  # a save still being staged, as ``save_step`` stages one
+            if step is None or hidden or not path.is_dir() or any(p.fullmatch(path.name) for p in self.claimed):
+                continue
+            complete = (path / ".metadata").is_file() or (path / "model.safetensors.index.json").is_file()
+            if complete or any(p.suffix in (".distcp", ".safetensors") for p in path.iterdir()):
+                yield SavedCheckpoint(step, path, complete, self.name)
 
 
 @hookimpl
 def hacfg_checkpoint_layouts() -> list[CheckpointLayout]:
-    return [TrainerDirs(), PointerFile(), StepDirs(), TorchDcp()]
+    return [TrainerDirs(), DeepSpeedLatest(), MegatronTracker(), StepDirs(), ModelCheckpoint(), TorchDcp()]

@@ -25,25 +25,31 @@ def layouts() -> list[CheckpointLayout]:
     return [layout for _, layout in plugin_manager.get().items("hacfg_checkpoint_layouts", CheckpointLayout)]
 
 
-def complete(root: Path | None) -> list[SavedCheckpoint]:
-    """Every complete checkpoint under ``root``, across every layout."""
+def saved(root: Path | None) -> list[SavedCheckpoint]:
+    """The checkpoints under ``root``, across every layout: each complete one, and each incomplete
+    one a layout has a doubt about (why it cannot be resumed)."""
     if root is None or not root.is_dir():
         return []
     manager = plugin_manager.get()
     found: list[SavedCheckpoint] = []
     for layout in layouts():
         try:
-            candidates = [candidate for candidate in layout.find(root) if candidate.complete]
+            candidates = [candidate for candidate in layout.find(root) if candidate.complete or candidate.doubt]
         except Exception as err:  # a layout plugin's bug must not stop the restart
             manager.fail(layout.name or type(layout).__name__, "find", err)
             continue
         for candidate in candidates:
-            if within(candidate.path, root):
+            if not candidate.complete or within(candidate.path, root):
                 found.append(candidate)
             else:
                 outside = f"{candidate.path} lies outside checkpoint.path {root}: never resumed from"
                 manager.fail(layout.name or type(layout).__name__, "find", outside)
     return found
+
+
+def complete(root: Path | None) -> list[SavedCheckpoint]:
+    """Every complete checkpoint under ``root``, across every layout."""
+    return [found for found in saved(root) if found.complete]
 
 
 def within(path: Path, root: Path | None) -> bool:
@@ -58,7 +64,29 @@ def within(path: Path, root: Path | None) -> bool:
 
 def newest_complete(root: Path | None) -> SavedCheckpoint | None:
     """The complete checkpoint with the highest step, across every layout; None when there is none."""
-    return max(complete(root), key=lambda c: c.step, default=None)
+    return choose(root)[0]
+
+
+def choose(root: Path | None) -> tuple[SavedCheckpoint | None, tuple[str, ...]]:
+    """The checkpoint to resume from, and the doubts about that choice, each to be said (a line and
+    an event): a layout's, about the checkpoint chosen or a newer one it could not take (a dangling
+    pointer, say), and another layout's checkpoint of the same step (two programs saving under one path)."""
+    found = saved(root)
+    newest = max((c for c in found if c.complete), key=lambda c: c.step, default=None)
+    resumed = f"{newest.path} is resumed" if newest else "no checkpoint is resumed"
+    doubts = [
+        f"{c.doubt}: {resumed}" for c in found if c.doubt and (newest is None or c == newest or c.step > newest.step)
+    ]
+    if newest is not None:
+        rivals = sorted(
+            {str(c.path) for c in found if c.complete and c.step == newest.step and c.layout != newest.layout}
+        )
+        if rivals:
+            doubts.append(
+                f"step {newest.step} is saved by more than one layout: {resumed} ({newest.layout}), "
+                f"not {', '.join(rivals)}"
+            )
+    return newest, tuple(dict.fromkeys(doubts))
 
 
 def save_seconds(path: Path, files: int = 10_000) -> float | None:

@@ -156,6 +156,9 @@ class Agent:
             "HACFG_HEARTBEAT_INTERVAL": f"{min(1.0, self.policy.hang_timeout / 4):g}",
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
         }
+        for doubt in plan.doubts:
+            self.echo(f"[hacfg] {doubt}")
+            self.events.write(Event.CHECKPOINT_DOUBT, round=plan.round, resume_from=plan.resume_from, detail=doubt)
         start = self.warm.start(env)
         self.events.write(
             Event.ATTEMPT_START,

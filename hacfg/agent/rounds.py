@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from hacfg.agent import checkpoints
 from hacfg.agent.records.state import NodeState
+from hacfg.checkpoint import tidy
 from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
 from hacfg.restart.vocabulary import Action, Cause, Ending
 
@@ -29,6 +30,7 @@ class Plan:
     budgets: Budgets
     resume_step: int | None = None
     resume_from: str | None = None
+    doubts: tuple[str, ...] = ()  # what made the choice of that checkpoint uncertain: each node says it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -36,6 +38,7 @@ class Plan:
             "budgets": dataclasses.asdict(self.budgets),
             "resume_step": self.resume_step,
             "resume_from": self.resume_from,
+            "doubts": list(self.doubts),
         }
 
     @classmethod
@@ -45,6 +48,7 @@ class Plan:
             budgets=Budgets(**data["budgets"]),
             resume_step=data.get("resume_step"),
             resume_from=data.get("resume_from"),
+            doubts=tuple(str(doubt) for doubt in data.get("doubts", ())),
         )
 
 
@@ -95,15 +99,18 @@ class Verdict:
 def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     """The next round: one more attempt, resuming from the newest complete checkpoint.
 
-    Called only once every worker of the previous round has stopped, so no save is in flight.
+    Called only once every worker of the previous round has stopped, so no save is in flight: what
+    killed saves left behind is removed first.
     """
     budgets = dataclasses.replace(budgets, attempt=budgets.attempt + 1)
-    found = checkpoints.newest_complete(policy.checkpoint_path)
+    tidy(policy.checkpoint_path)
+    found, doubts = checkpoints.choose(policy.checkpoint_path)
     return Plan(
         round=number,
         budgets=budgets,
         resume_step=found.step if found else None,
         resume_from=str(found.path) if found else None,
+        doubts=doubts,
     )
 
 

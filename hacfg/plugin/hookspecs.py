@@ -95,7 +95,9 @@ def hacfg_checkpoint_layouts() -> Iterable[CheckpointLayout]:
     Before every attempt the agent asks each layout for the checkpoints under
     ``checkpoint.path`` and resumes from the complete one with the highest step (passed to
     the command as ``HACFG_RESUME_FROM``). A layout must mark partial checkpoints
-    ``complete=False``; they are never chosen.
+    ``complete=False``; they are never chosen. A doubt about a checkpoint (``doubt=``, a pointer
+    naming a missing folder, say) is said, a line and a ``checkpoint_doubt`` event, when that
+    checkpoint is resumed or is newer than the one resumed.
     """
 
 

@@ -65,6 +65,7 @@ class SavedCheckpoint(NamedTuple):
     path: Path
     complete: bool = True
     layout: str = ""
+    doubt: str = ""  # what makes the layout unsure of it (a dangling pointer, say): said when it is resumed
 
 
 class CheckpointLayout:
@@ -78,9 +79,19 @@ class CheckpointLayout:
 
 
 _DIGITS = re.compile(r"(\d+)")
+_STEP_FIELD = re.compile(r"(?:^|-)step=(\d+)")  # Lightning joins its ``name=value`` fields with ``-``
 
 
 def step_of(name: str) -> int | None:
-    """The last number in a directory name: ``checkpoint-1200`` -> 1200, ``iter_0000300`` -> 300."""
+    """The step a checkpoint's name carries.
+
+    Lightning and NeMo name checkpoints from ``name=value`` fields
+    (``megatron_gpt--val_loss=2.31-step=2000-consumed_samples=128000.0``, ``epoch=2-step=3000.ckpt``):
+    the ``step=`` field, and no step when there is none (an epoch or a sample count is not one).
+    Any other name: its last number, ``checkpoint-1200`` -> 1200, ``iter_0000300`` -> 300.
+    """
+    if "=" in name:
+        field = _STEP_FIELD.search(name)
+        return int(field.group(1)) if field else None
     numbers = _DIGITS.findall(name)
     return int(numbers[-1]) if numbers else None

@@ -12,8 +12,9 @@ starting      the agent starts, state loaded       ``agent_start`` (``state_reco
                                                    the state file was unreadable, ``state_left``
                                                    if it was closed or another job's)
 checking      pre-checks are on                    ``precheck`` per item
-planned       a round is planned: attempt number,  (none; the plan is in ``attempt_start``)
-              counters, the checkpoint to resume
+planned       a round is planned: attempt number,  (none; the plan is in ``attempt_start``;
+              counters, the checkpoint to resume   ``checkpoint_doubt`` first for each doubt about
+                                                   the checkpoint chosen)
 running       the workers start                    ``attempt_start`` (with how they started, a
                                                    :class:`Start`), then ``first_activity`` at
                                                    the first output or heartbeat;
@@ -100,6 +101,7 @@ class Event(StrEnum):
     PRECHECK = "precheck"
     ATTEMPT_START = "attempt_start"
     FIRST_ACTIVITY = "first_activity"
+    CHECKPOINT_DOUBT = "checkpoint_doubt"  # the resume checkpoint was chosen despite a doubt (a dangling pointer, say)
     CHECKPOINT_OVERDUE = "checkpoint_overdue"  # no new complete checkpoint for 2 x checkpoint.interval of training
     SIGNAL = "signal"
     HANG = "hang"

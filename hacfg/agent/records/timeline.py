@@ -44,6 +44,7 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
     ),
     Event.AGENT_EXIT: lambda e: f"exit {e.get('exit_code')}",
     Event.STATE_RECOVERED: lambda e: str(e.get("detail")),
+    Event.CHECKPOINT_DOUBT: lambda e: str(e.get("detail")),
 }
 
 

@@ -1,0 +1,199 @@
+"""Checkpoint layouts as the frameworks write them: which checkpoint a restart resumes from.
+
+Each tree is laid out as the framework's own source writes it (the source is named beside each);
+the ones whose files' contents matter are written by torch itself (``torch.save``, torch DCP).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import agent_argv, read_events, run_hacfg
+from hacfg.agent.checkpoints import choose, newest_complete
+
+
+def files(folder: Path, *names: str) -> Path:
+    """``folder`` with the files ``names`` (paths relative to it) in it."""
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"\0")
+    return folder
+
+
+# megatron.core.dist_checkpointing writes DCP's files, its common state and its config.
+TORCH_DIST = (".metadata", "__0_0.distcp", "__1_0.distcp", "common.pt", "metadata.json")
+
+
+def test_nemo_checkpoints_are_ordered_by_their_step_field(tmp_path):
+    # NeMo's megatron_gpt configs name saves '{val_loss:.2f}-{step}-{consumed_samples}'; Lightning
+    # inserts the field names; a distributed checkpoint is a folder (NeMo 1), and save_last keeps a -last copy.
+    for name in (
+        "megatron_gpt--val_loss=2.45-step=1000-consumed_samples=64000.0",
+        "megatron_gpt--val_loss=2.31-step=2000-consumed_samples=128000.0",
+        "megatron_gpt--val_loss=2.31-step=2000-consumed_samples=128000.0-last",
+    ):
+        files(tmp_path / name, *TORCH_DIST)
+    found = newest_complete(tmp_path)
+    assert (found.step, found.path.name) == (2000, "megatron_gpt--val_loss=2.31-step=2000-consumed_samples=128000.0")
+
+
+def test_nemo_2_weights_count_and_an_unfinished_marker_is_honoured(tmp_path):
+    # NeMo 2 (nemo/lightning/ckpt_utils.py): weights/ holds the DCP checkpoint, context/ the config;
+    # ModelCheckpoint touches '<name>-unfinished' before a save and removes it once every rank is done.
+    done = "llama3_8b--val_loss=2.31-step=2000-consumed_samples=128000.0"
+    saving = "llama3_8b--val_loss=2.20-step=3000-consumed_samples=192000.0"
+    for name in (done, saving):
+        files(tmp_path / name, *(f"weights/{f}" for f in TORCH_DIST), "context/io.json", "context/model.yaml")
+    files(tmp_path, f"{saving}-unfinished")
+    assert newest_complete(tmp_path).path == tmp_path / done
+    (tmp_path / f"{saving}-unfinished").unlink()
+    assert newest_complete(tmp_path).path == tmp_path / saving
+
+
+def test_megatron_resumes_what_its_tracker_names_not_a_newer_torch_dist_folder(tmp_path):
+    # megatron/training/checkpointing.py: iter_{:07d}/; the tracker is rewritten once the save is done.
+    files(tmp_path / "iter_0000100", *TORCH_DIST)
+    files(tmp_path / "iter_0000200", *TORCH_DIST)  # DCP's .metadata is there; the tracker has not moved
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("100")
+    assert newest_complete(tmp_path).path == tmp_path / "iter_0000100"
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("200")
+    assert newest_complete(tmp_path).path == tmp_path / "iter_0000200"
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("300")  # its folder removed: Megatron would stop
+    tracker = tmp_path / "latest_checkpointed_iteration.txt"
+    assert choose(tmp_path) == (None, (f"{tracker} names '300', whose folder iter_0000300 is not there: no checkpoint is resumed",))
+
+
+def test_megatron_legacy_and_release_folders(tmp_path):
+    files(tmp_path / "iter_0000100", "mp_rank_00/model_optim_rng.pt", "mp_rank_01/model_optim_rng.pt")
+    files(tmp_path / "iter_0000200", "mp_rank_00/model_optim_rng.pt")  # rank 1 still saving
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("100\n")
+    assert newest_complete(tmp_path).path == tmp_path / "iter_0000100"
+    files(tmp_path / "release", "mp_rank_00/model_optim_rng.pt")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("release")
+    assert newest_complete(tmp_path).path == tmp_path / "release"
+
+
+# deepspeed/runtime/engine.py: a ZeRO save's model and optimizer states per rank, under the tag.
+DEEPSPEED = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt")
+
+
+def test_deepspeed_latest_that_dangles_falls_back_to_the_newest_saved_before_it_with_a_doubt(tmp_path):
+    files(tmp_path / "global_step100", *DEEPSPEED)
+    files(tmp_path / "global_step200", *DEEPSPEED)
+    files(tmp_path / "global_step400", "zero_pp_rank_0_mp_rank_00_optim_states.pt")  # being saved after latest's
+    (tmp_path / "latest").write_text("global_step300")  # its folder removed by a clean-up script
+    found, doubts = choose(tmp_path)
+    assert found.path == tmp_path / "global_step200"
+    assert doubts == (f"{tmp_path / 'latest'} names 'global_step300', which is not there: {found.path} is resumed",)
+    (tmp_path / "latest").write_text("global_step100")
+    assert choose(tmp_path) == (newest_complete(tmp_path), ())
+    assert newest_complete(tmp_path).path == tmp_path / "global_step100"
+    (tmp_path / "latest").write_text("global_step50")  # nothing saved before it: said, not silent
+    assert choose(tmp_path) == (None, (f"{tmp_path / 'latest'} names 'global_step50', which is not there: no checkpoint is resumed",))
+
+
+@pytest.mark.slow
+def test_the_agent_says_so_when_deepspeeds_latest_dangles(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    files(ckpt / "global_step200", *DEEPSPEED)
+    (ckpt / "latest").write_text("global_step300")
+    argv = [*agent_argv(tmp_path / "state", "--checkpoint-path", str(ckpt)), sys.executable, "-c",
+            "import os; print(os.environ['HACFG_RESUME_FROM'])"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert result.stdout == f"{ckpt}/global_step200\n"
+    assert f"[hacfg] {ckpt}/latest names 'global_step300', which is not there" in result.stderr
+    (doubt,) = [e for e in read_events(tmp_path / "state") if e["event"] == "checkpoint_doubt"]
+    assert (doubt["resume_from"], doubt["detail"].split(",")[0]) == (f"{ckpt}/global_step200", f"{ckpt}/latest names 'global_step300'")
+    shown = run_hacfg("events", tmp_path / "state" / "events.jsonl").out
+    assert f"checkpoint_doubt  {ckpt}/latest names 'global_step300', which is not there" in shown
+
+
+def test_lightning_checkpoint_files_are_read_by_their_step_field(tmp_path):
+    # Lightning's ModelCheckpoint: filename '{epoch}-{step}' by default, '-v1' when a name is taken.
+    files(tmp_path, "epoch=1-step=2000.ckpt", "epoch=2-step=3000-v1.ckpt", "epoch=3.ckpt")  # no step field: no step
+    found = newest_complete(tmp_path)
+    assert (found.step, found.path) == (3000, tmp_path / "epoch=2-step=3000-v1.ckpt")
+
+
+def test_lightning_deepspeed_strategy_folders_are_complete_once_latest_is_written(tmp_path):
+    # Lightning's DeepSpeedStrategy.save_checkpoint: deepspeed_engine.save_checkpoint(filepath, tag="checkpoint").
+    files(tmp_path / "epoch=2-step=3000.ckpt", "latest", *(f"checkpoint/{f}" for f in DEEPSPEED))
+    (tmp_path / "epoch=2-step=3000.ckpt" / "latest").write_text("checkpoint")
+    files(tmp_path / "epoch=3-step=4000.ckpt", *(f"checkpoint/{f}" for f in DEEPSPEED))  # latest not written yet
+    assert newest_complete(tmp_path).path == tmp_path / "epoch=2-step=3000.ckpt"
+
+
+def test_two_layouts_saving_the_same_step_is_a_doubt(tmp_path):
+    files(tmp_path / "checkpoint-300", "model.safetensors", "trainer_state.json")
+    files(tmp_path / "step_300", "state.pt", ".complete")
+    found, doubts = choose(tmp_path)
+    assert found.step == 300
+    other = ({tmp_path / "checkpoint-300", tmp_path / "step_300"} - {found.path}).pop()
+    assert doubts == (f"step 300 is saved by more than one layout: {found.path} is resumed ({found.layout}), not {other}",)
+
+
+def test_hugging_face_trainer_is_complete_once_trainer_state_is_written(tmp_path):
+    # transformers' Trainer._save_checkpoint: model, optimizer, scheduler, RNG state, then trainer_state.json.
+    files(tmp_path / "checkpoint-500", "model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")
+    files(tmp_path / "checkpoint-1000", "model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth")
+    assert newest_complete(tmp_path).path == tmp_path / "checkpoint-500"
+
+
+def lightning_checkpoint(path: Path, epoch: int, step: int, sharded: bool = False) -> None:
+    """What Lightning's ``dump_checkpoint`` saves (trainer/connectors/checkpoint_connector.py), through
+    torch.save; ``sharded``: its unsharded part, as megatron.core.dist_checkpointing keeps it in common.pt."""
+    torch = pytest.importorskip("torch")
+    checkpoint = {
+        "epoch": epoch,
+        "global_step": step,
+        "pytorch-lightning_version": "2.5.0",
+        "state_dict": {"layer.weight": torch.zeros(2, 2)},
+        "loops": {"fit_loop": {"epoch_loop.state_dict": {"_batches_that_stepped": step}}},
+        "callbacks": {},
+        "optimizer_states": [{"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]}],
+        "lr_schedulers": [],
+    }
+    if sharded:
+        del checkpoint["state_dict"], checkpoint["optimizer_states"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint, path)
+
+
+@pytest.mark.slow
+def test_lightning_last_ckpt_carries_its_step_inside(tmp_path):
+    lightning_checkpoint(tmp_path / "epoch=1-step=2000.ckpt", 1, 2000)
+    lightning_checkpoint(tmp_path / "epoch=2-step=3000.ckpt", 2, 3000)
+    lightning_checkpoint(tmp_path / "last.ckpt", 2, 3500)  # save_last=True: a copy at every save
+    found = newest_complete(tmp_path)
+    assert (found.step, found.path) == (3500, tmp_path / "last.ckpt")
+    (tmp_path / "last.ckpt").unlink()
+    (tmp_path / "last.ckpt").symlink_to("epoch=2-step=3000.ckpt")  # save_last="link"
+    assert newest_complete(tmp_path).step == 3000
+
+
+@pytest.mark.slow
+def test_torch_dcp_and_torchtitan_step_folders(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+
+    state = {"model": {"weight": torch.arange(4.0)}, "step": 10}
+    dcp.save(state, checkpoint_id=tmp_path / "step-10")  # torchtitan: checkpoints/step-N
+    dcp.save(state, checkpoint_id=tmp_path / "step-20")
+    (tmp_path / "step-20" / ".metadata").unlink()  # as a save killed before FileSystemWriter.finish leaves it
+    assert newest_complete(tmp_path).path == tmp_path / "step-10"
+    dcp.save(state, checkpoint_id=tmp_path / "iter_0000030")  # Megatron's, and no tracker names it
+    assert newest_complete(tmp_path).path == tmp_path / "step-10"
+
+
+@pytest.mark.slow
+def test_nemo_2_default_names_without_a_step_are_ordered_by_the_step_they_hold(tmp_path):
+    # nemo/lightning/nemo_logger.py under MegatronStrategy: '{name}--{monitor:.4f}-{epoch}-{consumed_samples}'.
+    for samples, step in ((64000, 1000), (128000, 2000)):
+        folder = files(tmp_path / f"default--reduced_train_loss=2.3100-epoch=0-consumed_samples={samples}.0", *(f"weights/{f}" for f in TORCH_DIST))
+        lightning_checkpoint(folder / "weights" / "common.pt", 0, step, sharded=True)
+    found = newest_complete(tmp_path)
+    assert (found.step, found.path.name) == (2000, "default--reduced_train_loss=2.3100-epoch=0-consumed_samples=128000.0")
