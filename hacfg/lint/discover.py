@@ -72,7 +72,18 @@ MODELARTS_KINDS = frozenset(
     }
 )
 SCENARIO_KEYS = frozenset(
-    {"scenario", "extends", "job", "checkpoint", "restart", "hang", "passthrough", "precheck", "operator_retry"}
+    {
+        "scenario",
+        "extends",
+        "job",
+        "checkpoint",
+        "restart",
+        "hang",
+        "passthrough",
+        "precheck",
+        "operator_retry",
+        "kubernetes",
+    }
 )
 
 
