@@ -22,7 +22,7 @@ from typing import Any
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 from hacfg.plugin import kubernetes as k8s
 
-from .kubernetes import KubernetesTarget, config_map, config_volume, container, kubernetes_name
+from .kubernetes import KubernetesTarget, config_map, container, kubernetes_name, volumes
 
 REPLICATED_JOB = "node"  # also the container's name, as in Kubeflow's runtimes
 JOB_ID_FIELD = f"metadata.labels['{k8s.JOBSET_UID_LABEL}']"
@@ -37,7 +37,7 @@ def jobset_spec(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
     nodes, in_place = config.job.nodes, config.kubernetes.restart_strategy == "InPlaceRestart"
     options = ("--rdzv-endpoint", f"{name}-{REPLICATED_JOB}-0-0.{name}") if nodes > 1 else ()
     worker = container(config, built, name, task=REPLICATED_JOB, job_id_field=JOB_ID_FIELD, agent_options=options)
-    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [worker], "volumes": [config_volume(name)]}
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [worker], "volumes": volumes(config, name)}
     job: dict[str, Any] = {
         "completionMode": "Indexed",  # JOB_COMPLETION_INDEX is the node's rank
         "completions": nodes,

@@ -15,6 +15,7 @@ from hacfg.plugin import Build, HAConfig, Target, dump_yaml, scenario_document
 CONFIG_DIR = "/etc/hacfg"
 CONFIG_FILE = "ha.yaml"
 CONFIG_VOLUME = "hacfg-config"
+CHECKPOINT_VOLUME = "checkpoint"
 GROUP_SECRET_KEY = "secret"
 DEVICE_RESOURCE = {"gpu": "nvidia.com/gpu", "npu": "huawei.com/Ascend910"}
 # The job's name for the agent's restart counters: the same for every pod of the job and across its
@@ -54,14 +55,24 @@ def container(
     if cards:
         made["resources"] = {"limits": {DEVICE_RESOURCE[job.accelerator]: cards}}
     made["volumeMounts"] = [{"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True}]
-    if config.checkpoint.path and "://" not in config.checkpoint.path:
-        built.notes.append(f"mount shared storage at {config.checkpoint.path} (checkpoint.path) in every pod")
+    path, claim = config.checkpoint.path, config.kubernetes.checkpoint_claim
+    if path and claim:
+        made["volumeMounts"].append({"name": CHECKPOINT_VOLUME, "mountPath": path})
+    elif path and "://" not in path:
+        built.notes.append(
+            f"mount shared storage at {path} (checkpoint.path) in every pod: kubernetes.checkpoint_claim names "
+            "a PersistentVolumeClaim to mount there"
+        )
     return made
 
 
-def config_volume(name: str) -> dict[str, Any]:
-    """The pod's volume of the ConfigMap :func:`config_map` writes."""
-    return {"name": CONFIG_VOLUME, "configMap": {"name": f"{name}-hacfg"}}
+def volumes(config: HAConfig, name: str) -> list[dict[str, Any]]:
+    """The pod's volumes: the ConfigMap :func:`config_map` writes, and the checkpoint claim."""
+    found: list[dict[str, Any]] = [{"name": CONFIG_VOLUME, "configMap": {"name": f"{name}-hacfg"}}]
+    if config.checkpoint.path and config.kubernetes.checkpoint_claim:
+        claim = {"claimName": config.kubernetes.checkpoint_claim}
+        found.append({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": claim})
+    return found
 
 
 def config_map(config: HAConfig, name: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 from hacfg.plugin import kubernetes as k8s
 
 from .jobset import REPLICATED_JOB, JobSet, jobset_spec
-from .kubernetes import config_map, config_volume, kubernetes_name
+from .kubernetes import config_map, kubernetes_name, volumes
 
 MANAGER = "hacfg"  # who owns the runtime patch
 
@@ -66,7 +66,7 @@ def _on_runtime(config: HAConfig, built: Build, name: str, spec: dict[str, Any])
     if "resources" in ours:
         trainer["resourcesPerNode"] = ours["resources"]
     mount = {"name": REPLICATED_JOB, "volumeMounts": ours["volumeMounts"]}
-    patch = {"containers": [mount], "volumes": [config_volume(name)]}
+    patch = {"containers": [mount], "volumes": volumes(config, name)}
     replicated = {"name": REPLICATED_JOB, "template": {"spec": {"template": {"spec": patch}}}}
     built.notes.append(
         f"ClusterTrainingRuntime {runtime!r} decides the restarts: hacfg's policy (docs/kubernetes.md) holds only "

@@ -14,7 +14,7 @@ from typing import Any
 
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 
-from .kubernetes import KubernetesTarget, config_map, config_volume, container, kubernetes_name
+from .kubernetes import KubernetesTarget, config_map, container, kubernetes_name, volumes
 
 TASK = "worker"
 # The pod's PodGroup, <job name>-<job uid> on current Volcano.
@@ -60,7 +60,7 @@ class Volcano(KubernetesTarget):
                             "spec": {
                                 "restartPolicy": "Never",
                                 "containers": [container(config, built, name, task=TASK, job_id_field=JOB_ID_FIELD)],
-                                "volumes": [config_volume(name)],
+                                "volumes": volumes(config, name),
                             }
                         },
                     }

@@ -10,7 +10,7 @@ import shlex
 import pytest
 import yaml
 
-from conftest import REPO, SHARED
+from conftest import REPO, SHARED, findings
 from hacfg.plugin.provided import presets
 from hacfg.scenario.config import load_config
 
@@ -233,3 +233,46 @@ def test_the_output_is_deterministic(cli, target):
     first, _ = build(cli, target, LLAMA)
     again, _ = build(cli, target, LLAMA)
     assert first == again
+
+
+CLAIMED = "version: 1\nscenario: multi-node\njob: {name: t, nodes: 2, image: img, command: python train.py}\ncheckpoint: {path: /mnt/ckpt, resume: true}\nrestart: {max: 4}\nkubernetes: {checkpoint_claim: llama-ckpt%s}\n"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("strategy", ["", ", restart_strategy: InPlaceRestart, service_account: jobset-in-place-restart"])
+def test_hacfg_lint_of_the_output_is_clean(cli, write, tmp_path, target, strategy):
+    out = tmp_path / f"{target}.yaml"
+    assert cli("build", "--target", target, write("ha.yaml", CLAIMED % strategy), "-o", out).code == 0
+    result = cli("lint", "-f", "json", out)
+    report = json.loads(result.out)
+    assert (result.code, report["findings"], report["summary"]["files"]) == (0, [], 1)  # linted, and clean
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_checkpoint_claim_is_mounted_at_the_checkpoint_path(cli, write, target):
+    objects, result = build(cli, target, write("ha.yaml", CLAIMED % ""))
+    pod = job_spec(objects)["template"]["spec"]
+    assert pod["volumes"][1] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "llama-ckpt"}}
+    assert pod["containers"][0]["volumeMounts"][1] == {"name": "checkpoint", "mountPath": "/mnt/ckpt"}
+    assert "mount shared storage" not in result.err
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_without_a_claim_lint_says_what_the_build_noted(cli, tmp_path, target):
+    out = tmp_path / f"{target}.yaml"
+    built = cli("build", "--target", target, LLAMA, "-o", out)
+    assert "mount shared storage at /mnt/sfs/llama/ckpt (checkpoint.path) in every pod" in built.err
+    assert findings(cli, out, keys=("rule", "logical_path")) == {("HA032", f"{jobset_path(target)}.replicatedJobs[0].template.spec.template.spec.containers[0].name")}
+
+
+def jobset_path(target):
+    return {"jobset": "spec", "trainjob": "spec.template.spec"}[target]
+
+
+def test_training_manifests_are_found_by_content(cli, tmp_path):
+    (tmp_path / "pretrain.yaml").write_text((REPO / "tests/rules/HA033/fires.yaml").read_text())
+    (tmp_path / "web.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 1}\n")
+    assert findings(cli, tmp_path, keys="path") == {str(tmp_path / "pretrain.yaml")}  # the Deployment is not read
+    assert "HA033" in findings(cli, tmp_path, keys="rule")
+    named = cli("lint", tmp_path / "web.yaml")
+    assert "web.yaml: not a scenario file or a ModelArts request body; skipped" in named.err

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
         JobBody,
         JobCheck,
         JobContext,
+        Manifest,
+        ManifestContext,
         Problem,
         Rule,
         ScenarioCheck,
@@ -56,6 +58,8 @@ __all__ = [
     "JobCheck",
     "JobContext",
     "Kind",
+    "Manifest",
+    "ManifestContext",
     "Problem",
     "Rule",
     "ScenarioCheck",
@@ -110,8 +114,8 @@ __all__ = [
 _HOME = {
     "hacfg.plugin.hookspecs": ("hookimpl",),
     "hacfg.plugin.rules": (
-        "FileContext", "Fix", "JobBody", "JobCheck", "JobContext", "Problem", "Rule", "ScenarioCheck",
-        "ScenarioContext", "annotation_path", "rule",
+        "FileContext", "Fix", "JobBody", "JobCheck", "JobContext", "Manifest", "ManifestContext", "Problem", "Rule",
+        "ScenarioCheck", "ScenarioContext", "annotation_path", "rule",
     ),
     "hacfg.plugin.targets": ("Build", "Target", "dump_yaml", "schema_file"),
     "hacfg.plugin.precheck": (

@@ -410,6 +410,16 @@ SCHEMA = {
                             },
                         },
                     },
+                    {
+                        'name': 'checkpoint_claim',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                            },
+                        },
+                    },
                 ],
             },
         },

@@ -205,7 +205,7 @@ class Reliability:
 
 @dataclass(frozen=True, kw_only=True)
 class Kubernetes:
-    """What only the jobset and trainjob targets read: how JobSet restarts, and a runtime to reuse."""
+    """What only the Kubernetes targets read: the checkpoint storage, how JobSet restarts, a runtime to reuse."""
 
     __pydantic_config__: ClassVar[dict[str, Any]] = _SECTION
 
@@ -220,6 +220,10 @@ class Kubernetes:
     runtime: Annotated[
         StrictStr | None,
         Field(description="An existing ClusterTrainingRuntime for the trainjob target; unset, hacfg writes one."),
+    ] = None
+    checkpoint_claim: Annotated[
+        StrictStr | None,
+        Field(description="A PersistentVolumeClaim holding checkpoint.path, mounted there in every pod."),
     ] = None
 
 
