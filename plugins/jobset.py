@@ -35,8 +35,7 @@ def jobset_spec(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
     from hacfg.plugin import RETRY_ELSEWHERE  # here: every build imports this plugin, few use it
 
     nodes, in_place = config.job.nodes, config.kubernetes.restart_strategy == "InPlaceRestart"
-    options = ("--rdzv-endpoint", f"{name}-{REPLICATED_JOB}-0-0.{name}") if nodes > 1 else ()
-    worker = container(config, built, name, task=REPLICATED_JOB, job_id_field=JOB_ID_FIELD, agent_options=options)
+    worker = node_container(config, built, name)
     pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [worker], "volumes": volumes(config, name)}
     job: dict[str, Any] = {
         "completionMode": "Indexed",  # JOB_COMPLETION_INDEX is the node's rank
@@ -61,6 +60,12 @@ def jobset_spec(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
         "network": {"enableDNSHostnames": True},  # node 0 at NAME-node-0-0.NAME for the agents' rendezvous
         "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": {"spec": job}}],
     }
+
+
+def node_container(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
+    """A node's container: the agent finds node 0 at its stable hostname, <jobset>-node-0-0.<subdomain>."""
+    options = ("--rdzv-endpoint", f"{name}-{REPLICATED_JOB}-0-0.{name}") if config.job.nodes > 1 else ()
+    return container(config, built, name, task=REPLICATED_JOB, job_id_field=JOB_ID_FIELD, agent_options=options)
 
 
 def pod_failure_rules(retry_elsewhere: int) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 from hacfg.plugin import kubernetes as k8s
 
-from .jobset import REPLICATED_JOB, JobSet, jobset_spec
+from .jobset import REPLICATED_JOB, JobSet, jobset_spec, node_container
 from .kubernetes import config_map, kubernetes_name, volumes
 
 MANAGER = "hacfg"  # who owns the runtime patch
@@ -29,9 +29,9 @@ class TrainJob(JobSet):
     def build(self, config: HAConfig) -> Build:
         built = Build({})
         name = kubernetes_name(config, built)
-        spec = jobset_spec(config, built, name)
         train_job: dict[str, Any] = {"apiVersion": k8s.TRAINER_API, "kind": "TrainJob", "metadata": {"name": name}}
         if config.kubernetes.runtime is None:
+            spec = jobset_spec(config, built, name)
             runtime = {
                 "apiVersion": k8s.TRAINER_API,
                 "kind": "TrainingRuntime",
@@ -46,22 +46,28 @@ class TrainJob(JobSet):
             built.origins[("items", 1, "spec", "template", "spec", "failurePolicy", "maxRestarts")] = ("restart", "max")
             built.origins[("items", 1, "spec", "mlPolicy", "numNodes")] = ("job", "nodes")
             return built
-        train_job["spec"] = _on_runtime(config, built, name, spec)
+        train_job["spec"] = _on_runtime(config, built, name)
         self.listed(built, config_map(config, name), train_job)
         built.origins[("items", 1, "spec", "trainer", "numNodes")] = ("job", "nodes")
         return built
+
+    def missing(self, config: HAConfig, document: dict[str, Any]) -> list[str]:
+        """A runtime of the user's restarts as it says: a restart strategy of the scenario's would be ignored."""
+        found = super().missing(config, document)
+        if config.kubernetes.runtime and config.kubernetes.restart_strategy != "Recreate":
+            found.append(f"kubernetes.restart_strategy is runtime {config.kubernetes.runtime!r}'s to set")
+        return found
 
 
 def _reference(kind: str, name: str) -> dict[str, str]:
     return {"apiGroup": k8s.TRAINER_API.partition("/")[0], "kind": kind, "name": name}
 
 
-def _on_runtime(config: HAConfig, built: Build, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+def _on_runtime(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
     """The TrainJob's spec on an existing runtime: our container's settings as the trainer's, the
     ConfigMap mounted by a patch of the runtime's trainer Job."""
     runtime = config.kubernetes.runtime or ""
-    pod = spec["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    ours = pod["containers"][0]
+    ours = node_container(config, built, name)
     trainer = {"image": ours["image"], "command": ours["command"], "numNodes": config.job.nodes, "env": ours["env"]}
     if "resources" in ours:
         trainer["resourcesPerNode"] = ours["resources"]

@@ -56,7 +56,7 @@ SCENARIOS = {
     "single-node": "version: 1\nscenario: single-node\njob: {name: one, image: img, command: python train.py, accelerator: cpu}\n",
     "no-restart": "version: 1\nscenario: multi-node\njob: {name: t, nodes: 2, image: img, command: x}\nrestart: {max: 0}\n",
     "in-place": f"version: 1\nscenario: multi-node\njob: {{name: t, nodes: 2, image: img, command: x}}\nrestart: {{max: 3}}\n{IN_PLACE}",
-    "runtime": "version: 1\nscenario: multi-node\njob: {name: t, nodes: 2, image: img, command: x, flavor: x.8xlarge}\nkubernetes: {runtime: torch-distributed}\n",
+    "runtime": "version: 1\nscenario: multi-node\njob: {name: t, nodes: 2, image: img, command: x, flavor: x.8xlarge}\nrestart: {max: 3, pod_reschedules: 1}\nkubernetes: {runtime: torch-distributed}\n",
 }
 
 
@@ -206,6 +206,7 @@ def test_a_trainjob_on_an_existing_runtime_carries_the_agent_and_the_scenario(cl
     pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert pod["volumes"] == [{"name": "hacfg-config", "configMap": {"name": config_map["metadata"]["name"]}}]
     assert "ClusterTrainingRuntime 'torch-distributed' decides the restarts" in result.err
+    assert "pod_reschedules" not in result.err and "maxRestarts" not in json.dumps(objects)  # the runtime's to say
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -276,3 +277,19 @@ def test_training_manifests_are_found_by_content(cli, tmp_path):
     assert "HA033" in findings(cli, tmp_path, keys="rule")
     named = cli("lint", tmp_path / "web.yaml")
     assert "web.yaml: not a scenario file or a ModelArts request body; skipped" in named.err
+
+
+def test_a_restart_strategy_on_an_existing_runtime_is_refused(cli, write):
+    """The runtime's failure policy decides: an InPlaceRestart of the scenario's would silently not happen."""
+    path = write("ha.yaml", SCENARIOS["runtime"].replace("{runtime: torch-distributed}", "{runtime: torch-distributed, restart_strategy: BlockingRecreate}"))
+    result = cli("build", "--target", "trainjob", path)
+    assert (result.code, result.out) == (2, "")
+    assert result.err == f"{path}:3:6: the trainjob job is incomplete: kubernetes.restart_strategy is runtime 'torch-distributed''s to set\n"
+
+
+def test_volcano_mounts_the_checkpoint_claim_too(cli, write):
+    """The pod is built in one place for every Kubernetes target."""
+    objects, _ = build(cli, "volcano", write("ha.yaml", CLAIMED % ""))
+    pod = objects[1]["spec"]["tasks"][0]["template"]["spec"]
+    assert pod["volumes"][1] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "llama-ckpt"}}
+    assert pod["containers"][0]["volumeMounts"][1] == {"name": "checkpoint", "mountPath": "/mnt/ckpt"}
