@@ -9,7 +9,6 @@ from typing import Any
 from hacfg.plugin import Manifest, ManifestContext, Problem, Rule, hookimpl, rule
 from hacfg.plugin import kubernetes as k8s
 
-RETRY_ELSEWHERE = 138  # hacfg agent's "retry elsewhere", Kubeflow's user-defined retryable code
 # Volume sources that live and die with the pod, or only hold what Kubernetes hands it; a hostPath stays
 # on a node a restart may leave.
 NOT_DURABLE = frozenset({"configMap", "secret", "downwardAPI", "projected", "emptyDir", "ephemeral", "hostPath"})
@@ -55,6 +54,8 @@ def jobset_fails_on_retry_elsewhere(ctx: ManifestContext) -> Iterator[Problem]:
     pod's failure exceeds `backoffLimit` and restarts the JobSet, or put a `RestartJobSet` rule
     that matches it before the `FailJobSet` one. `hacfg build --target jobset` writes both.
     """
+    from hacfg.plugin import RETRY_ELSEWHERE  # here: only a manifest that restarts pays for the restart rules
+
     if not _restarting(ctx):
         return
     rules = ctx.manifest.failure_policy.get("rules")
@@ -62,14 +63,13 @@ def jobset_fails_on_retry_elsewhere(ctx: ManifestContext) -> Iterator[Problem]:
         failure = _job_failure_on(job, RETRY_ELSEWHERE)
         name = ctx.manifest.get((*path, "name"))
         matched = _first_rule(rules, failure, name) if failure else None
-        if matched is not None and matched[1].get("action") == k8s.FAIL_JOBSET:
-            at = (*(ctx.manifest.jobset_at or ()), "failurePolicy", "rules", matched[0], "action")
-            reason = failure[0] if failure else ""
-            yield Problem(
-                at,
-                f"a pod of {name!r} exiting {RETRY_ELSEWHERE} (retry elsewhere) fails its Job with {reason} and this "
-                f"rule fails the JobSet: keep {RETRY_ELSEWHERE} out of the FailJob codes, or restart on it first",
-            )
+        if failure is None or matched is None or matched[1].get("action") != k8s.FAIL_JOBSET:
+            continue
+        yield Problem(
+            (*(ctx.manifest.jobset_at or ()), "failurePolicy", "rules", matched[0], "action"),
+            f"a pod of {name!r} exiting {RETRY_ELSEWHERE} (retry elsewhere) fails its Job with {failure[0]} and "
+            f"this rule fails the JobSet: keep {RETRY_ELSEWHERE} out of the FailJob codes, or restart on it first",
+        )
 
 
 def _job_failure_on(job: dict[Any, Any], code: int) -> tuple[str, str] | None:
