@@ -2,12 +2,12 @@
 
 Sources: JobSet's API (``jobset.x-k8s.io/v1alpha2``, ``api/jobset/v1alpha2/jobset_types.go`` and
 ``pkg/controllers/failure_policy.go``), Kubeflow Trainer v2 (``trainer.kubeflow.org/v1alpha1``) and the
-``batch/v1`` Job's ``podFailurePolicy``; the CRDs are named in docs/kubernetes.md.
+``batch/v1`` Job's ``podFailurePolicy``. docs/kubernetes.md names the CRDs' commits.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
@@ -21,21 +21,12 @@ TRAINING_KINDS = frozenset(
     }
 )
 
-# A name Kubernetes takes for the objects it makes hostnames of (RFC 1035), as TrainJob's CRD checks it.
-DNS_LABEL_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
-DNS_LABEL_MAX = 63
-
 RestartStrategy = Literal["Recreate", "BlockingRecreate", "InPlaceRestart"]
-RESTART_STRATEGIES: tuple[RestartStrategy, ...] = get_args(RestartStrategy)
 
-# failurePolicy.rules[].action; a Job failure no rule matches gets RestartJobSet.
+# failurePolicy.rules[].action hacfg writes; a Job failure no rule matches gets RestartJobSet.
 FAIL_JOBSET = "FailJobSet"
 RESTART_JOBSET = "RestartJobSet"
 RESTART_JOBSET_UNCOUNTED = "RestartJobSetAndIgnoreMaxRestarts"
-RESTART_JOB = "RestartJob"
-RESTART_JOB_UNCOUNTED = "RestartJobAndIgnoreMaxRestarts"
-RESTARTS = (RESTART_JOBSET, RESTART_JOBSET_UNCOUNTED, RESTART_JOB, RESTART_JOB_UNCOUNTED)
-DEFAULT_ACTION = RESTART_JOBSET
 
 # Why a child Job failed (its Failed condition's reason), which failurePolicy rules match on.
 POD_FAILURE_POLICY = "PodFailurePolicy"  # a podFailurePolicy FailJob rule matched
@@ -51,13 +42,10 @@ DISRUPTION_MESSAGE = f"has condition {DISRUPTION}"
 IN_PLACE_BACKOFF_LIMIT = 2147483647
 IN_PLACE_REPLACEMENT = "Failed"
 IN_PLACE_AGENT = "/in-place-restart-agent"
-IN_PLACE_AGENT_ENV = ("JOBSET_NAME", "POD_NAME")
 
 # Labels JobSet puts on every child Job and pod.
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
-# The pod of an Indexed Job learns its index from this variable, which the Job controller sets.
-COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 # The replicated Job that runs the trainer in a Kubeflow runtime: TrainJob's trainer settings go there.
 TRAINER_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_ANCESTOR = "trainer"
