@@ -12,6 +12,8 @@ HOOKS: dict[str, frozenset[str]] = {
     "hacfg.plugins.presets": frozenset({"hacfg_presets"}),
     "hacfg.plugins.modelarts": frozenset({"hacfg_targets"}),
     "hacfg.plugins.volcano": frozenset({"hacfg_targets"}),
+    "hacfg.plugins.jobset": frozenset({"hacfg_targets"}),
+    "hacfg.plugins.trainjob": frozenset({"hacfg_targets"}),
     "hacfg.plugins.rules": frozenset({"hacfg_rules"}),
     "hacfg.plugins.prechecks": frozenset({"hacfg_prechecks"}),
     "hacfg.plugins.classifiers": frozenset({"hacfg_classify_failure"}),

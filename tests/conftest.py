@@ -22,6 +22,8 @@ from hacfg.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 CHILDREN = REPO / "tests" / "children"  # small programs the agent supervises
+# The reference documents live beside the repository (``../shared``), or beside a folder holding it, as a worktree.
+SHARED = next((folder / "shared" for folder in REPO.parents if (folder / "shared").is_dir()), REPO.parent / "shared")
 
 
 @dataclass

@@ -37,6 +37,12 @@ def test_volcano_and_modelarts_variables_place_the_node():
     assert not found.leader
 
 
+def test_an_indexed_jobs_completion_index_is_the_rank():
+    """What a JobSet's pod has: the Job controller's index, node 0's host on the agent's command line."""
+    found = spec({"JOB_COMPLETION_INDEX": "1"}, config_nodes=2, endpoint="t-node-0-0.t")
+    assert (found.nnodes, found.rank, found.host, found.port) == (2, 1, "t-node-0-0.t", DEFAULT_PORT)
+
+
 def test_torchrun_variables_and_flags_win_over_the_platforms():
     env = {"MA_NUM_HOSTS": "2", "NODE_RANK": "1", "VC_TASK_INDEX": "0", "MASTER_ADDR": "10.0.0.5"}
     assert (spec(env).rank, spec(env).host) == (1, "10.0.0.5")

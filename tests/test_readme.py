@@ -60,7 +60,7 @@ def test_the_quick_start_builds(readme_project):
     assert result.code == 0, result.err
 
 
-@pytest.mark.parametrize("section", ["Building", "Adopting hacfg for an existing job", "Beyond ModelArts: Volcano on any Kubernetes", "Linting"])
+@pytest.mark.parametrize("section", ["Building", "Adopting hacfg for an existing job", "Beyond ModelArts: Volcano on any Kubernetes", "Beyond Volcano: JobSet and Kubeflow Trainer", "Linting"])
 def test_every_command_runs_as_written(readme_project, section):
     found = commands(section)
     assert found, f"no hacfg commands in README section {section!r}"

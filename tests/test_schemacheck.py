@@ -64,7 +64,7 @@ def mutate(document, rng: random.Random):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target_name", ["modelarts", "volcano"])
+@pytest.mark.parametrize("target_name", ["modelarts", "volcano", "jobset", "trainjob"])
 def test_the_verdict_on_mutated_outputs_is_jsonschemas(target_name):
     target, documents = outputs(target_name)
     schema = json.loads(target.schema.read_text())
@@ -79,7 +79,7 @@ def test_the_verdict_on_mutated_outputs_is_jsonschemas(target_name):
     assert verdicts.count(True) > 100 and verdicts.count(False) > 100  # both kinds were tried
 
 
-@pytest.mark.parametrize("target_name", ["modelarts", "volcano"])
+@pytest.mark.parametrize("target_name", ["modelarts", "volcano", "jobset", "trainjob"])
 def test_every_shipped_output_passes_without_jsonschema(target_name):
     target, documents = outputs(target_name)
     schema = json.loads(target.schema.read_text())
@@ -96,7 +96,7 @@ SCHEMAS = [
     {"type": "object", "required": ["a"], "properties": {"a": {"type": "string", "minLength": 1, "maxLength": 1}}},
     {"properties": {"a": False}, "additionalProperties": {"type": "integer", "minimum": 0}},
     {"patternProperties": {"^[ab]$": {"type": "array"}}, "additionalProperties": False},
-    {"propertyNames": {"pattern": "^[a-z]$"}, "maxProperties": 2},
+    {"propertyNames": {"pattern": "^[a-z]$"}, "maxProperties": 2}, {"minProperties": 2},
     {"dependentRequired": {"a": ["b"]}},
     {"prefixItems": [{"type": "null"}, {"type": "boolean"}], "items": False, "minItems": 1},
     {"prefixItems": [{"type": "integer"}], "maxItems": 2},

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, findings, read_events, run_hacfg
+from conftest import REPO, SHARED, findings, read_events, run_hacfg
 from hacfg.agent.prechecks import prechecks
 from hacfg.plugin.precheck import GiB, PrecheckContext, PrecheckSettings
 from hacfg.plugin.provided import presets as available_presets
@@ -33,8 +33,6 @@ from hacfg.restart.policy import Budgets, Policy, decide
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.config import load_config
 
-# The documents live beside the repository (``../shared``), or beside a folder holding it, as a worktree.
-SHARED = next((folder / "shared" for folder in REPO.parents if (folder / "shared").is_dir()), REPO.parent / "shared")
 DOCUMENTS = {
     "ha-configuration.txt": SHARED / "seeds" / "ha-configuration.txt",
     "ha-scenarios.txt": SHARED / "seeds" / "ha-scenarios.txt",

@@ -131,6 +131,10 @@ def _dependent_required(check: _Check, dependent: dict[str, list[str]], instance
     return all(each in instance for name, needs in dependent.items() if name in instance for each in needs)
 
 
+def _min_properties(check: _Check, least: int, instance: Any, schema: dict[str, Any]) -> bool:
+    return not isinstance(instance, dict) or len(instance) >= least
+
+
 def _max_properties(check: _Check, most: int, instance: Any, schema: dict[str, Any]) -> bool:
     return not isinstance(instance, dict) or len(instance) <= most
 
@@ -200,6 +204,7 @@ KEYWORDS: dict[str, Callable[[_Check, Any, Any, dict[str, Any]], bool]] = {
     "propertyNames": _property_names,
     "required": _required,
     "dependentRequired": _dependent_required,
+    "minProperties": _min_properties,
     "maxProperties": _max_properties,
     "prefixItems": _prefix_items,
     "items": _items,

@@ -2,15 +2,17 @@
 
 Under a directory: files named like scenario files (``ha.yaml``, ``*.ha.yaml``) or matching
 the ``include`` setting, and any ``*.json``/``*.yaml``/``*.yml`` whose content is a scenario
-file or a ModelArts request body. ``.gitignore`` is respected (also in the folders above, up to
-the repository's root, and ``.git/info/exclude``); version-control folders, virtualenvs,
+file, a ModelArts request body, or a JobSet or Kubeflow Trainer manifest (by apiVersion and
+kind). ``.gitignore`` is respected (also in the folders above, up to the repository's root, and
+``.git/info/exclude``); version-control folders, virtualenvs,
 ``node_modules`` and tool caches are skipped, other hidden folders (``.modelarts/``) are not.
 
 A file named on the command line is read whatever its name, unless its content is plainly
-something else (a Kubernetes manifest, ``package.json``): that is skipped with a note. With
+something else (another Kubernetes object, ``package.json``): that is skipped with a note. With
 ``force_exclude`` (what pre-commit hooks use) named files are chosen like files in a walk.
 Anything with a ``fault-tolerance/*`` annotation is a request body, even the platform docs'
-snippet of bare metadata. In a YAML file of several documents, the bodies and scenarios are linted.
+snippet of bare metadata. In a YAML file of several documents, the bodies, scenarios and training
+manifests are linted (of ``hacfg build --target jobset``'s output, the JobSet, not the ConfigMap).
 
 Each file is read once, however many paths lead to it. A file that another one ``extends:``
 is a base: its keys and values are checked, and the risks are judged in the files that extend it.
@@ -27,6 +29,7 @@ from typing import Any, NamedTuple
 
 from hacfg.lint.settings import Settings
 from hacfg.scenario import modelarts as ma
+from hacfg.scenario.kubernetes import training_kind
 from hacfg.scenario.source import MAX_BYTES, Document, InputError, load_all, parse_all
 
 SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
@@ -72,7 +75,18 @@ MODELARTS_KINDS = frozenset(
     }
 )
 SCENARIO_KEYS = frozenset(
-    {"scenario", "extends", "job", "checkpoint", "restart", "hang", "passthrough", "precheck", "operator_retry"}
+    {
+        "scenario",
+        "extends",
+        "job",
+        "checkpoint",
+        "restart",
+        "hang",
+        "passthrough",
+        "precheck",
+        "operator_retry",
+        "kubernetes",
+    }
 )
 
 
@@ -115,16 +129,25 @@ def is_scenario(data: Any) -> bool:
     return isinstance(data, dict) and "version" in data and "scenario" in data
 
 
+def is_manifest(data: Any) -> bool:
+    """A JobSet, TrainJob or (Cluster)TrainingRuntime, by its apiVersion and kind."""
+    return training_kind(data) is not None
+
+
+def _lintable(data: Any) -> bool:
+    return is_request_body(data) or is_scenario(data) or is_manifest(data)
+
+
 def ours(documents: list[Document] | tuple[Document, ...]) -> list[Document]:
-    """The documents to lint: a file's only one, or of several those that are bodies or scenarios."""
+    """The documents to lint: a file's only one, or of several the bodies, scenarios and manifests."""
     if len(documents) == 1:
         return list(documents)
-    return [doc for doc in documents if is_request_body(doc.data) or is_scenario(doc.data)]
+    return [doc for doc in documents if _lintable(doc.data)]
 
 
 def _foreign(data: Any) -> bool:
-    """Plainly not ours: a Kubernetes object, or a mapping with no scenario key that is no body."""
-    if not isinstance(data, dict):
+    """Plainly not ours: another Kubernetes object, or a mapping with no scenario key that is no body."""
+    if not isinstance(data, dict) or is_manifest(data):
         return False
     return "apiVersion" in data or not (is_request_body(data) or SCENARIO_KEYS & data.keys())
 
@@ -219,7 +242,7 @@ def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str], te
             notes.append(f"{path}: not a scenario file or a ModelArts request body; skipped")
             return None
         return found
-    return found if any(is_request_body(doc.data) or is_scenario(doc.data) for doc in chosen) else None
+    return found if any(_lintable(doc.data) for doc in chosen) else None
 
 
 def _may_be_ours(path: Path, text: str | None) -> bool:

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hacfg.lint.discover import choose_named, discover, is_request_body, ours
+from hacfg.lint.discover import choose_named, discover, is_manifest, is_request_body, ours
 from hacfg.lint.settings import Settings, find_settings, read_settings
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin import provided
-from hacfg.plugin.rules import Fix, JobBody, JobContext, Problem, Rule, ScenarioContext
+from hacfg.plugin.rules import Fix, JobBody, JobContext, Manifest, ManifestContext, Problem, Rule, ScenarioContext
 from hacfg.scenario.config import (
     ConfigError,
     ConfigInvalid,
@@ -252,8 +252,10 @@ def _plugin_failures(anchor: str | None) -> Iterator[Finding]:
 
 
 def kind_of(document: Document) -> Kind:
-    """A ModelArts request body, or else a scenario file."""
-    return "job" if is_request_body(document.data) else "scenario"
+    """A ModelArts request body, a JobSet or Kubeflow Trainer manifest, or else a scenario file."""
+    if is_request_body(document.data):
+        return "job"
+    return "manifest" if is_manifest(document.data) else "scenario"
 
 
 def lint_file(
@@ -408,9 +410,12 @@ class _FileLinter:
                 span = self.own.span(())
                 self.findings.append(finding_at("HA000", self.rules, span, (), message.splitlines()[0]))
 
-    def context(self, platform: str | None) -> ScenarioContext | JobContext | None:
-        if kind_of(self.own) == "job":
+    def context(self, platform: str | None) -> ScenarioContext | JobContext | ManifestContext | None:
+        kind = kind_of(self.own)
+        if kind != "scenario":
             chosen_platform = platform or self.settings.platform or "huaweicloud"
+            if kind == "manifest":
+                return ManifestContext(self.own, self.own, chosen_platform, Manifest(self.own.data))
             return JobContext(self.own, self.own, chosen_platform, JobBody(self.own.data))
         file_platform = self.own.data.get("platform") if isinstance(self.own.data, dict) else None
         chosen = platform or (file_platform if isinstance(file_platform, str) else None) or self.settings.platform

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
         JobBody,
         JobCheck,
         JobContext,
+        Manifest,
+        ManifestContext,
         Problem,
         Rule,
         ScenarioCheck,
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     from hacfg.plugin.targets import Build, Target, dump_yaml, schema_file
     from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
     from hacfg.restart.vocabulary import Cause
-    from hacfg.scenario import modelarts
+    from hacfg.scenario import kubernetes, modelarts
     from hacfg.scenario.config import deep_merge
     from hacfg.scenario.model import HAConfig, format_duration, scenario_document
     from hacfg.scenario.names import Kind, Platform, Scenario, Severity
@@ -56,6 +58,8 @@ __all__ = [
     "JobCheck",
     "JobContext",
     "Kind",
+    "Manifest",
+    "ManifestContext",
     "Problem",
     "Rule",
     "ScenarioCheck",
@@ -79,6 +83,7 @@ __all__ = [
     "LogicalPath",
     "Platform",
     "Scenario",
+    "kubernetes",
     "modelarts",
     "passthrough_overrides",
     # what rules compute with, hacfg plan's model: import it inside the check, so a lint pays only when it runs
@@ -109,8 +114,8 @@ __all__ = [
 _HOME = {
     "hacfg.plugin.hookspecs": ("hookimpl",),
     "hacfg.plugin.rules": (
-        "FileContext", "Fix", "JobBody", "JobCheck", "JobContext", "Problem", "Rule", "ScenarioCheck",
-        "ScenarioContext", "annotation_path", "rule",
+        "FileContext", "Fix", "JobBody", "JobCheck", "JobContext", "Manifest", "ManifestContext", "Problem", "Rule",
+        "ScenarioCheck", "ScenarioContext", "annotation_path", "rule",
     ),
     "hacfg.plugin.targets": ("Build", "Target", "dump_yaml", "schema_file"),
     "hacfg.plugin.precheck": (
@@ -127,8 +132,8 @@ _HOME = {
     "hacfg.scenario.source": ("Document", "LogicalPath", "did_you_mean", "lookup"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
-# Modules of facts a plugin reads whole: ``from hacfg.plugin import modelarts as ma``.
-_MODULES = {"modelarts": "hacfg.scenario.modelarts"}
+# Modules of facts a plugin reads whole: ``from hacfg.plugin import modelarts as ma``, ``kubernetes as k8s``.
+_MODULES = {"modelarts": "hacfg.scenario.modelarts", "kubernetes": "hacfg.scenario.kubernetes"}
 
 
 def __getattr__(name: str) -> Any:

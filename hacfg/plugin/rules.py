@@ -3,7 +3,8 @@
 A rule is a check per kind of file. :func:`rule` turns a check of scenario files into a
 :class:`Rule`, whose docstring is the long help ``hacfg explain`` prints (first line the
 summary; then What it does / Why is this bad? / Example / Fix); ``@the_rule.job`` adds its
-check of ModelArts request bodies. A rule reads the kinds of file it has checks for::
+check of ModelArts request bodies, ``@the_rule.manifest`` its check of JobSet and Kubeflow
+Trainer manifests. A rule reads the kinds of file it has checks for::
 
     @rule("HA001", "restart-without-checkpoint", "error")
     def restart_without_checkpoint(ctx: ScenarioContext) -> Iterator[Problem]:
@@ -15,7 +16,8 @@ check of ModelArts request bodies. A rule reads the kinds of file it has checks 
     def restart_without_checkpoint_in_body(ctx: JobContext) -> Iterator[Problem]:
         ...
 
-A rule that reads only request bodies is made with ``@rule(..., kind="job")``. A plugin hands
+A rule that reads only request bodies is made with ``@rule(..., kind="job")``, one that reads
+only manifests with ``kind="manifest"``. A plugin hands
 its rules to hacfg from the ``hacfg_rules`` hook.
 """
 
@@ -23,10 +25,11 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
+from hacfg.scenario import kubernetes as k8s
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.names import Kind, Severity
 from hacfg.scenario.source import Document, LogicalPath, dotted, lookup
@@ -125,8 +128,16 @@ class JobContext(FileContext):
         return self.body.environments
 
 
+@dataclass(frozen=True)
+class ManifestContext(FileContext):
+    """A JobSet, TrainJob or (Cluster)TrainingRuntime, as written: ``manifest`` reads it however malformed."""
+
+    manifest: Manifest
+
+
 ScenarioCheck = Callable[[ScenarioContext], Iterable[Problem]]
 JobCheck = Callable[[JobContext], Iterable[Problem]]
+ManifestCheck = Callable[[ManifestContext], Iterable[Problem]]
 
 
 @dataclass(eq=False)
@@ -139,11 +150,16 @@ class Rule:
     help: str
     scenario_check: ScenarioCheck | None = None
     job_check: JobCheck | None = None
+    manifest_check: ManifestCheck | None = None
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
         """The kinds of file this rule reads: those it has a check for."""
-        checks: tuple[tuple[Kind, object], ...] = (("scenario", self.scenario_check), ("job", self.job_check))
+        checks: tuple[tuple[Kind, object], ...] = (
+            ("scenario", self.scenario_check),
+            ("job", self.job_check),
+            ("manifest", self.manifest_check),
+        )
         return tuple(kind for kind, check in checks if check is not None)
 
     @property
@@ -160,10 +176,17 @@ class Rule:
         self.job_check = check
         return check
 
-    def problems(self, ctx: ScenarioContext | JobContext) -> Iterable[Problem]:
+    def manifest(self, check: ManifestCheck) -> ManifestCheck:
+        """Decorator: ``check`` is this rule's check of JobSet and Kubeflow Trainer manifests."""
+        self.manifest_check = check
+        return check
+
+    def problems(self, ctx: ScenarioContext | JobContext | ManifestContext) -> Iterable[Problem]:
         """What this rule finds in one file; nothing when it does not read that kind."""
         if isinstance(ctx, ScenarioContext):
             return self.scenario_check(ctx) if self.scenario_check else ()
+        if isinstance(ctx, ManifestContext):
+            return self.manifest_check(ctx) if self.manifest_check else ()
         return self.job_check(ctx) if self.job_check else ()
 
 
@@ -173,6 +196,8 @@ def rule(
 ) -> Callable[[ScenarioCheck], Rule]: ...
 @overload
 def rule(id: str, name: str, severity: Severity, *, kind: Literal["job"]) -> Callable[[JobCheck], Rule]: ...
+@overload
+def rule(id: str, name: str, severity: Severity, *, kind: Literal["manifest"]) -> Callable[[ManifestCheck], Rule]: ...
 def rule(id: str, name: str, severity: Severity, *, kind: Kind = "scenario") -> Callable[[Any], Rule]:  # noqa: A002
     """Turn a check of ``kind`` files into a :class:`Rule`; the function's docstring is its help."""
     if not RULE_ID.fullmatch(id):
@@ -182,6 +207,8 @@ def rule(id: str, name: str, severity: Severity, *, kind: Kind = "scenario") -> 
         made = Rule(id, name, severity, inspect.cleandoc(check.__doc__ or ""))
         if kind == "scenario":
             made.scenario_check = check
+        elif kind == "manifest":
+            made.manifest_check = check
         else:
             made.job_check = check
         return made
@@ -258,6 +285,66 @@ class JobBody:
 
 def _mapping(value: Any) -> dict[Any, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+@dataclass
+class Manifest:
+    """Read access to a JobSet or Kubeflow Trainer manifest that may be malformed in any way."""
+
+    data: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return k8s.training_kind(self.data) or ""
+
+    @property
+    def jobset_at(self) -> LogicalPath | None:
+        """Where the JobSet spec is: the JobSet's own, a runtime's template; a TrainJob has none."""
+        return {"JobSet": ("spec",), "TrainJob": None}.get(self.kind, ("spec", "template", "spec"))
+
+    def get(self, path: LogicalPath) -> Any:
+        return lookup(self.data, path)
+
+    @property
+    def failure_policy(self) -> dict[Any, Any]:
+        return _mapping(self.get((*self.jobset_at, "failurePolicy"))) if self.jobset_at else {}
+
+    @property
+    def max_restarts(self) -> int:
+        """``failurePolicy.maxRestarts``; 0 when unset or not a number (JobSet's default)."""
+        value = self.failure_policy.get("maxRestarts")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    def replicated_jobs(self) -> Iterator[tuple[LogicalPath, dict[Any, Any]]]:
+        """Each replicated Job's path and its Job spec (``template.spec``)."""
+        if self.jobset_at is None:
+            return
+        for index, replicated in enumerate(_list(self.get((*self.jobset_at, "replicatedJobs")))):
+            path = (*self.jobset_at, "replicatedJobs", index)
+            yield path, _mapping(lookup(replicated, ("template", "spec")))
+
+    @staticmethod
+    def pod(job: dict[Any, Any]) -> dict[Any, Any]:
+        """A Job spec's pod spec."""
+        return _mapping(lookup(job, ("template", "spec")))
+
+    @staticmethod
+    def containers(pod: dict[Any, Any], *, init: bool = False) -> list[dict[Any, Any]]:
+        """A pod's containers (with ``init``, its init containers too), the malformed ones left out."""
+        found = _list(pod.get("containers")) + (_list(pod.get("initContainers")) if init else [])
+        return [c for c in found if isinstance(c, dict)]
+
+    @staticmethod
+    def command_line(container: dict[Any, Any]) -> str:
+        """What a container runs, as one line: its command, its args, and its environment's values (where a
+        launcher is handed the worker's command, or a script its resume path)."""
+        words = [str(word) for word in _list(container.get("command")) + _list(container.get("args"))]
+        words += [str(e.get("value", "")) for e in _list(container.get("env")) if isinstance(e, dict)]
+        return " ".join(words)
 
 
 def annotation_path(key: str) -> LogicalPath:

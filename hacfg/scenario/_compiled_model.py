@@ -371,6 +371,59 @@ SCHEMA = {
             },
         },
         {
+            'name': 'kubernetes',
+            'default_factory': model.Kubernetes,
+            'schema': {
+                'type': 'dataclass',
+                'cls': model.Kubernetes,
+                'forbid_extra': True,
+                'fields': [
+                    {
+                        'name': 'restart_strategy',
+                        'default': 'Recreate',
+                        'schema': {
+                            'type': 'literal',
+                            'expected': [
+                                'Recreate',
+                                'BlockingRecreate',
+                                'InPlaceRestart',
+                            ],
+                        },
+                    },
+                    {
+                        'name': 'service_account',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                            },
+                        },
+                    },
+                    {
+                        'name': 'runtime',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                            },
+                        },
+                    },
+                    {
+                        'name': 'checkpoint_claim',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'str',
+                            },
+                        },
+                    },
+                ],
+            },
+        },
+        {
             'name': 'operator_retry',
             'default': False,
             'schema': {

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from hacfg.scenario import modelarts as ma
+from hacfg.scenario.kubernetes import RestartStrategy
 from hacfg.scenario.names import Platform, Scenario
 
 if TYPE_CHECKING:
@@ -203,6 +204,30 @@ class Reliability:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Kubernetes:
+    """What only the Kubernetes targets read: the checkpoint storage, how JobSet restarts, a runtime to reuse."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _SECTION
+
+    restart_strategy: Annotated[
+        RestartStrategy,
+        Field(description="JobSet failurePolicy.restartStrategy (InPlaceRestart: see docs/kubernetes.md)."),
+    ] = "Recreate"
+    service_account: Annotated[
+        StrictStr | None,
+        Field(description="The pods' serviceAccountName (InPlaceRestart: one that may patch its own pod)."),
+    ] = None
+    runtime: Annotated[
+        StrictStr | None,
+        Field(description="An existing ClusterTrainingRuntime for the trainjob target; unset, hacfg writes one."),
+    ] = None
+    checkpoint_claim: Annotated[
+        StrictStr | None,
+        Field(description="A PersistentVolumeClaim holding checkpoint.path, mounted there in every pod."),
+    ] = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class HAConfig:
     """A training job's fault-tolerance intent."""
 
@@ -220,6 +245,7 @@ class HAConfig:
     restart: Restart = field(default_factory=Restart)
     hang: Hang = field(default_factory=Hang)
     reliability: Reliability = field(default_factory=Reliability)
+    kubernetes: Kubernetes = field(default_factory=Kubernetes)
     operator_retry: Annotated[
         StrictBool, Field(description="fault-tolerance/hccl_op_retry (Ascend supernode pools only).")
     ] = False

@@ -17,7 +17,7 @@ PLATFORMS: tuple[Platform, ...] = get_args(Platform)
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("info", "warning", "error")  # in rising order
 
-Kind = Literal["scenario", "job"]  # the kinds of file a rule can read
+Kind = Literal["scenario", "job", "manifest"]  # the kinds of file a rule can read
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 

@@ -2,7 +2,8 @@
 
 The flags are torchrun's (``--nnodes``, ``--node-rank``, ``--rdzv-endpoint``); without them the
 job's environment says: ModelArts (``MA_NUM_HOSTS``, ``VC_TASK_INDEX``), Volcano
-(``VC_WORKER_NUM``, ``VC_WORKER_HOSTS``) or torchrun's own variables.
+(``VC_WORKER_NUM``, ``VC_WORKER_HOSTS``), an Indexed Job (``JOB_COMPLETION_INDEX``, as in a JobSet)
+or torchrun's own variables.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from hacfg.scenario.source import InputError
 
 DEFAULT_PORT = 29400  # torchrun's c10d rendezvous port
+# Where the job tells a node its rank: torchrun, ModelArts and Volcano, a Kubernetes Indexed Job (JobSet), torch.
+RANK_VARIABLES = ("NODE_RANK", "VC_TASK_INDEX", "JOB_COMPLETION_INDEX", "GROUP_RANK")
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ def resolve_spec(
     count = nnodes or config_nodes or _int(env, "VC_WORKER_NUM", "MA_NUM_HOSTS", "WORLD_SIZE_NODES") or 1
     if count <= 1:
         return None
-    rank = node_rank if node_rank is not None else _int(env, "NODE_RANK", "VC_TASK_INDEX", "GROUP_RANK")
+    rank = node_rank if node_rank is not None else _int(env, *RANK_VARIABLES)
     if rank is None:
         raise InputError(
             f"a {count}-node job needs this node's rank: pass --node-rank or set NODE_RANK"

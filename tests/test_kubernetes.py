@@ -1,0 +1,327 @@
+"""The JobSet and Kubeflow TrainJob targets: objects that validate against their CRDs, with the same
+intents as the Volcano and ModelArts targets mapped to JobSet's failure policy."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+
+import pytest
+import yaml
+
+from conftest import REPO, SHARED, findings
+from hacfg.plugin.provided import presets
+from hacfg.scenario.config import load_config
+
+SCHEMAS = SHARED / "reference" / "schemas"
+CRD_FILES = {
+    "JobSet": "jobset.x-k8s.io_jobsets.yaml",
+    "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
+    "TrainingRuntime": "trainer.kubeflow.org_trainingruntimes.yaml",
+}
+TARGETS = ("jobset", "trainjob")
+LLAMA = REPO / "examples/llama-pretrain/ha.yaml"
+
+
+@functools.cache
+def crd_schema(kind: str) -> dict:
+    [version] = yaml.load((SCHEMAS / CRD_FILES[kind]).read_text(), Loader=yaml.CSafeLoader)["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def build(cli, target, path):
+    result = cli("build", "--target", target, path)
+    assert result.code == 0, result.err
+    return list(yaml.safe_load_all(result.out)), result
+
+
+def jobset_spec(objects):
+    """The JobSet spec in either target's output: the JobSet's, or the TrainingRuntime's template."""
+    [spec] = [o["spec"] if o["kind"] == "JobSet" else o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("JobSet", "TrainingRuntime")]
+    return spec
+
+
+def job_spec(objects):
+    return jobset_spec(objects)["replicatedJobs"][0]["template"]["spec"]
+
+
+def scenario(write, restart="{max: 4}", extra=""):
+    return write("ha.yaml", f"version: 1\nscenario: multi-node\njob: {{name: t, nodes: 2, image: img, command: python train.py}}\nrestart: {restart}\n{extra}")
+
+
+IN_PLACE = "kubernetes: {restart_strategy: InPlaceRestart, service_account: jobset-in-place-restart}\n"
+SCENARIOS = {
+    "llama": None,
+    "single-node": "version: 1\nscenario: single-node\njob: {name: one, image: img, command: python train.py, accelerator: cpu}\n",
+    "no-restart": "version: 1\nscenario: multi-node\njob: {name: t, nodes: 2, image: img, command: x}\nrestart: {max: 0}\n",
+    "in-place": f"version: 1\nscenario: multi-node\njob: {{name: t, nodes: 2, image: img, command: x}}\nrestart: {{max: 3}}\n{IN_PLACE}",
+    "runtime": "version: 1\nscenario: multi-node\njob: {name: t, nodes: 2, image: img, command: x, flavor: x.8xlarge}\nrestart: {max: 3, pod_reschedules: 1}\nkubernetes: {runtime: torch-distributed}\n",
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", SCENARIOS)
+def test_every_object_validates_against_its_crd(cli, write, target, case):
+    from jsonschema import Draft202012Validator
+
+    path = LLAMA if SCENARIOS[case] is None else write("ha.yaml", SCENARIOS[case])
+    objects, _ = build(cli, target, path)
+    assert objects[0]["kind"] == "ConfigMap"
+    checked = [o["kind"] for o in objects[1:]]
+    for obj in objects[1:]:
+        assert [e.message for e in Draft202012Validator(crd_schema(obj["kind"])).iter_errors(obj)] == [], obj["kind"]
+    expected = {"jobset": ["JobSet"], "trainjob": ["TrainJob"] if case == "runtime" else ["TrainingRuntime", "TrainJob"]}
+    assert checked == expected[target]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_shipped_schema_embeds_the_crds_unchanged(target):
+    shipped = json.loads((REPO / f"schemas/{target}.schema.json").read_text())
+    embedded = {"jobset": {"jobset": "JobSet"}, "trainjob": {"trainJob": "TrainJob", "trainingRuntime": "TrainingRuntime"}}
+    for key, kind in embedded[target].items():
+        assert shipped["$defs"][key] == crd_schema(kind)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_exit_138_restarts_the_jobset_counted_against_restart_max(cli, write, target):
+    objects, _ = build(cli, target, scenario(write))
+    policy = jobset_spec(objects)["failurePolicy"]
+    assert policy["maxRestarts"] == 4
+    # 138 is no FailJob code: the pod's failure exceeds backoffLimit 0, and that reason restarts, counted
+    assert job_spec(objects)["backoffLimit"] == 0
+    assert 138 in job_spec(objects)["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"]
+    assert policy["rules"][2] == {"name": "retryElsewhere", "action": "RestartJobSet", "onJobFailureReasons": ["BackoffLimitExceeded"]}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_user_error_fails_the_jobset_without_a_restart(cli, write, target):
+    """The agent gives up with the command's own code: FailJob on it, then FailJobSet on that reason."""
+    objects, _ = build(cli, target, scenario(write))
+    assert job_spec(objects)["podFailurePolicy"]["rules"][1] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "node", "operator": "NotIn", "values": [137, 138, 143]},
+    }
+    assert jobset_spec(objects)["failurePolicy"]["rules"][1] == {"name": "userError", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_disruption_restarts_uncounted_before_any_exit_code_is_read(cli, write, target):
+    objects, _ = build(cli, target, scenario(write))
+    assert job_spec(objects)["podFailurePolicy"]["rules"][0] == {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert jobset_spec(objects)["failurePolicy"]["rules"][0] == {
+        "name": "disruption",
+        "action": "RestartJobSetAndIgnoreMaxRestarts",
+        "onJobFailureReasons": ["PodFailurePolicy"],
+        "onJobFailureMessagePatterns": ["has condition DisruptionTarget"],  # the Job controller's message for a pod condition
+    }
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_restart_max_0_restarts_nothing(cli, write, target):
+    objects, _ = build(cli, target, scenario(write, restart="{max: 0}"))
+    assert jobset_spec(objects)["failurePolicy"] == {"maxRestarts": 0}  # no rule restarts, not even uncounted
+    assert "podFailurePolicy" not in job_spec(objects)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_pod_reschedules_have_no_place_and_are_reported_not_invented(cli, write, target):
+    without, _ = build(cli, target, scenario(write))
+    objects, result = build(cli, target, scenario(write, restart="{max: 4, pod_reschedules: 2}"))
+    assert "restart.pod_reschedules (2) has no place in a JobSet" in result.err
+    assert jobset_spec(objects) == jobset_spec(without)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_in_place_restart_brings_its_prerequisites(cli, write, target):
+    objects, result = build(cli, target, scenario(write, restart="{max: 3}", extra=IN_PLACE))
+    assert jobset_spec(objects)["failurePolicy"]["restartStrategy"] == "InPlaceRestart"
+    job = job_spec(objects)
+    assert (job["backoffLimit"], job["podReplacementPolicy"]) == (2147483647, "Failed")
+    pod = job["template"]["spec"]
+    assert pod["serviceAccountName"] == "jobset-in-place-restart"
+    [container] = pod["containers"]
+    # JobSet's agent runs ours; our 138 restarts the container in place, which JobSet spreads to every pod
+    assert container["command"] == ["/in-place-restart-agent"]
+    env = {e["name"]: e for e in container["env"]}
+    assert shlex.split(env["WORKER_COMMAND"]["value"])[:4] == ["hacfg", "agent", "--config", "/etc/hacfg/ha.yaml"]
+    assert {"JOBSET_NAME", "POD_NAME"} <= env.keys()
+    assert container["restartPolicyRules"] == [{"action": "Restart", "exitCodes": {"operator": "In", "values": [138]}}]
+    assert "in-place restart agent at /in-place-restart-agent" in result.err
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_in_place_restart_without_a_service_account_is_refused(cli, write, target):
+    path = scenario(write, extra="kubernetes: {restart_strategy: InPlaceRestart}\n")
+    result = cli("build", "--target", target, path)
+    assert (result.code, result.out) == (2, "")
+    assert result.err == f"{path}:3:6: the {target} job is incomplete: InPlaceRestart needs kubernetes.service_account, one that may patch its own pod\n"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_group_is_found_the_kubernetes_way(cli, target):
+    objects, result = build(cli, target, LLAMA)
+    job = job_spec(objects)
+    assert (job["completionMode"], job["completions"], job["parallelism"]) == ("Indexed", 4, 4)  # rank: the completion index
+    assert jobset_spec(objects)["network"] == {"enableDNSHostnames": True}
+    [container] = job["template"]["spec"]["containers"]
+    assert container["command"] == [
+        "hacfg", "agent", "--config", "/etc/hacfg/ha.yaml", "--rdzv-endpoint", "llama-pretrain-node-0-0.llama-pretrain",
+        "--", "/bin/sh", "-c", "bash run.sh",
+    ]  # node 0's stable hostname: <jobset>-<replicated job>-<job index>-<pod index>.<subdomain, the jobset's name>
+    env = {e["name"]: e for e in container["env"]}
+    assert env["HACFG_GROUP_SECRET"]["valueFrom"] == {"secretKeyRef": {"name": "llama-pretrain-hacfg-group", "key": "secret", "optional": True}}
+    assert env["HACFG_JOB_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-uid']"}}
+    assert "kubectl create secret generic llama-pretrain-hacfg-group" in result.err
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_pod_gets_the_same_intent_without_the_preset(cli, tmp_path, target):
+    objects, _ = build(cli, target, LLAMA)
+    delivered = tmp_path / "ha.yaml"
+    delivered.write_text(objects[0]["data"]["ha.yaml"])
+    assert load_config(delivered, presets()).config == load_config(LLAMA, presets()).config
+
+
+def test_the_trainjob_runs_on_the_runtime_written_beside_it(cli):
+    objects, _ = build(cli, "trainjob", LLAMA)
+    _, runtime, train_job = objects
+    assert train_job["spec"] == {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": "llama-pretrain"}}
+    assert runtime["metadata"]["name"] == "llama-pretrain" and runtime["spec"]["mlPolicy"] == {"numNodes": 4}
+    jobset, _ = build(cli, "jobset", LLAMA)
+    replicated = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    assert replicated.pop("template")["metadata"] == {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}
+    assert jobset_spec(objects) | {"replicatedJobs": []} == jobset[1]["spec"] | {"replicatedJobs": []}
+
+
+def test_a_trainjob_on_an_existing_runtime_carries_the_agent_and_the_scenario(cli, write):
+    objects, result = build(cli, "trainjob", write("ha.yaml", SCENARIOS["runtime"]))
+    config_map, train_job = objects
+    spec = train_job["spec"]
+    assert spec["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "torch-distributed"}
+    trainer = spec["trainer"]
+    assert trainer["command"][:2] == ["hacfg", "agent"] and trainer["numNodes"] == 2
+    assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": 8}}
+    [patch] = spec["runtimePatches"]
+    pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "hacfg-config", "configMap": {"name": config_map["metadata"]["name"]}}]
+    assert "ClusterTrainingRuntime 'torch-distributed' decides the restarts" in result.err
+    assert "pod_reschedules" not in result.err and "maxRestarts" not in json.dumps(objects)  # the runtime's to say
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("job", "what"), [("{image: org/train:1.0}", "no command: set job.command"), ("{command: python train.py}", "no image: set job.image (an image with hacfg installed)")])
+def test_a_job_without_image_or_command_is_refused_in_one_line(cli, write, target, job, what):
+    path = write("ha.yaml", f"version: 1\nscenario: single-node\njob: {job}\n")
+    result = cli("build", "--target", target, path)
+    assert (result.code, result.out) == (2, "")
+    assert result.err == f"{path}:3:6: the {target} job is incomplete: {what}\n"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("name", "why"), [("a" * 46, "is too long"), ("job9_", "does not match"), ("9job", "does not match")])
+def test_a_name_kubernetes_refuses_is_reported_at_job_name(cli, write, target, name, why):
+    """A JobSet's pods are named NAME-node-0-INDEX-xxxxx within 63 characters; TrainJob names begin with a letter."""
+    path = write("ha.yaml", f"version: 1\nscenario: single-node\njob: {{name: {name}, image: org/x:1, command: x}}\n")
+    result = cli("build", "--target", target, path)
+    assert (result.code, result.out) == (2, "")
+    lines = result.err.splitlines()
+    assert lines and all(line.startswith(f"{path}:3:13: {target} output items[") and why in line for line in lines), result.err
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_output_is_deterministic(cli, target):
+    first, _ = build(cli, target, LLAMA)
+    again, _ = build(cli, target, LLAMA)
+    assert first == again
+
+
+CLAIMED = "version: 1\nscenario: multi-node\njob: {name: t, nodes: 2, image: img, command: python train.py}\ncheckpoint: {path: /mnt/ckpt, resume: true}\nrestart: {max: 4}\nkubernetes: {checkpoint_claim: llama-ckpt%s}\n"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("strategy", ["", ", restart_strategy: InPlaceRestart, service_account: jobset-in-place-restart"])
+def test_hacfg_lint_of_the_output_is_clean(cli, write, tmp_path, target, strategy):
+    out = tmp_path / f"{target}.yaml"
+    assert cli("build", "--target", target, write("ha.yaml", CLAIMED % strategy), "-o", out).code == 0
+    result = cli("lint", "-f", "json", out)
+    report = json.loads(result.out)
+    assert (result.code, report["findings"], report["summary"]["files"]) == (0, [], 1)  # linted, and clean
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_checkpoint_claim_is_mounted_at_the_checkpoint_path(cli, write, target):
+    objects, result = build(cli, target, write("ha.yaml", CLAIMED % ""))
+    pod = job_spec(objects)["template"]["spec"]
+    assert pod["volumes"][1] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "llama-ckpt"}}
+    assert pod["containers"][0]["volumeMounts"][1] == {"name": "checkpoint", "mountPath": "/mnt/ckpt"}
+    assert "mount shared storage" not in result.err
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_without_a_claim_lint_says_what_the_build_noted(cli, tmp_path, target):
+    out = tmp_path / f"{target}.yaml"
+    built = cli("build", "--target", target, LLAMA, "-o", out)
+    assert "mount shared storage at /mnt/sfs/llama/ckpt (checkpoint.path) in every pod" in built.err
+    assert findings(cli, out, keys=("rule", "logical_path")) == {("HA032", f"{jobset_path(target)}.replicatedJobs[0].template.spec.template.spec.containers[0].name")}
+
+
+def jobset_path(target):
+    return {"jobset": "spec", "trainjob": "spec.template.spec"}[target]
+
+
+def test_training_manifests_are_found_by_content(cli, tmp_path):
+    (tmp_path / "pretrain.yaml").write_text((REPO / "tests/rules/HA033/fires.yaml").read_text())
+    (tmp_path / "web.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 1}\n")
+    assert findings(cli, tmp_path, keys="path") == {str(tmp_path / "pretrain.yaml")}  # the Deployment is not read
+    assert "HA033" in findings(cli, tmp_path, keys="rule")
+    named = cli("lint", tmp_path / "web.yaml")
+    assert "web.yaml: not a scenario file or a ModelArts request body; skipped" in named.err
+
+
+def test_a_restart_strategy_on_an_existing_runtime_is_refused(cli, write):
+    """The runtime's failure policy decides: an InPlaceRestart of the scenario's would silently not happen."""
+    path = write("ha.yaml", SCENARIOS["runtime"].replace("{runtime: torch-distributed}", "{runtime: torch-distributed, restart_strategy: BlockingRecreate}"))
+    result = cli("build", "--target", "trainjob", path)
+    assert (result.code, result.out) == (2, "")
+    assert result.err == f"{path}:3:6: the trainjob job is incomplete: kubernetes.restart_strategy is runtime 'torch-distributed''s to set\n"
+
+
+def test_volcano_mounts_the_checkpoint_claim_too(cli, write):
+    """The pod is built in one place for every Kubernetes target."""
+    objects, _ = build(cli, "volcano", write("ha.yaml", CLAIMED % ""))
+    pod = objects[1]["spec"]["tasks"][0]["template"]["spec"]
+    assert pod["volumes"][1] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "llama-ckpt"}}
+    assert pod["containers"][0]["volumeMounts"][1] == {"name": "checkpoint", "mountPath": "/mnt/ckpt"}
+
+
+@pytest.mark.slow
+def test_the_pods_agents_form_their_group_from_the_completion_index(cli, tmp_path):
+    """Each "pod" runs the container's own command with only what Kubernetes gives it: the completion index.
+
+    Node 0's hostname resolves only in the cluster, so here the endpoint points at this machine."""
+    import os
+    import socket
+    import subprocess
+
+    pytest.importorskip("torch")  # the group's store
+    scenario = tmp_path / "ha.yaml"
+    scenario.write_text(f"version: 1\nscenario: multi-node\njob: {{name: t, nodes: 2, image: img, command: echo trained}}\ncheckpoint: {{path: {tmp_path}/ckpt, resume: true}}\nrestart: {{max: 2}}\nprecheck: false\n")
+    objects, _ = build(cli, "jobset", scenario)
+    (tmp_path / "pod-ha.yaml").write_text(objects[0]["data"]["ha.yaml"])
+    [container] = job_spec(objects)["template"]["spec"]["containers"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    here = {"/etc/hacfg/ha.yaml": str(tmp_path / "pod-ha.yaml"), "t-node-0-0.t": f"127.0.0.1:{port}", "hacfg": str(REPO / ".venv/bin/hacfg")}
+    argv = [here.get(word, word) for word in container["command"]]
+    assert argv[4:6] == ["--rdzv-endpoint", f"127.0.0.1:{port}"]  # the manifest named node 0's hostname there
+    env = {key: value for key, value in os.environ.items() if key not in ("NODE_RANK", "VC_TASK_INDEX", "GROUP_RANK", "MASTER_ADDR")}
+    nodes = [
+        subprocess.Popen(argv, env={**env, "JOB_COMPLETION_INDEX": str(index), "HACFG_JOB_ID": "uid-1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for index in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=120)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert "node 0 of 2" in outputs[0] and "node 1 of 2" in outputs[1]
+    assert sorted(p.name for p in (tmp_path / "ckpt/.hacfg").iterdir()) == ["node-0", "node-1"]
