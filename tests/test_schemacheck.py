@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 
 from conftest import REPO
 from hacfg.build.schemacheck import IGNORED, KEYWORDS, satisfies
-from hacfg.plugin import provided as registry
+from hacfg.plugin import provided
 from hacfg.scenario.config import load_config
 
 SCENARIOS = [*sorted((REPO / "presets").glob("*.yaml")), *sorted((REPO / "examples").glob("*/ha.yaml"))]
@@ -29,8 +29,8 @@ def jsonschema_says(document, schema) -> bool:
 
 
 def outputs(target_name):
-    target = registry.targets()[target_name]
-    return target, [target.build(load_config(path, registry.presets()).config).document for path in SCENARIOS]
+    target = provided.targets()[target_name]
+    return target, [target.build(load_config(path, provided.presets()).config).document for path in SCENARIOS]
 
 
 def nodes(document, path=()):

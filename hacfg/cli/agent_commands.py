@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 
 
 def _agent_policy(config: Path | None, **overrides: Any) -> Policy:
-    from hacfg.plugin import provided as registry
+    from hacfg.plugin import provided
     from hacfg.restart.policy import load_policy
 
-    return load_policy(config, registry.presets() if config else {}, **overrides)
+    return load_policy(config, provided.presets() if config else {}, **overrides)
 
 
 def run_agent(
@@ -162,9 +162,9 @@ def run_diagnose(logs: Sequence[Path], config: str | None = None, fmt: Literal["
     import json
 
     from hacfg.agent import diagnose
-    from hacfg.plugin import provided as registry
+    from hacfg.plugin import provided
 
-    policy = _agent_policy(registry.preset_or_path(config) if config else None)
+    policy = _agent_policy(provided.preset_or_path(config) if config else None)
     label = diagnose.policy_label(policy, config)
     results = [diagnose.diagnose(diagnose.read_log(path), policy) for path in logs]
     if fmt == "json":

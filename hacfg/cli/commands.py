@@ -105,11 +105,11 @@ def run_build(
 ) -> int:
     """``hacfg build``: compile a scenario file (or a preset) and print or write the result."""
     from hacfg.build.compiler import build_file
-    from hacfg.plugin import provided as registry
+    from hacfg.plugin import provided
 
-    scenario = registry.preset_or_path(file)
+    scenario = provided.preset_or_path(file)
     text, notes = build_file(
-        scenario, target, registry.presets(), registry.targets(), platform=platform, only=only, into=into
+        scenario, target, provided.presets(), provided.targets(), platform=platform, only=only, into=into
     )
     for message in notes:
         note(message)
@@ -323,7 +323,7 @@ def run_plan(
     from hacfg.plan import inputs as planned
     from hacfg.plan import report
     from hacfg.plan.forecast import NotEnough, forecast
-    from hacfg.plugin import provided as registry
+    from hacfg.plugin import provided
     from hacfg.scenario.config import load_config
     from hacfg.scenario.source import InputError
 
@@ -342,7 +342,7 @@ def run_plan(
             raise InputError(f"--{name.replace('_', '-')}: must be longer than 0s")
     if nodes is not None and nodes < 1:
         raise InputError("--nodes: a job has at least 1 node")
-    loaded = load_config(registry.preset_or_path(file), registry.presets())
+    loaded = load_config(provided.preset_or_path(file), provided.presets())
     inputs = planned.from_config(loaded.config, loaded.document.values)
     if from_events:
         from hacfg.agent.records.calibration import measure

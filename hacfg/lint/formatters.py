@@ -12,7 +12,6 @@ from typing import Any
 from hacfg.lint.engine import Finding, Report, RuleSource
 from hacfg.scenario.source import InputError
 
-FORMATS = ("text", "json", "sarif", "github")
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 DOCS_URL = "https://github.com/hacfg/hacfg/blob/main/docs/rules.md"
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}

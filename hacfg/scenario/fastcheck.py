@@ -167,4 +167,3 @@ _CHECKS: dict[str, Callable[[Node, Any, _Place], Any]] = {
     "function-after": _function,
     "dataclass": _dataclass,
 }
-SUPPORTED = frozenset(_CHECKS)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 Scenario = Literal["single-node", "multi-node", "llm-long-term"]
-SCENARIOS: tuple[Scenario, ...] = get_args(Scenario)
 
 Platform = Literal["huaweicloud", "otc"]
 PLATFORMS: tuple[Platform, ...] = get_args(Platform)
