@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hacfg.plugin.provided import presets
 from hacfg.scenario import fastcheck, validation
-from hacfg.scenario._compiled_model import SCHEMA
+from hacfg.scenario._pruned_core_schema import SCHEMA
 from hacfg.scenario.config import with_presets
 from hacfg.scenario.model import HAConfig
 from hacfg.scenario.source import load

@@ -92,7 +92,7 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
         data = {**data, "platform": platform}
     chosen = data.get("platform", "huaweicloud")  # a bad value is reported on its own line; limits need a name
     context = {"platform": chosen if isinstance(chosen, str) else None}
-    from hacfg.scenario._compiled_model import SCHEMA  # generated from hacfg.scenario.model; imports it
+    from hacfg.scenario._pruned_core_schema import SCHEMA  # generated from hacfg.scenario.model; imports it
 
     config: HAConfig | None = fastcheck.validate(SCHEMA, data, context)
     if config is None:

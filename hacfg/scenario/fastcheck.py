@@ -2,7 +2,7 @@
 
 A cold ``hacfg lint`` spends most of its time importing pydantic and building the model's
 validator. This module replays the core schema that pydantic compiles from the scenario model
-(pruned and written to :mod:`hacfg.scenario._compiled_model` by :mod:`hacfg.scenario.validation`), accepting only
+(pruned and written to :mod:`hacfg.scenario._pruned_core_schema` by :mod:`hacfg.scenario.validation`), accepting only
 what both pydantic's strict and lax modes accept unchanged: exact ``str``, ``int``, ``float``, ``bool``,
 ``dict`` and ``timedelta`` values, literals of the same type, the model's own validator
 functions. Anything else, every error included, is declined (``None``) and pydantic decides,

@@ -42,7 +42,7 @@ def _adapter() -> TypeAdapter[HAConfig]:
 
 
 ADAPTER = _adapter()
-COMPILED = Path(__file__).with_name("_compiled_model.py")
+COMPILED = Path(__file__).with_name("_pruned_core_schema.py")
 
 
 def judge(data: dict[str, Any], context: dict[str, Any]) -> HAConfig | list[ErrorDetails]:
@@ -127,7 +127,7 @@ def _compile_field(field: Any) -> dict[str, Any]:
 
 
 def compiled_source() -> str:
-    """The text of :mod:`hacfg.scenario._compiled_model`, from the model as it is now."""
+    """The text of :mod:`hacfg.scenario._pruned_core_schema`, from the model as it is now."""
     return (
         '"""The scenario model\'s core schema, pruned for hacfg.scenario.fastcheck.\n\n'
         "Generated from hacfg.scenario.model by `python -m hacfg.scenario.validation`; do not edit.\n"
