@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from hacfg.plugin.rules import RULE_ID
+from hacfg.plugin.ruletypes import RULE_ID
 
 if TYPE_CHECKING:
     from hacfg.lint.engine import Finding
-    from hacfg.plugin.rules import Rule
+    from hacfg.plugin.ruletypes import Rule
 
 FIXTURE_SUFFIXES = (".yaml", ".yml", ".json")
 _EXPECT = re.compile(r"#\s*expect(-next)?:\s*([A-Za-z0-9_, ]+)")

@@ -45,7 +45,7 @@ def test_broken_plugins_are_named_once_and_everything_else_works(site, cli):
     assert plugin_errors == sorted([
         "plugin 'broken' failed to load: ImportError: libascendcl.so: cannot open shared object file",
         "rule RAI001 of plugin 'raising' raised KeyError: 'spec'",
-        "plugin 'garbage' raised in hacfg_rules: returned int, expected a hacfg.plugin.rules.Rule",
+        "plugin 'garbage' raised in hacfg_rules: returned int, expected a hacfg.plugin.ruletypes.Rule",
         "plugin 'rival' raised in hacfg_rules: rule HA050: the HA prefix is hacfg's own; pick a prefix for your plugin",
         "plugin 'rival' raised in hacfg_rules: rule RAI001 is already provided by broken-plugins",
     ])

@@ -19,7 +19,7 @@ from hacfg.lint.discover import choose_named, discover, is_manifest, is_request_
 from hacfg.lint.settings import Settings, find_settings, read_settings
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin import provided
-from hacfg.plugin.rules import Fix, JobBody, JobContext, Manifest, ManifestContext, Problem, Rule, ScenarioContext
+from hacfg.plugin.ruletypes import Fix, JobBody, JobContext, Manifest, ManifestContext, Problem, Rule, ScenarioContext
 from hacfg.scenario.config import (
     ConfigError,
     ConfigInvalid,

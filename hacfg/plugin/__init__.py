@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from hacfg.plugin.hookspecs import hookimpl
     from hacfg.plugin.precheck import Precheck, PrecheckContext, PrecheckResult, PrecheckSettings, Status, human_size
     from hacfg.plugin.recovery import CheckpointLayout, Classification, Failure, Restart, SavedCheckpoint, step_of
-    from hacfg.plugin.rules import (
+    from hacfg.plugin.ruletypes import (
         FileContext,
         Fix,
         JobBody,
@@ -113,7 +113,7 @@ __all__ = [
 # Where each name of __all__ is defined (the imports above say the same to the type checker).
 _HOME = {
     "hacfg.plugin.hookspecs": ("hookimpl",),
-    "hacfg.plugin.rules": (
+    "hacfg.plugin.ruletypes": (
         "FileContext", "Fix", "JobBody", "JobCheck", "JobContext", "Manifest", "ManifestContext", "Problem", "Rule",
         "ScenarioCheck", "ScenarioContext", "annotation_path", "rule",
     ),

@@ -25,7 +25,7 @@ import pluggy
 if TYPE_CHECKING:  # the extension types; none of their modules imports the plugin machinery
     from hacfg.plugin.precheck import Precheck
     from hacfg.plugin.recovery import CheckpointLayout, Classification, Failure, Restart
-    from hacfg.plugin.rules import Rule
+    from hacfg.plugin.ruletypes import Rule
     from hacfg.plugin.targets import Target
 
 hookspec = pluggy.HookspecMarker("hacfg")
