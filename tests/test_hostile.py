@@ -18,7 +18,7 @@ HOSTILE = REPO / "tests" / "hostile"
 MEMORY_LIMIT = 1 << 30  # the whole hacfg process, parser included
 
 
-def lint(*paths, cwd=None, prefix=()) -> subprocess.CompletedProcess:
+def lint_confined(*paths, cwd=None, prefix=()) -> subprocess.CompletedProcess:
     def limits():
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
@@ -43,7 +43,7 @@ EXPECTED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_hostile_file(name):
-    result = lint(HOSTILE / name)
+    result = lint_confined(HOSTILE / name)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     first = result.stdout.splitlines()[0]
@@ -53,14 +53,14 @@ def test_hostile_file(name):
 
 @pytest.mark.slow
 def test_billion_laughs_is_refused_without_expanding():
-    result = lint(HOSTILE / "billion-laughs.yaml")
+    result = lint_confined(HOSTILE / "billion-laughs.yaml")
     assert "more than 100000 nodes (alias bomb?)" in result.stdout
 
 
 def test_ten_thousand_deep_nesting(tmp_path):
     (tmp_path / "deep.yaml").write_text("a: " + "[" * 10000 + "]" * 10000 + "\n")
     (tmp_path / "deep-map.yaml").write_text("".join(" " * i + "k:\n" for i in range(3000)))
-    result = lint(tmp_path / "deep.yaml", tmp_path / "deep-map.yaml")
+    result = lint_confined(tmp_path / "deep.yaml", tmp_path / "deep-map.yaml")
     # hacfg stops at 200 levels; a newer libyaml may stop first, at its own limit: either is one positioned line
     findings = [line for line in result.stdout.splitlines() if " HA100 error " in line]
     assert len(findings) == 2 and all("nesting" in line for line in findings), result.stdout + result.stderr
@@ -74,13 +74,13 @@ def test_a_50_megabyte_file_is_refused_before_parsing(tmp_path):
         for i in range(1_000_000):
             handle.write(f"    VAR_{i}: {'x' * 40}\n")
     assert big.stat().st_size > 50 << 20
-    result = lint(big)
+    result = lint_confined(big)
     assert result.stdout.startswith(f"{big}:1:1: HA100 error file is larger than 16 MiB")
 
 
 def test_a_directory_named_like_a_file(tmp_path):
     (tmp_path / "ha.yaml").mkdir()
-    result = lint(tmp_path / "ha.yaml")
+    result = lint_confined(tmp_path / "ha.yaml")
     assert result.returncode == 0  # a directory is walked, and this one holds nothing to lint
     assert run_build(tmp_path / "ha.yaml").stderr == f"{tmp_path}/ha.yaml: is a directory, not a file\n"
 
@@ -95,17 +95,17 @@ def test_unreadable_file(tmp_path):
     secret.write_text("version: 1\nscenario: single-node\n")
     secret.chmod(0)
     drop = ("setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search")
-    result = lint(secret, prefix=drop)
+    result = lint_confined(secret, prefix=drop)
     assert (result.returncode, result.stderr) == (2, f"{secret}: cannot read: Permission denied\n")
 
 
 def test_symlink_loop(tmp_path):
     (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
-    result = lint(tmp_path / "loop.yaml")
+    result = lint_confined(tmp_path / "loop.yaml")
     assert (result.returncode, result.stderr) == (2, f"{tmp_path}/loop.yaml: cannot read: Too many levels of symbolic links\n")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "back").symlink_to(tmp_path, target_is_directory=True)
-    assert lint(tmp_path / "sub").returncode == 0  # directory walks do not follow links
+    assert lint_confined(tmp_path / "sub").returncode == 0  # directory walks do not follow links
 
 
 HUGE = "1" * 5000

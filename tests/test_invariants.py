@@ -47,7 +47,8 @@ def hacfg(*args: str | Path, cwd: Path | None = None) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
-def findings(*args: str | Path, cwd: Path | None = None) -> list[dict]:
+def findings_of(*args: str | Path, cwd: Path | None = None) -> list[dict]:
+    """The findings of ``hacfg lint -f json ARGS`` in ``cwd``, without the ``cli`` fixture hypothesis cannot share."""
     result = hacfg("lint", "-f", "json", *args, cwd=cwd)
     return json.loads(result.out)["findings"]
 
@@ -223,9 +224,9 @@ def test_named_walked_and_pre_commit_files_get_the_same_findings(folder):
             path.write_text("---\n".join([yaml_text({"kind": "job", "metadata": {"name": "other"}})] * (documents - 1)) + "---\n" + yaml_text(value))
         else:
             path = written(work, "job", value, fmt)
-        named = findings(path.name, cwd=work)
-        assert described(findings(".", cwd=work)) == described(named)
-        assert described(findings("--force-exclude", path.name, cwd=work)) == described(named)
+        named = findings_of(path.name, cwd=work)
+        assert described(findings_of(".", cwd=work)) == described(named)
+        assert described(findings_of("--force-exclude", path.name, cwd=work)) == described(named)
         if has_fault_tolerance(value):
             assert json.loads(hacfg("lint", "-f", "json", path.name, cwd=work).out)["summary"]["files"] == 1
 
@@ -243,7 +244,7 @@ def test_fix_leaves_nothing_fixable_and_is_idempotent(folder):
         path = written(work, "job", value, fmt)
         hacfg("fix", path.name, cwd=work)
         once = path.read_bytes()
-        assert not [f for f in findings(path.name, cwd=work) if f["fixable"]]
+        assert not [f for f in findings_of(path.name, cwd=work) if f["fixable"]]
         hacfg("fix", path.name, cwd=work)
         assert path.read_bytes() == once
 
@@ -258,7 +259,7 @@ def built_lints_clean(work: Path, target: str, *args: str) -> Result:
     if result.code == 0:
         out = work / ("built.json" if target == "modelarts" else "built.yaml")
         out.write_text(result.out)
-        assert errors(findings(out.name, cwd=work)) == [], result.out
+        assert errors(findings_of(out.name, cwd=work)) == [], result.out
     return result
 
 
@@ -268,7 +269,7 @@ def test_a_scenario_that_lints_clean_builds_and_its_build_lints_clean(folder):
     def property_(value):
         work = fresh(folder)
         (work / "ha.yaml").write_text(yaml_text(value))
-        if errors(findings("ha.yaml", cwd=work)):
+        if errors(findings_of("ha.yaml", cwd=work)):
             event("the scenario has a lint error")
             return
         event("the scenario lints clean")
@@ -337,10 +338,10 @@ def test_import_keeps_every_finding_builds_back_the_body_and_comments_truly(fold
     def property_(body, fmt):
         work = fresh(folder)
         path = written(work, "job", body, fmt)
-        found = findings(path.name, cwd=work)
+        found = findings_of(path.name, cwd=work)
         result = hacfg("import", path.name, "-o", "ha.yaml", cwd=work)
         assert result.code == 0, result.err
-        lost = {f["rule"] for f in found} - {f["rule"] for f in findings("ha.yaml", cwd=work)}
+        lost = {f["rule"] for f in found} - {f["rule"] for f in findings_of("ha.yaml", cwd=work)}
         assert lost == set(), lost
         check_comments((work / "ha.yaml").read_text(), body)
         if errors(found):

@@ -24,7 +24,7 @@ wait
 """
 
 
-def agent(state: Path, script: str, log: Path, env: dict[str, str]) -> subprocess.Popen:
+def start_agent(state: Path, script: str, log: Path, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen([*agent_argv(state), "sh", "-c", script], stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             env={**os.environ, **env}, start_new_session=True)
 
@@ -44,7 +44,7 @@ def alive(procs: dict) -> list[int]:
 @pytest.mark.slow
 def test_the_next_agent_ends_the_tree_a_killed_agent_left(tmp_path):
     state, pids = tmp_path / "state", tmp_path / "pids"
-    first = agent(state, TREE, tmp_path / "first.log", {"PIDS": str(pids)})
+    first = start_agent(state, TREE, tmp_path / "first.log", {"PIDS": str(pids)})
     wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 4)
     old = {int(pid): read_proc(int(pid)) for pid in pids.read_text().split()}
     os.kill(first.pid, signal.SIGKILL)  # the agent alone, however it dies
@@ -52,7 +52,7 @@ def test_the_next_agent_ends_the_tree_a_killed_agent_left(tmp_path):
     time.sleep(0.5)
     survivors = alive(old)
     assert len(survivors) >= 3, "PR_SET_PDEATHSIG ends only the direct child: the rest outlive the agent"
-    second = agent(state, 'echo "second attempt"; sleep 1', tmp_path / "second.log", {})
+    second = start_agent(state, 'echo "second attempt"; sleep 1', tmp_path / "second.log", {})
     try:
         wait_until(lambda: "second attempt" in (tmp_path / "second.log").read_text())
         assert alive(old) == []  # nothing of the first attempt runs beside the second

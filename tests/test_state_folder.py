@@ -14,7 +14,7 @@ from conftest import agent_argv
 from hacfg.agent.records.state import EventLog, read_events
 
 
-def agent(state: Path, *command: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def agent_in(state: Path, *command: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``hacfg agent`` around a shell command, its state in ``state``."""
     return subprocess.run([*agent_argv(state, *options), *command], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
 
@@ -25,7 +25,7 @@ def test_a_link_where_a_state_file_goes_is_refused_and_its_target_untouched(tmp_
     state.mkdir()
     victim.write_text("precious\n")
     (state / name).symlink_to(victim)
-    result = agent(state, "true")
+    result = agent_in(state, "true")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"{state / name}: is a symbolic link: the agent never writes through one in its state folder; remove it"]
     assert victim.read_text() == "precious\n"
@@ -38,7 +38,7 @@ def test_a_state_folder_of_another_user_is_refused(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
     os.chown(state, 4242, 4242)
-    result = agent(state, "true")
+    result = agent_in(state, "true")
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"{state}: the state folder belongs to another user (uid 4242, not 0): pass --state-dir a folder of your own"]
     assert list(state.iterdir()) == []
@@ -101,7 +101,7 @@ def test_a_torn_record_is_reported_and_the_next_one_starts_its_own_line(tmp_path
 def test_a_command_that_fills_the_disk_is_still_judged_and_restarted(small_disk):
     script = ('if [ "$HACFG_ATTEMPT" = 1 ]; then cat /dev/zero > "$DISK/checkpoint" 2>/dev/null; echo "disk full"; kill -9 $$; '
               'else rm "$DISK/checkpoint"; echo "attempt $HACFG_ATTEMPT done"; fi')
-    result = agent(small_disk, "sh", "-c", script, options=("--max-restarts", "2"), env={"DISK": str(small_disk)})
+    result = agent_in(small_disk, "sh", "-c", script, options=("--max-restarts", "2"), env={"DISK": str(small_disk)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["disk full", "attempt 2 done"]
     assert "internal error" not in result.stderr
