@@ -19,8 +19,16 @@ def test_fixture(fixture):
 
 def test_every_rule_has_help_and_firing_and_near_miss_fixtures():
     rules = [source.rule for rule_id, source in lint.registry().items() if source.distribution == "hacfg" and rule_id != "HA000"]
-    assert {rule.id for rule in rules} == {fixtures.name for fixtures in FIXTURES.iterdir()}  # none gone, none unlisted
-    check_rule_catalogue(rules, FIXTURES, id_pattern=r"HA[01]\d\d")
+    check_rule_catalogue(rules, FIXTURES, id_pattern=r"HA[01]\d\d")  # names the folder a rule lacks
+    strays = sorted(str(folder) for folder in FIXTURES.iterdir() if folder.name not in {rule.id for rule in rules})
+    assert not strays, f"fixtures for no rule: {', '.join(strays)}"
+
+
+def test_a_rule_without_fixtures_is_named_with_the_folder_it_lacks(tmp_path):
+    rule = lint.registry()["HA001"].rule
+    with pytest.raises(AssertionError) as caught:
+        check_rule_catalogue([rule], tmp_path, id_pattern=r"HA[01]\d\d")
+    assert f"HA001: no fixture under {tmp_path / 'HA001'} expects it to fire" in str(caught.value)
 
 
 @pytest.mark.parametrize("path", [*sorted((REPO / "presets").glob("*.yaml")), *sorted(REPO.glob("examples/**/ha.yaml"))], ids=lambda p: p.name)
