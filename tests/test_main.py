@@ -237,12 +237,21 @@ def test_a_reader_that_went_away_ends_it_quietly(options):
     assert (proc.returncode, proc.stderr) == (1, b"")
 
 
+def as_from_a_terminal() -> None:
+    """Ctrl-C's default in the child: a shell's background job (pytest ... &) ignores SIGINT, and a child
+    inherits that, so Python would never raise KeyboardInterrupt in it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("options", [[], THROUGH_TYPER["build"]], ids=["plain", "typer"])
 def test_ctrl_c_exits_130_without_a_traceback(tmp_path, options):
     fifo = tmp_path / "ha.yaml"
     os.mkfifo(fifo)
-    proc = subprocess.Popen([HACFG, "build", *options, fifo], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    proc = subprocess.Popen(
+        [HACFG, "build", *options, fifo], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+        preexec_fn=as_from_a_terminal,
+    )
     writer = None
     deadline = time.monotonic() + 60
     while True:  # until hacfg waits in read(2) on the file: a signal just before that call would wait with it
