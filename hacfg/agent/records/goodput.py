@@ -178,12 +178,13 @@ class Breakdown:
 
     @property
     def ettr(self) -> float:
-        return self.totals["productive"] / self.wall if self.wall > 0 else 0.0
+        """To a tenth of a percent, rounded here only: the table, the JSON and the metric show one figure."""
+        return round(self.totals["productive"] / self.wall, 3) if self.wall > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "wall": round(self.wall, 3),
-            "ettr": round(self.ettr, 4),
+            "ettr": self.ettr,
             "seconds": {kind: round(value, 3) for kind, value in self.totals.items()},
             "attempts": [
                 {
