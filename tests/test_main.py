@@ -21,14 +21,16 @@ import typer.main
 from conftest import REPO, Result
 from hacfg.cli.app import app
 from hacfg.cli.commands import run_build, run_fix, run_lint
-from hacfg.cli.main import FIX_OPTIONS, FIX_SWITCHES, LINT_OPTIONS, LINT_SWITCHES, PLAN_OPTIONS
+from hacfg.cli.complete import GRAMMAR
+from hacfg.cli.main import _declared_options, _parse
 
 HACFG = Path(sys.executable).parent / "hacfg"  # the console script pip wrote
 ENV = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as a user's shell has it
 EXAMPLE = REPO / "examples/llama-pretrain/ha.yaml"
 FINDINGS = "version: 1\nscenario: single-node\nrestart: {maks: 1}\n"
-# An option given at its default value: the same command, but parsed by typer.
-THROUGH_TYPER = {"lint": ["--fail-on", "error"], "build": ["--target", "modelarts"]}
+# An option given at its default value, in a form the plain path leaves to typer: the same command,
+# but parsed by typer.
+THROUGH_TYPER = {"lint": ["--fail-on=error"], "build": ["--target", "modelarts"]}
 
 
 def test_the_plain_call_gets_the_defaults_typer_gives():
@@ -40,27 +42,30 @@ def test_the_plain_call_gets_the_defaults_typer_gives():
         }, f"hacfg {name}: the typer options and {function.__name__}'s defaults drifted apart"
 
 
-@pytest.mark.parametrize(("command", "switches"), [("lint", LINT_SWITCHES), ("fix", FIX_SWITCHES)])
-def test_each_switch_a_plain_call_takes_is_the_typer_flag_of_that_name(command, switches):
-    params = typer.main.get_command(app).commands[command].params
-    for flag, (keyword, value) in switches.items():
-        (param,) = [p for p in params if flag in (*p.opts, *p.secondary_opts)]
-        assert (param.name, flag in param.opts) == (keyword, value), flag
+@pytest.mark.parametrize("command", ["lint", "fix", "plan"])
+def test_each_option_a_plain_call_takes_sets_what_typer_sets(command):
+    """Each option grammar.json lets a plain call take, given alone, is parsed to typer's keyword and value;
+    a value typer would refuse, and every other option, is left to typer."""
+    declared = typer.main.get_command(app).commands[command]
+    for flag, option in json.loads(GRAMMAR.read_text())["commands"][command]["options"].items():
+        kind = option.get("value")
+        value = option["takes"][-1] if kind == "choice" else {"integer": "3", "text": "x", "path": "p"}.get(kind)
+        args = [flag] if "sets" in option else [flag, value or "x"]
+        parsed = _parse([*args, "operand"], command)
+        if "sets" not in option and kind is None:
+            assert parsed is None, f"{flag} is taken without typer's checks"
+            continue
+        assert parsed is not None, flag
+        typed = declared.make_context(command, [*args, "operand"]).params
+        assert parsed[1] == {option["keyword"]: typed[option["keyword"]]}, flag
+        if kind in ("choice", "integer"):
+            assert _parse([flag, "nowhere", "operand"], command) is None, f"{flag} takes a value typer refuses"
 
 
-@pytest.mark.parametrize(("command", "options"), [("lint", LINT_OPTIONS), ("fix", FIX_OPTIONS)])
-def test_each_option_a_plain_call_takes_is_the_typer_option_of_that_name(command, options):
-    params = typer.main.get_command(app).commands[command].params
-    for flag, keyword in options.items():
-        (param,) = [p for p in params if flag in p.opts]
-        assert (param.name, param.is_flag) == (keyword, False), flag
-
-
-def test_each_option_a_plain_plan_takes_is_the_typer_option_of_that_name():
-    params = typer.main.get_command(app).commands["plan"].params
-    for flag, keyword in PLAN_OPTIONS.items():
-        (param,) = [p for p in params if flag in p.opts]
-        assert param.name == keyword, flag
+def test_a_plain_call_reads_each_commands_part_of_the_grammar_as_a_whole_read_would():
+    grammar = json.loads(GRAMMAR.read_text())
+    for name, command in grammar["commands"].items():
+        assert _declared_options(name) == command["options"], name
 
 
 def hacfg(*args: str | Path, cwd: Path) -> tuple[Result, set[str]]:
@@ -100,6 +105,7 @@ def hacfg(*args: str | Path, cwd: Path) -> tuple[Result, set[str]]:
         ["lint", "--config", "missing.toml", "findings"],
         ["lint", "-", "findings"],
         ["lint", "--stdin-filename", "job.json", "-"],
+        ["lint", "--fail-on", "warning", "--platform", "otc", "findings"],
         ["build", "clean/ha.yaml"],
         ["build", "findings/ha.yaml"],
         ["build", "bad.yaml"],

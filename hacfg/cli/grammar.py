@@ -1,10 +1,12 @@
-"""The command line's grammar, from typer's app, for :mod:`hacfg.cli.complete` to answer TABs without it.
+"""The command line's grammar, from typer's app, read where typer would cost too much to import: by
+:mod:`hacfg.cli.complete` to answer TABs, and by :mod:`hacfg.cli.main` to run a plain lint, fix or plan.
 
 ``python -m hacfg.cli.grammar`` writes ``grammar.json``; a test fails when it no longer matches the app.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hacfg.cli.complete import GRAMMAR
@@ -29,13 +31,21 @@ def grammar() -> dict[str, Any]:
         for param in command.params:
             if not isinstance(param, TyperOption) or param.hidden:
                 continue
-            takes: Any = None
-            if not param.is_flag and not param.count:
-                name = next(iter(param.opts))
-                choices = _literal(param.type_descriptor.annotation)
-                takes = _OPTION_KINDS.get(name) or ([str(choice) for choice in choices] if choices else "files")
-            for name in (*param.opts, *param.secondary_opts):
-                found[name] = {"takes": takes, "help": first_line(param.help)}
+            if param.is_flag or param.count:
+                for names, sets in ((param.opts, True), (param.secondary_opts, False)):
+                    for name in names:
+                        found[name] = {"takes": None, "help": first_line(param.help), "keyword": param.name}
+                        if param.is_flag:
+                            found[name]["sets"] = sets
+                continue
+            name = next(iter(param.opts))
+            choices = _literal(param.type_descriptor.annotation)
+            takes = _OPTION_KINDS.get(name) or ([str(choice) for choice in choices] if choices else "files")
+            value = "choice" if isinstance(takes, list) else _plain_value(param)
+            for name in param.opts:
+                found[name] = {"takes": takes, "help": first_line(param.help), "keyword": param.name, "value": value}
+                if param.multiple:
+                    found[name]["many"] = True
         return dict(sorted(found.items()))
 
     root = typer.main.get_command(app)
@@ -48,6 +58,22 @@ def grammar() -> dict[str, Any]:
             argument = _ARGUMENT_KINDS.get((name, arguments[0].name or ""), "files")
         commands[name] = {"help": first_line(command.help), "options": options(command), "argument": argument}
     return {"options": options(root), "commands": commands}
+
+
+def _plain_value(param: Any) -> str | None:
+    """How a value is taken as it is: "text", "path" or "integer"; None when typer checks it (a
+    readable path, a range, a callback) or converts it some other way, which only typer can do."""
+    info, annotation = param.type_descriptor.parameter_info, param.type_descriptor.annotation
+    if param.callback is not None or info.parser is not None:
+        return None
+    if annotation in (str, list[str]):
+        return "text"
+    if annotation in (int, list[int]) and param.min is None and param.max is None:
+        return "integer"
+    unchecked = not (info.exists or info.readable or info.writable or info.resolve_path or info.allow_dash)
+    if annotation in (Path, list[Path]) and unchecked and info.file_okay and info.dir_okay:
+        return "path"
+    return None
 
 
 def _literal(annotation: Any) -> tuple[Any, ...] | None:
@@ -63,6 +89,7 @@ def _literal(annotation: Any) -> tuple[Any, ...] | None:
 def source() -> str:
     import json
 
+    # one key a line: hacfg.cli.main finds a command's part by the indent of its name
     return json.dumps(grammar(), indent=1, ensure_ascii=False) + "\n"
 
 

@@ -1,9 +1,10 @@
 """The ``hacfg`` process: which way a command runs, its exit code, and a quick exit.
 
-A plain ``hacfg lint PATH...`` or ``hacfg fix PATH...`` (with the switches and options pre-commit
-and editors pass), ``hacfg build FILE`` or ``hacfg plan FILE`` (with what-if values), what editors,
-hooks and scripts run most, calls :mod:`hacfg.cli.commands` directly; anything else goes through typer
-(:mod:`hacfg.cli.app`), which takes about 80 ms to import with the pydantic it reads options through.
+A plain ``hacfg lint PATH...`` or ``hacfg fix PATH...``, ``hacfg build FILE`` or ``hacfg plan FILE``,
+what editors, hooks and scripts run most, calls :mod:`hacfg.cli.commands` directly; anything else goes
+through typer (:mod:`hacfg.cli.app`), which takes about 80 ms to import with the pydantic it reads
+options through. A plain call takes the options typer would take as they are: which those are, and
+what each sets, the grammar generated from typer's declaration says (:mod:`hacfg.cli.grammar`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, get_args
+from typing import Any, NoReturn
 
 from hacfg.cli.commands import (
     EXIT_INPUT,
@@ -23,64 +24,16 @@ from hacfg.cli.commands import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PIPE_CLOSED,
-    Format,
     run_build,
     run_fix,
     run_lint,
     run_plan,
     say,
 )
-from hacfg.cli.complete import COMPLETE_VAR, answer
-from hacfg.scenario.names import Platform
+from hacfg.cli.complete import COMPLETE_VAR, GRAMMAR, answer
 
-# The switches a plain lint takes, each setting one keyword of run_lint to one value; test_main
-# checks every one against typer's declaration of the same flag.
-LINT_SWITCHES = {
-    "--force-exclude": ("force_exclude", True),
-    "--exit-zero": ("exit_zero", True),
-    "--respect-gitignore": ("respect_gitignore", True),
-    "--no-respect-gitignore": ("respect_gitignore", False),
-    "--quiet": ("quiet", True),
-    "-q": ("quiet", True),
-    "--statistics": ("statistics", True),
-}
-# The options a plain lint takes, each followed by its value, and the keyword of run_lint it sets
-# (the rule lists may be repeated); test_main checks every one against typer's declaration.
-LINT_OPTIONS = {
-    "--format": "fmt",
-    "-f": "fmt",
-    "--output-format": "fmt",
-    "--stdin-filename": "stdin_filename",
-    "--config": "config",
-    "--select": "select",
-    "--extend-select": "extend_select",
-    "--ignore": "ignore",
-}
-_RULE_LISTS = ("select", "extend_select", "ignore")
-_CHOICES = {"fmt": get_args(Format), "platform": get_args(Platform)}  # what typer would accept, else typer says no
-
-# The switches and options a plain fix takes (pre-commit's hook passes --force-exclude), as for lint.
-FIX_SWITCHES = {
-    "--force-exclude": ("force_exclude", True),
-    "--diff": ("show_diff", True),
-    "--force": ("force", True),
-    "--respect-gitignore": ("respect_gitignore", True),
-    "--no-respect-gitignore": ("respect_gitignore", False),
-}
-FIX_OPTIONS = {"--platform": "platform"}
-
-# The options a plain plan takes, each followed by its value, and the keyword of run_plan it sets;
-# test_main checks every one against typer's declaration of the same option.
-PLAN_OPTIONS = {
-    "--format": "fmt",
-    "-f": "fmt",
-    "--nodes": "nodes",
-    "--node-mtbf": "node_mtbf",
-    "--interval": "interval",
-    "--save-time": "save_time",
-    "--restart-time": "restart_time",
-    "--duration": "duration",
-}
+# How a plain call takes an option's value, as grammar.json says typer declares it.
+_CONVERT: dict[str, Callable[[str], Any]] = {"text": str, "choice": str, "path": Path, "integer": int}
 
 
 def run() -> NoReturn:
@@ -128,10 +81,8 @@ def _command(args: list[str]) -> Callable[[], int]:
             return functools.partial(_print, completions)
     elif args:
         name, *rest = args
-        if name == "lint" and (lint := _plain_paths(rest, LINT_SWITCHES, LINT_OPTIONS, run_lint)) is not None:
-            return lint
-        if name == "fix" and (fix := _plain_paths(rest, FIX_SWITCHES, FIX_OPTIONS, run_fix)) is not None:
-            return fix
+        if name in ("lint", "fix") and (paths := _plain_paths(rest, name)) is not None:
+            return paths
         if name == "build" and len(rest) == 1 and not rest[0].startswith("-"):
             return functools.partial(run_build, rest[0])
         if name == "plan" and (plain := _plain_plan(rest)) is not None:
@@ -141,60 +92,64 @@ def _command(args: list[str]) -> Callable[[], int]:
     return functools.partial(app, args=args, prog_name="hacfg")
 
 
-def _plain_paths(
-    args: list[str],
-    switches: dict[str, tuple[str, bool]],
-    options: dict[str, str],
-    command: Callable[..., int],
-) -> Callable[[], int] | None:
-    """``[SWITCH | OPTION VALUE | PATH | -]...`` with values typer would take as they are, else None."""
+def _plain_paths(args: list[str], name: str) -> Callable[[], int] | None:
+    """``lint`` or ``fix`` with ``[SWITCH | OPTION VALUE | PATH | -]...`` typer would take as they are, else None."""
+    if (parsed := _parse(args, name)) is None:
+        return None
+    operands, chosen = parsed
+    return functools.partial(run_lint if name == "lint" else run_fix, [Path(arg) for arg in operands], **chosen)
+
+
+def _plain_plan(args: list[str]) -> Callable[[], int] | None:
+    """``plan FILE [OPTION VALUE]...`` with values typer would take as they are, else None."""
+    if (parsed := _parse(args, "plan")) is None or len(parsed[0]) != 1:
+        return None
+    (file,), chosen = parsed
+    return functools.partial(run_plan, file, **chosen)
+
+
+def _parse(args: list[str], name: str) -> tuple[list[str], dict[str, Any]] | None:
+    """The operands of ``hacfg NAME ARGS``, and the keywords its options set as typer declares them;
+    None for anything typer has to judge or refuse itself."""
     operands, chosen = [], dict[str, Any]()
     items = iter(args)
     for arg in items:
-        if arg in switches:
-            keyword, setting = switches[arg]
-            chosen[keyword] = setting
-        elif arg in options:
-            value, keyword = next(items, None), options[arg]
-            if value is None or value.startswith("-"):
-                return None
-            if keyword in _RULE_LISTS:
-                chosen.setdefault(keyword, []).append(value)
-            else:
-                chosen[keyword] = Path(value) if keyword == "config" else value
-        elif arg.startswith("-") and arg != "-":
+        if arg == "-" or not arg.startswith("-"):
+            operands.append(arg)
+            continue
+        if (option := _declared_options(name).get(arg)) is None:
             return None
+        if "sets" in option:
+            chosen[option["keyword"]] = option["sets"]
+            continue
+        value, kind = next(items, None), option.get("value")
+        if value is None or value.startswith("-") or kind is None:
+            return None
+        if (kind == "choice" and value not in option["takes"]) or (kind == "integer" and not value.isdigit()):
+            return None
+        if option.get("many"):
+            chosen.setdefault(option["keyword"], []).append(_CONVERT[kind](value))
         else:
-            operands.append(Path(arg))
-    if any(chosen[keyword] not in choices for keyword, choices in _CHOICES.items() if keyword in chosen):
-        return None
-    return functools.partial(command, operands, **chosen)
+            chosen[option["keyword"]] = _CONVERT[kind](value)
+    return operands, chosen
+
+
+@functools.cache
+def _declared_options(name: str) -> dict[str, Any]:
+    """The options of the command ``name`` in grammar.json. Only that command's part is parsed, a
+    tenth of the file: its commands come last, one name a line at the second indent."""
+    import json
+
+    text = GRAMMAR.read_text(encoding="utf-8")
+    start = text.index(f'\n  "{name}": ', text.index('\n "commands": '))
+    command, _ = json.JSONDecoder().raw_decode(text, text.index("{", start))
+    options: dict[str, Any] = command["options"]
+    return options
 
 
 def _print(text: str) -> int:
     print(text)
     return EXIT_OK
-
-
-def _plain_plan(args: list[str]) -> Callable[[], int] | None:
-    """``plan FILE [OPTION VALUE]...`` with values typer would take as they are, else None."""
-    operands, chosen = [], dict[str, Any]()
-    pairs = iter(args)
-    for arg in pairs:
-        if not arg.startswith("-"):
-            operands.append(arg)
-            continue
-        value = next(pairs, None)
-        if arg not in PLAN_OPTIONS or value is None or value.startswith("-"):
-            return None
-        chosen[PLAN_OPTIONS[arg]] = value
-    if len(operands) != 1 or chosen.get("fmt", "text") not in ("text", "json"):
-        return None
-    if "nodes" in chosen:
-        if not chosen["nodes"].isdigit():
-            return None
-        chosen["nodes"] = int(chosen["nodes"])
-    return functools.partial(run_plan, operands[0], **chosen)
 
 
 def _failed(err: Exception, debug: bool) -> int:
