@@ -80,7 +80,7 @@ class Metrics:
         return int(self.server.server_port)
 
     def record(self, event: dict[str, Any]) -> None:
-        """One more event (an :class:`~hacfg.agent.state.EventLog` listener); rewrite the textfile."""
+        """One more event (an :class:`~hacfg.agent.records.state.EventLog` listener); rewrite the textfile."""
         with self.lock:
             self.events.append(event)
         self._write_textfile()
