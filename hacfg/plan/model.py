@@ -186,18 +186,20 @@ def _expm1(x: float, plus: float = 0.0) -> float:
 def _failures_pmf(mean: float, segments: float) -> Iterator[float]:
     """P(n failures) for n = 0, 1, …: negative binomial with ``segments`` geometric counts adding up
     to ``mean``, until what is left is below :data:`TAIL`. Each term from the one before, in logs
-    so that thousands of failures do not underflow. A tail that long (a run of a tiny share of one
-    segment) stops at 100 × the mean, where Markov's inequality leaves under 1 % of it."""
+    so that thousands of failures do not underflow. Past the mean, the terms shrink at least as
+    fast as their ratio now or ``1 − p``, whichever is larger: a geometric series bounds what is
+    left. A tail that long (a run of a tiny share of one segment) stops at 100 × the mean, where
+    Markov's inequality leaves under 1 % of it."""
     if mean <= 0:
         yield 1.0
         return
     p = segments / (segments + mean)  # a segment's chance to complete at each try
-    log, step, left = segments * math.log(p), math.log1p(-p), 1.0
+    log, step = segments * math.log(p), math.log1p(-p)
     for n in range(math.ceil(100 * (mean + 1))):
         pmf = math.exp(log)
         yield pmf
-        left -= pmf
-        if left < TAIL and n >= mean:
+        ratio = max((n + segments) / (n + 1) * (1 - p), 1 - p)
+        if n >= mean and ratio < 1 and pmf * ratio / (1 - ratio) < TAIL:
             return
         log += step + math.log((n + segments) / (n + 1))
 
