@@ -162,3 +162,13 @@ def test_the_exact_chain_runs_only_while_its_work_is_bounded() -> None:
     assert len(small.rows) * (len(small.rows) * 0.017 + 1) <= model.CHAIN_WORK
     assert large.spending(10_000.0, 40_000.0).method == "negative binomial bounds"
     assert len(large.rows) == 1
+
+
+@pytest.mark.parametrize(("hang_share", "on_hang", "mean"), [(0.2, True, 60.0), (0.2, False, 60.0), (0.017, True, 5000.0)])
+def test_a_walk_that_stops_at_one_budget_gives_that_budget_s_chance(hang_share: float, on_hang: bool, mean: float) -> None:
+    whole = Units(hang_share, on_hang, 0.4).spending(mean, mean / 2)
+    for budget in (0, int(mean / 2), int(mean), int(mean * 1.2)):
+        units = Units(hang_share, on_hang, 0.4)
+        stopped = units.spending(mean, mean / 2, upto=budget)
+        assert stopped.p_exhausted(budget) == pytest.approx(whole.p_exhausted(budget), abs=1e-12)
+        assert len(units.rows) <= 2 * budget + 40  # the chain, where it runs, stops near the budget too

@@ -207,11 +207,9 @@ def restart_budget(inputs: Inputs, costs: model.Costs, work: float, interval: fl
         )
     )
     if not inputs.on_hang and costs.hang_share:
-        with_hang = (
-            model.Units(costs.hang_share, True, costs.progress_chance(interval))
-            .spending(costs.failures(work, interval), work / interval)
-            .p_exhausted(model.Rules(high, True, inputs.pod_reschedules).budget)
-        )
+        upto = model.Rules(high, True, inputs.pod_reschedules).budget
+        hang_restarts = model.Units(costs.hang_share, True, costs.progress_chance(interval))
+        with_hang = hang_restarts.spending(costs.failures(work, interval), work / interval, upto).p_exhausted(upto)
         advice.append(Change(f"hang restarts do not count: with them on, {with_hang:.0%}", "restart:\n  on_hang: true"))
     longest = longest_job(units, inputs, costs, interval, high)
     if longest:
@@ -233,7 +231,8 @@ def longest_job(
     low, high = 0.0, inputs.duration.value or 0.0
     for _ in range(14):  # to a few hundredths of a percent of the run
         middle = (low + high) / 2
-        if units.spending(costs.failures(middle, interval), middle / interval).p_exhausted(budget) <= BUDGET_RISK:
+        spent = units.spending(costs.failures(middle, interval), middle / interval, upto=budget)
+        if spent.p_exhausted(budget) <= BUDGET_RISK:
             low = middle
         else:
             high = middle

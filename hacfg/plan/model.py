@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 HOPELESS = 50.0  # a segment and its restart this many MTBFs long succeed once in e^50 tries
 TAIL = 1e-10  # the chance of more failures than a budget is walked until it is below this
@@ -137,20 +138,30 @@ class Units:
         self.rows: list[list[float]] = [[1.0]]
         self.mass = [[1.0, 0.0, 0.0, 0.0]]  # s = 0..3 in a row: the platform's cap of 3, unrolled below
 
-    def spending(self, failures: float, segments: float) -> Spending:
-        """The chance of needing more than each budget, for a run with this mean number of failures."""
+    def spending(self, failures: float, segments: float, upto: int | None = None) -> Spending:
+        """The chance of needing more than each budget, for a run with this mean number of failures;
+        with ``upto``, only as far as that budget where a walk can stop there (a bisection asks
+        about one budget many times)."""
+
+        def tail(share: float) -> list[float]:
+            return _over(islice(_failures_pmf(failures * share, segments), None if upto is None else upto + 1))
+
         if not self.chained:
-            return Spending(_over(_failures_pmf(failures * self.counted_share, segments)), "negative binomial tail")
-        weights = list(_failures_pmf(failures, segments))
-        if len(weights) * (len(weights) * self.hang_share + 1) > CHAIN_WORK:
-            at_most = _over(_failures_pmf(failures * (1.0 - self.hang_share * self.progress), segments))
-            at_least = _over(_failures_pmf(failures * (1.0 - self.hang_share), segments))
-            return Spending(at_most, "negative binomial bounds", at_least)
-        while len(self.rows) < len(weights):
-            self._step()
-        units = [0.0] * len(weights)
-        for n, pmf in enumerate(weights):
-            for k, p in enumerate(self.rows[n]):
+            return Spending(tail(self.counted_share), "negative binomial tail")
+        last = failures + 10 * math.sqrt(failures * (1 + failures / segments)) + 10  # ~ where the walk ends
+        if last * (last * self.hang_share + 1) > CHAIN_WORK:
+            return Spending(
+                tail(1.0 - self.hang_share * self.progress), "negative binomial bounds", tail(1.0 - self.hang_share)
+            )
+        units: list[float] = []
+        for n, pmf in enumerate(_failures_pmf(failures, segments)):
+            if n == len(self.rows):
+                self._step()
+            row = self.rows[n]
+            if upto is not None and n - len(row) >= upto:
+                break  # every run of n failures spends more than upto, and so every longer one
+            units.append(0.0)
+            for k, p in enumerate(row):
                 units[n - k] += pmf * p
         return Spending(_over(units), "Markov chain over the failures")
 
