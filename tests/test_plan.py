@@ -290,3 +290,9 @@ def test_a_node_count_too_long_for_an_int_is_a_usage_error(cli, long_run):
     result = cli("plan", long_run, "--nodes", "9" * 5000)
     assert result.code == 2
     assert "Invalid value for '--nodes'" in result.err and "Traceback" not in result.err
+
+
+def test_the_longest_duration_a_file_can_write_is_spelled_as_one(cli, long_run):
+    result = cli("plan", long_run, "--interval", "999999999d")
+    assert result.code == 0, result.err
+    assert "checkpoint interval: 999999999d; optimum 58m" in result.out

@@ -154,7 +154,7 @@ def forecast_config(config: HAConfig) -> Forecast | None:
 def spelled(seconds: float) -> str:
     """A duration as a scenario file writes it, to the minute once it is over ten minutes; past
     what a file may write, in days to three figures; "never" only for what overflowed."""
-    if seconds >= LONGEST:
+    if seconds > LONGEST:
         return f"{seconds / 86400:.3g}d" if math.isfinite(seconds) else "never"
     step = 60 if seconds >= 600 else 1
     return format_duration(timedelta(seconds=max(step, round(seconds / step) * step)))
