@@ -1,9 +1,9 @@
-"""Cold wall time of `hacfg plan` next to `hacfg lint` of the same file: a 30-day, 1024-node
-scenario, and a 16,384-node one over 90 days that meets about 10,800 failures.
+"""Cold wall time of `hacfg plan` next to `hacfg lint`: a 30-day, 1024-node scenario, and a
+16,384-node one over 90 days that meets about 10,800 failures.
 
 Run: python bench/cold_plan.py. Targets: the 1024-node plan under 150 ms (the forecast, its
 budget chain and the advice included), on the machine the README's table names; the
-16,384-node plan within 2x a cold lint of it, timed interleaved in the same run.
+16,384-node plan within 2x a cold lint of the 1024-node file, timed interleaved in the same run.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ def _timings(folder: str) -> list:
     return time_interleaved({
         "hacfg lint FILE": ([hacfg, "lint", str(files["ha.yaml"])], env),
         "hacfg plan FILE": ([hacfg, "plan", str(files["ha.yaml"])], env),
-        "hacfg lint MANY": ([hacfg, "lint", str(files["many.yaml"])], env),
         "hacfg plan MANY (10,800 failures)": ([hacfg, "plan", str(files["many.yaml"])], env),
     })
 
@@ -52,12 +51,12 @@ def _timings(folder: str) -> list:
 def verdicts() -> list[Verdict]:
     compile_bytecode()
     with tempfile.TemporaryDirectory() as folder:
-        lint, plan, many_lint, many_plan = _timings(folder)
-    ratio = many_plan.median / many_lint.median
+        lint, plan, many = _timings(folder)
+    ratio = many.median / lint.median
     return [
         Verdict("cold plan, 30 d x 1024 nodes", ms(plan), f"hacfg lint {ms(lint)}", plan.median / lint.median,
                 f"<= {TARGET_MS}ms", plan.median * 1000 <= TARGET_MS),
-        Verdict("cold plan, 10,800 failures", ms(many_plan), f"hacfg lint {ms(many_lint)}", ratio,
+        Verdict("cold plan, 10,800 failures", ms(many), f"hacfg lint {ms(lint)}", ratio,
                 f"<= {TARGET_RATIO}x hacfg lint", ratio <= TARGET_RATIO),
     ]
 
@@ -68,7 +67,7 @@ def main() -> None:
         rows = _timings(folder)
     print(table(rows, baseline=rows[0]))
     print(f"\nhacfg plan: {rows[1].median * 1000:.0f} ms (target <= {TARGET_MS} ms)")
-    ratio = rows[3].median / rows[2].median
+    ratio = rows[2].median / rows[0].median
     print(f"hacfg plan / hacfg lint, 10,800 failures: {ratio:.2f}x (target <= {TARGET_RATIO}x): {'ok' if ratio <= TARGET_RATIO else 'MISSED'}")
 
 
