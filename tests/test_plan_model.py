@@ -1,5 +1,5 @@
 """The planning model against published figures, and against a simulation of the same process
-that applies the agent's own restart rules (hacfg.agent.policy.decide)."""
+that applies the agent's own restart rules (hacfg.restart.policy.decide)."""
 
 from __future__ import annotations
 
