@@ -245,6 +245,8 @@ def test_the_pod_reschedules_advised_are_the_fewest_that_plan_within_5_percent(c
     path.write_text(with_restart(scenario, 128, pods))
     applied = plan_json(cli, path)["budget"]
     assert applied["p_exhausted"] <= 0.05
+    low = applied["p_exhausted_low"]  # an upper bound answers where the chain would cost too much
+    assert low is None if method == "Markov chain over the failures" else 0 < low <= applied["p_exhausted"]
     assert not any("restart" in change["lines"] for change in plan_json(cli, path)["changes"])
     path.write_text(with_restart(scenario, 128, pods - 1))
     assert plan_json(cli, path)["budget"]["p_exhausted"] > 0.05
@@ -296,3 +298,10 @@ def test_the_longest_duration_a_file_can_write_is_spelled_as_one(cli, long_run):
     result = cli("plan", long_run, "--interval", "999999999d")
     assert result.code == 0, result.err
     assert "checkpoint interval: 999999999d; optimum 58m" in result.out
+
+
+def test_bounds_in_place_of_the_chain_say_how_far_below_the_chance_may_be(cli, tmp_path):
+    path = tmp_path / "ha.yaml"
+    path.write_text(with_restart(FAILING_NODE, 128, 3016))
+    assert ("restart budget: restart.max 128 and 3016 pod reschedules: 4.9% chance it runs out before the end "
+            "(at least 4.3%: negative binomial bounds)\n") in cli("plan", path).out
