@@ -191,7 +191,8 @@ def _plain_plan(args: list[str]) -> Callable[[], int] | None:
     if len(operands) != 1 or chosen.get("fmt", "text") not in ("text", "json"):
         return None
     if "nodes" in chosen:
-        if not chosen["nodes"].isdigit() or len(chosen["nodes"]) > sys.get_int_max_str_digits():
+        digits = sys.get_int_max_str_digits()  # 0: no limit
+        if not chosen["nodes"].isdigit() or 0 < digits < len(chosen["nodes"]):
             return None  # typer says why
         chosen["nodes"] = int(chosen["nodes"])
     return functools.partial(run_plan, operands[0], **chosen)
