@@ -212,3 +212,96 @@ def test_the_lint_rules_speak_in_the_plan_s_numbers(cli, long_run):
     assert f"{long_run}:5:13: HA021 warning 100% chance that the restart budget (restart.max 5 and 3 pod " \
            "reschedules) runs out before the 30d run ends: huaweicloud allows at most restart.max 128: " \
            "`hacfg plan` shows what else helps" in result.out
+
+
+# Llama 3 405B's pre-training as the report tells it: 2,048 nodes of 8 H100s for 54 days.
+LLAMA3_405B = LONG_RUN.replace("nodes: 1024", "nodes: 2048").replace("duration: 30d", "duration: 54d")
+# One node that fails every 15 minutes for a month: about 3,100 failures at the optimum interval.
+FAILING_NODE = """\
+version: 1
+scenario: llm-long-term
+job: {nodes: 1, duration: 30d}
+checkpoint: {path: obs://bucket/run/ckpt, save_time: 2s, resume: true}
+reliability: {restart_time: 5s, node_mtbf: 15m}
+"""
+
+
+def with_restart(text: str, restart_max: int, pods: int) -> str:
+    return text + f"restart: {{max: {restart_max}, pod_reschedules: {pods}}}\n"
+
+
+@pytest.mark.parametrize(("scenario", "method"), [
+    (LLAMA3_405B, "Markov chain over the failures"),
+    (FAILING_NODE, "negative binomial bounds"),
+])
+def test_the_pod_reschedules_advised_are_the_fewest_that_plan_within_5_percent(cli, tmp_path, scenario, method):
+    path = tmp_path / "ha.yaml"
+    path.write_text(scenario)
+    data = plan_json(cli, path)
+    assert data["budget"]["method"] == method and data["budget"]["restart_max_needed"] is None
+    advice = next(change["lines"] for change in data["changes"] if "pod_reschedules" in change["lines"])
+    pods = int(re.fullmatch(r"restart:\n  max: 128\n  pod_reschedules: (\d+)", advice)[1])
+    assert pods > data["failures"]["counted"] - 128  # more than the failures expected to count
+    path.write_text(with_restart(scenario, 128, pods))
+    applied = plan_json(cli, path)["budget"]
+    assert applied["p_exhausted"] <= 0.05
+    low = applied["p_exhausted_low"]  # an upper bound answers where the chain would cost too much
+    assert low is None if method == "Markov chain over the failures" else 0 < low <= applied["p_exhausted"]
+    assert not any("restart" in change["lines"] for change in plan_json(cli, path)["changes"])
+    path.write_text(with_restart(scenario, 128, pods - 1))
+    assert plan_json(cli, path)["budget"]["p_exhausted"] > 0.05
+
+
+def test_the_restart_max_ha021_names_is_the_least_that_lints_clean(cli, tmp_path):
+    path = tmp_path / "ha.yaml"
+    scenario = LONG_RUN.replace("nodes: 1024", "nodes: 512").replace("duration: 30d", "duration: 12d")
+    path.write_text(scenario)
+    message = next(line for line in cli("lint", path).out.splitlines() if "HA021" in line)
+    needed = int(re.search(r"restart\.max (\d+) brings it under 5%", message)[1])
+    path.write_text(with_restart(scenario, needed, 3))
+    assert "HA021" not in cli("lint", path).out
+    path.write_text(with_restart(scenario, needed - 1, 3))
+    assert "HA021" in cli("lint", path).out
+
+
+def test_a_wall_time_longer_than_a_file_can_write_is_printed_in_days(cli, long_run):
+    result = cli("plan", long_run, "--duration", "999999999d")
+    assert result.code == 0, result.err
+    assert re.search(r"\nexpected wall time: 1\.27e\+09d at 2h, 1\.22e\+09d at 58m\n", result.out)
+    assert "never" not in result.out
+    assert plan_json(cli, long_run, "--duration", "999999999d")["wall_time"]["optimal_s"] > 1e14
+
+
+NODES_NO_FLOAT_HOLDS = str(10**310)
+
+
+@pytest.mark.parametrize("args", [("--nodes", NODES_NO_FLOAT_HOLDS), (f"--nodes={NODES_NO_FLOAT_HOLDS}",)])
+def test_a_node_count_no_float_holds_is_an_error_at_its_flag(cli, long_run, args):
+    result = cli("plan", long_run, *args)
+    assert (result.code, result.err) == (2, "hacfg: error: --nodes: more nodes than the plan can count\n")
+
+
+def test_a_node_count_no_float_holds_is_an_error_at_its_place(cli, tmp_path):
+    path = tmp_path / "ha.yaml"
+    path.write_text(LONG_RUN.replace("nodes: 1024", f"nodes: {NODES_NO_FLOAT_HOLDS}"))
+    result = cli("plan", path)
+    assert (result.code, result.err) == (2, f"{path}:4:10: job.nodes: more nodes than the plan can count\n")
+
+
+def test_a_node_count_too_long_for_an_int_is_a_usage_error(cli, long_run):
+    result = cli("plan", long_run, "--nodes", "9" * 5000)
+    assert result.code == 2
+    assert "Invalid value for '--nodes'" in result.err and "Traceback" not in result.err
+
+
+def test_the_longest_duration_a_file_can_write_is_spelled_as_one(cli, long_run):
+    result = cli("plan", long_run, "--interval", "999999999d")
+    assert result.code == 0, result.err
+    assert "checkpoint interval: 999999999d; optimum 58m" in result.out
+
+
+def test_bounds_in_place_of_the_chain_say_how_far_below_the_chance_may_be(cli, tmp_path):
+    path = tmp_path / "ha.yaml"
+    path.write_text(with_restart(FAILING_NODE, 128, 3016))
+    assert ("restart budget: restart.max 128 and 3016 pod reschedules: 4.9% chance it runs out before the end "
+            "(at least 4.3%: negative binomial bounds)\n") in cli("plan", path).out

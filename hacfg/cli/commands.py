@@ -353,6 +353,13 @@ def run_plan(
     try:
         result = forecast(inputs)
     except NotEnough as err:
+        # at the value at fault: its flag, or its place in the file
+        origin = getattr(inputs, err.name).origin if err.name else ""
+        if origin.startswith("what-if: "):
+            raise InputError(f"{origin.removeprefix('what-if: ')}: {err}") from None
+        if err.name and origin == "stated":
+            key = planned.KEYS[err.name]
+            raise InputError(f"{key}: {err}", loaded.document.span(tuple(key.split(".")))) from None
         raise InputError(str(err), file=file) from None
     if fmt == "json":
         write(json.dumps(report.to_json(result, file), indent=2) + "\n", None)

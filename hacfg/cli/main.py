@@ -125,13 +125,19 @@ def _parse(args: list[str], name: str) -> tuple[list[str], dict[str, Any]] | Non
         value, kind = next(items, None), option.get("value")
         if value is None or value.startswith("-") or kind is None:
             return None
-        if (kind == "choice" and value not in option["takes"]) or (kind == "integer" and not value.isdigit()):
+        if (kind == "choice" and value not in option["takes"]) or (kind == "integer" and not _integer(value)):
             return None
         if option.get("many"):
             chosen.setdefault(option["keyword"], []).append(_CONVERT[kind](value))
         else:
             chosen[option["keyword"]] = _CONVERT[kind](value)
     return operands, chosen
+
+
+def _integer(text: str) -> bool:
+    """Digits that ``int`` reads: past Python's limit on digits (0: none), typer says why."""
+    limit = sys.get_int_max_str_digits()
+    return text.isdigit() and not 0 < limit < len(text)
 
 
 @functools.cache

@@ -14,11 +14,17 @@ from hacfg.scenario.model import HAConfig, format_duration
 ETTR_SLACK = 0.01  # an interval within 1 point of the optimum's ETTR is fine
 BUDGET_RISK = 0.05  # a budget that runs out more often than this needs raising
 HOPELESS_FAILURES = 100_000  # past this, no budget is worth computing
-NEVER = 1e10  # seconds (three centuries): a wall time past this is no forecast of a run
+NEVER = 1e10  # failures: as good as endless
+LONGEST = timedelta(days=999_999_999).total_seconds()  # the longest duration a scenario file can write
 
 
 class NotEnough(Exception):
-    """The inputs lack what the forecast needs; the message names the lines to add."""
+    """The inputs lack what the forecast needs; the message names the lines to add, and ``name``
+    the input at fault when it is one value that was given."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class Budget:
     method: str
     restart_max_needed: int | None  # within the platform's range; None when no restart.max is enough
     limit: float = BUDGET_RISK  # a chance above this is too high
+    p_low: float | None = None  # where p_exhausted is an upper bound, the lower one
 
     @property
     def risky(self) -> bool:
@@ -74,8 +81,12 @@ def costs_of(inputs: Inputs) -> model.Costs:
             what = name.replace("_", " ")
             raise NotEnough(f"{KEYS[name]} must be longer than 0s: a {what} of nothing has no optimum")
     assert inputs.nodes.value and inputs.node_mtbf.value and inputs.save_time.value
+    try:
+        nodes = float(inputs.nodes.value)
+    except OverflowError:
+        raise NotEnough("more nodes than the plan can count", "nodes") from None
     return model.Costs(
-        mtbf=model.job_mtbf(inputs.node_mtbf.value, int(inputs.nodes.value)),
+        mtbf=model.job_mtbf(inputs.node_mtbf.value, nodes),
         save_time=inputs.save_time.value,
         restart_time=inputs.restart_time.value or 0.0,
         hang_share=inputs.hang_share.value or 0.0,
@@ -103,7 +114,7 @@ def forecast(inputs: Inputs) -> Forecast:
     if configured is None or off:
         changes.append(interval_change(costs, configured, daly))
     if work:
-        expected = min(costs.failures(work, used), NEVER)  # NEVER failures: as good as endless
+        expected = min(costs.failures(work, used), NEVER)
         hangs = expected * costs.hang_share
         uncounted = hangs if inputs.on_hang else 0.0
         failures = {
@@ -141,9 +152,10 @@ def forecast_config(config: HAConfig) -> Forecast | None:
 
 
 def spelled(seconds: float) -> str:
-    """A duration as a scenario file writes it, to the minute once it is over ten minutes."""
-    if seconds > NEVER:
-        return "never"
+    """A duration as a scenario file writes it, to the minute once it is over ten minutes; past
+    what a file may write, in days to three figures; "never" only for what overflowed."""
+    if seconds > LONGEST:
+        return f"{seconds / 86400:.3g}d" if math.isfinite(seconds) else "never"
     step = 60 if seconds >= 600 else 1
     return format_duration(timedelta(seconds=max(step, round(seconds / step) * step)))
 
@@ -156,25 +168,27 @@ def interval_change(costs: model.Costs, configured: float | None, daly: float) -
     return Change(why, f"checkpoint:\n  interval: {spelled(daly)}")
 
 
-def cap_for(inputs: Inputs) -> int:
-    """Budgets worth asking about: the platform's highest restart.max, pod reschedules, and room above."""
-    return ma.RETRY_LIMITS.get(inputs.platform, (1, 128))[1] + inputs.pod_reschedules + 64
-
-
 def restart_budget(inputs: Inputs, costs: model.Costs, work: float, interval: float) -> tuple[Budget, list[Change]]:
-    """The chance the budget runs out before the end, and, when it is too high, what to write."""
+    """The chance the budget runs out before the end, and, when it is too high, what to write: the
+    smallest budget that brings it under :data:`BUDGET_RISK`, so that writing it plans within."""
     rules = model.Rules(inputs.restart_max, inputs.on_hang, inputs.pod_reschedules)
     if costs.failures(work, interval) > HOPELESS_FAILURES:
         why = f"at {spelled(interval)} the run would need more than {HOPELESS_FAILURES:,} restarts: save more often"
         return Budget(rules.restart_max, rules.pod_reschedules, 1.0, "beyond counting", None), [Change(why, "")]
     units = model.Units(costs.hang_share, inputs.on_hang, costs.progress_chance(interval))
-    spent = units.spending(costs.failures(work, interval), work / interval, cap_for(inputs))
+    spent = units.spending(costs.failures(work, interval), work / interval)
     low, high = ma.RETRY_LIMITS.get(inputs.platform, (1, 128))
     p = spent.p_exhausted(rules.budget)
     enough = spent.budget_for(BUDGET_RISK)
     needed = max(low, enough - inputs.pod_reschedules)
-    method = "negative binomial tail" if spent.exact else "Markov chain over the failures"
-    budget = Budget(rules.restart_max, rules.pod_reschedules, p, method, needed if needed <= high else None)
+    budget = Budget(
+        rules.restart_max,
+        rules.pod_reschedules,
+        p,
+        spent.method,
+        needed if needed <= high else None,
+        p_low=spent.p_low(rules.budget),
+    )
     if not budget.risky:
         return budget, []
     risk = f"{p:.0%} chance the restart budget runs out before the end"
@@ -193,9 +207,9 @@ def restart_budget(inputs: Inputs, costs: model.Costs, work: float, interval: fl
         )
     )
     if not inputs.on_hang and costs.hang_share:
-        with_hang = model.Units(costs.hang_share, True, costs.progress_chance(interval)).p_exhausted(
-            costs.failures(work, interval), work / interval, model.Rules(high, True, inputs.pod_reschedules).budget
-        )
+        upto = model.Rules(high, True, inputs.pod_reschedules).budget
+        hang_restarts = model.Units(costs.hang_share, True, costs.progress_chance(interval))
+        with_hang = hang_restarts.spending(costs.failures(work, interval), work / interval, upto).p_exhausted(upto)
         advice.append(Change(f"hang restarts do not count: with them on, {with_hang:.0%}", "restart:\n  on_hang: true"))
     longest = longest_job(units, inputs, costs, interval, high)
     if longest:
@@ -217,7 +231,8 @@ def longest_job(
     low, high = 0.0, inputs.duration.value or 0.0
     for _ in range(14):  # to a few hundredths of a percent of the run
         middle = (low + high) / 2
-        if units.p_exhausted(costs.failures(middle, interval), middle / interval, budget) <= BUDGET_RISK:
+        spent = units.spending(costs.failures(middle, interval), middle / interval, upto=budget)
+        if spent.p_exhausted(budget) <= BUDGET_RISK:
             low = middle
         else:
             high = middle

@@ -11,13 +11,16 @@ interval for restart dumps", Future Generation Computer Systems 22, 2006) with h
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 HOPELESS = 50.0  # a segment and its restart this many MTBFs long succeed once in e^50 tries
+TAIL = 1e-10  # the chance of more failures than a budget is walked until it is below this
+CHAIN_WORK = 20_000  # the most failures × hangs the exact chain may cost (about 50 ms); past it, bounds
 
 
-def job_mtbf(node_mtbf: float, nodes: int) -> float:
+def job_mtbf(node_mtbf: float, nodes: float) -> float:
     """Any one of ``nodes`` failing stops the whole job: the rates add."""
     return node_mtbf / nodes
 
@@ -88,17 +91,23 @@ class Rules:
 
 @dataclass(frozen=True)
 class Spending:
-    """How the restart budget is spent: the chance that more than ``b`` units are needed."""
+    """How the restart budget is spent: the chance that more than ``b`` units are needed, every ``b``
+    up to where that chance is below :data:`TAIL` (or, with a tail too long to walk, below 1 %)."""
 
-    over: Sequence[float]  # over[b] = P(units needed > b); beyond the end, 0
-    exact: bool  # a negative binomial tail (True) or the Markov chain over failures (False)
+    over: Sequence[float]  # over[b] = P(units needed > b); beyond the end, at most over[-1]
+    method: str
+    low: Sequence[float] | None = None  # bounds only: over[b] is the upper bound, low[b] the lower one
 
     def p_exhausted(self, budget: int) -> float:
-        return self.over[budget] if budget < len(self.over) else 0.0
+        return self.over[min(budget, len(self.over) - 1)]
+
+    def p_low(self, budget: int) -> float | None:
+        """Where ``p_exhausted`` is an upper bound, the lower one."""
+        return None if self.low is None else self.low[min(budget, len(self.low) - 1)]
 
     def budget_for(self, risk: float) -> int:
-        """The smallest budget whose chance of running out is at most ``risk``."""
-        return next((b for b, p in enumerate(self.over) if p <= risk), len(self.over))
+        """The smallest budget whose chance of running out is at most ``risk``: the list goes that far."""
+        return next(b for b, p in enumerate(self.over) if p <= risk)
 
 
 class Units:
@@ -110,52 +119,51 @@ class Units:
     checkpoint (chance ``progress``). Each segment fails a geometric number of times before it
     completes, so a run's failures are negative binomial (more spread than a Poisson count of
     the same mean). With no hang restarts, the units are a thinned count of the same kind: the
-    tail is exact in closed form. Otherwise a Markov chain over the failures, mixed over their
-    count, is exact too; its steps are kept, so runs of other lengths cost only the mixing.
+    tail is exact in closed form, walked in steps linear in the mean.
+
+    With hang restarts, a Markov chain over the failures, mixed over their count, is exact too,
+    but its work grows with the failures times the hangs among them: it runs while that is at
+    most :data:`CHAIN_WORK`. Past it, two thinned counts bound the units on every run: at least
+    the environment faults (share ``1 − h``), at most the failures less the hangs that follow a
+    completed checkpoint (share ``1 − h·progress``), which are always restarted in place. The
+    upper bound is the answer, so the advice errs safe, and the lower one says by how much.
     """
 
     def __init__(self, hang_share: float, on_hang: bool, progress: float) -> None:
         self.hang_share, self.progress = hang_share, progress
-        self.exact = not on_hang or hang_share == 0.0
+        self.chained = on_hang and hang_share > 0.0
         self.counted_share = 1.0 - hang_share if on_hang else 1.0
         # After n failures, k of them hangs restarted in place (so n - k units spent):
         # rows[n][k] is its chance, streaks summed out; mass[k][s] the chain's state now.
         self.rows: list[list[float]] = [[1.0]]
         self.mass = [[1.0, 0.0, 0.0, 0.0]]  # s = 0..3 in a row: the platform's cap of 3, unrolled below
 
-    def spending(self, failures: float, segments: float, cap: int) -> Spending:
-        """The chance of needing more than each budget up to ``cap``, for a run with this mean."""
-        if self.exact:
-            counted = failures * self.counted_share
-            return Spending(_over([_failures_pmf(counted, segments, n) for n in range(cap)]), exact=True)
-        units = [0.0] * (cap + 1)  # units[cap] holds all beyond
-        for n, pmf in self._mixture(failures, segments):
-            for k, p in enumerate(self.rows[n]):
-                units[min(n - k, cap)] += pmf * p
-        return Spending(_over(units[:cap]), exact=False)
+    def spending(self, failures: float, segments: float, upto: int | None = None) -> Spending:
+        """The chance of needing more than each budget, for a run with this mean number of failures;
+        with ``upto``, only as far as that budget where a walk can stop there (a bisection asks
+        about one budget many times)."""
 
-    def p_exhausted(self, failures: float, segments: float, budget: int) -> float:
-        """The chance of needing more than ``budget``: what ``spending`` says at one budget, for less."""
-        if self.exact:
-            counted = failures * self.counted_share
-            return _over([_failures_pmf(counted, segments, n) for n in range(budget + 1)])[budget]
-        within = 0.0
-        for n, pmf in self._mixture(failures, segments):
-            within += pmf * sum(self.rows[n][max(0, n - budget) :])
-        return max(0.0, 1.0 - within)
+        def tail(share: float) -> list[float]:
+            return _over(islice(_failures_pmf(failures * share, segments), None if upto is None else upto + 1))
 
-    def _mixture(self, failures: float, segments: float) -> list[tuple[int, float]]:
-        """(n, P(n failures)) over all n that matter; what is left out counts as spent."""
-        last = failures + 40 * math.sqrt(failures * (1 + failures / segments) + 1) + 40
-        weights, seen, n = [], 0.0, 0
-        while n <= last and not (1.0 - seen < 1e-12 and n >= failures):
-            pmf = _failures_pmf(failures, segments, n)
-            weights.append((n, pmf))
-            seen += pmf
-            n += 1
-        while len(self.rows) < n:
-            self._step()
-        return weights
+        if not self.chained:
+            return Spending(tail(self.counted_share), "negative binomial tail")
+        last = failures + 10 * math.sqrt(failures * (1 + failures / segments)) + 10  # ~ where the walk ends
+        if last * (last * self.hang_share + 1) > CHAIN_WORK:
+            return Spending(
+                tail(1.0 - self.hang_share * self.progress), "negative binomial bounds", tail(1.0 - self.hang_share)
+            )
+        units: list[float] = []
+        for n, pmf in enumerate(_failures_pmf(failures, segments)):
+            if n == len(self.rows):
+                self._step()
+            row = self.rows[n]
+            if upto is not None and n - len(row) >= upto:
+                break  # every run of n failures spends more than upto, and so every longer one
+            units.append(0.0)
+            for k, p in enumerate(row):
+                units[n - k] += pmf * p
+        return Spending(_over(units), "Markov chain over the failures")
 
     def _step(self) -> None:
         """One more failure."""
@@ -186,17 +194,28 @@ def _expm1(x: float, plus: float = 0.0) -> float:
     return math.expm1(min(x, 700.0)) + plus
 
 
-def _failures_pmf(mean: float, segments: float, n: int) -> float:
-    """P(n failures): negative binomial with ``segments`` geometric counts adding up to ``mean``.
-    In logs, so that thousands of failures do not underflow."""
+def _failures_pmf(mean: float, segments: float) -> Iterator[float]:
+    """P(n failures) for n = 0, 1, …: negative binomial with ``segments`` geometric counts adding up
+    to ``mean``, until what is left is below :data:`TAIL`. Each term from the one before, in logs
+    so that thousands of failures do not underflow. Past the mean, the terms shrink at least as
+    fast as their ratio now or ``1 − p``, whichever is larger: a geometric series bounds what is
+    left. A tail that long (a run of a tiny share of one segment) stops at 100 × the mean, where
+    Markov's inequality leaves under 1 % of it."""
     if mean <= 0:
-        return float(n == 0)
+        yield 1.0
+        return
     p = segments / (segments + mean)  # a segment's chance to complete at each try
-    log = math.lgamma(n + segments) - math.lgamma(segments) - math.lgamma(n + 1)
-    return math.exp(log + segments * math.log(p) + n * math.log1p(-p))
+    log, step = segments * math.log(p), math.log1p(-p)
+    for n in range(math.ceil(100 * (mean + 1))):
+        pmf = math.exp(log)
+        yield pmf
+        ratio = max((n + segments) / (n + 1) * (1 - p), 1 - p)
+        if n >= mean and ratio < 1 and pmf * ratio / (1 - ratio) < TAIL:
+            return
+        log += step + math.log((n + segments) / (n + 1))
 
 
-def _over(pmf: Sequence[float]) -> list[float]:
+def _over(pmf: Iterable[float]) -> list[float]:
     """P(X > b) from P(X = b), for each b of ``pmf``."""
     over, below = [], 0.0
     for p in pmf:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from hacfg.fsutil import write_figure
-from hacfg.plan.forecast import NEVER, Forecast, costs_of, spelled
+from hacfg.plan.forecast import Forecast, costs_of, spelled
 from hacfg.plan.inputs import KEYS, Input
 
 
@@ -57,9 +58,10 @@ def text(forecast: Forecast, file: str) -> str:
         out.append("restart budget: unknown (state job.duration, or pass --duration)")
     else:
         pods = f" and {budget.pod_reschedules} pod reschedules" if budget.pod_reschedules else ""
+        how = f"exact: {budget.method}" if budget.p_low is None else f"at least {budget.p_low:.1%}: {budget.method}"
         out.append(
             f"restart budget: restart.max {budget.restart_max}{pods}: {budget.p_exhausted:.1%} chance it runs out "
-            f"before the end (exact: {budget.method})"
+            f"before the end ({how})"
         )
     if forecast.changes:
         out.append("what to change:")
@@ -90,6 +92,7 @@ def to_json(forecast: Forecast, file: str) -> dict[str, Any]:
             "restart_max": budget.restart_max,
             "pod_reschedules": budget.pod_reschedules,
             "p_exhausted": budget.p_exhausted,
+            "p_exhausted_low": budget.p_low,
             "method": budget.method,
             "restart_max_needed": budget.restart_max_needed,
         }
@@ -100,8 +103,8 @@ def to_json(forecast: Forecast, file: str) -> dict[str, Any]:
 
 
 def _finite(seconds: float | None) -> float | None:
-    """JSON has no infinity: a wall time that never ends is null."""
-    return seconds if seconds is not None and seconds <= NEVER else None
+    """JSON has no infinity: a wall time that overflowed is null."""
+    return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
 def plot(forecast: Forecast, path: str) -> None:

@@ -163,16 +163,19 @@ def restart_budget_runs_out(ctx: ScenarioContext) -> Iterator[Problem]:
     Where the file gives what `hacfg plan` needs (`job.duration`, `checkpoint.save_time`,
     `reliability.restart_time`; the node MTBF and share of hangs default to published
     figures), fires when the chance that the run needs more restarts than it may have is over
-    5 %, and names the `restart.max` that brings it under (within the platform's range), or says
-    that none can. The budget is spent as hacfg's agent spends it: an environment fault takes one
-    of `restart.max`, then one pod reschedule; a hang takes none while `restart.on_hang` restarts
-    it (at most 3 in a row without a new checkpoint between), one when it must be handed over.
+    5 %, and names the smallest `restart.max` that brings it under (within the platform's
+    range), or says that none can. The budget is spent as hacfg's agent spends it: an
+    environment fault takes one of `restart.max`, then one pod reschedule; a hang takes none
+    while `restart.on_hang` restarts it (at most 3 in a row without a new checkpoint between),
+    one when it must be handed over.
 
     - job MTBF M = node MTBF / nodes; expected failures N = (T_s/τ)·(e^{(τ+δ)/M} − 1)·e^{R/M}
     - each segment fails a geometric number of times, so failures are negative binomial with
       T_s/τ segments and mean N; without hang restarts, the counted ones are too (exact tail)
     - with hang restarts, a Markov chain over the failures (units spent, hangs in a row), each
-      failure ending a streak with the chance e^{−(R+τ+δ)/M} that a checkpoint was completed
+      failure ending a streak with the chance e^{−(R+τ+δ)/M} that a checkpoint was completed;
+      where that chain would cost too much (thousands of failures), the same count thinned to
+      the failures less the hangs after a completed checkpoint, an upper bound, answers
 
     ## Why is this bad?
     When the budget is spent the platform stops restarting: a 30-day run on 1024 nodes that fail
