@@ -139,10 +139,39 @@ def test_inputs_nobody_knows_stop_the_plan_with_the_lines_to_add(cli, tmp_path):
     ("--node-mtbf", "0s", "hacfg: error: --node-mtbf: must be longer than 0s"),
     ("--nodes", "0", "hacfg: error: --nodes: a job has at least 1 node"),
     ("--save-time", "0s", "{file}: checkpoint.save_time must be longer than 0s: a save time of nothing has no optimum"),
+    ("--nodes", "1" * 310, "hacfg: error: --nodes: more nodes than the 9007199254740992 the plan computes with"),
 ])
 def test_a_bad_what_if_value_is_one_line_and_exit_2(cli, long_run, flag, value, message):
     result = cli("plan", long_run, flag, value)
     assert (result.code, result.err) == (2, message.format(file=long_run) + "\n")
+
+
+@pytest.mark.parametrize("nodes", ["²", "١٢", "1" * 5000])
+def test_a_node_count_that_is_no_plain_integer_is_a_usage_error(cli, long_run, nodes):
+    result = cli("plan", long_run, "--nodes", nodes)
+    assert result.code == 2 and "Invalid value for '--nodes'" in result.err
+
+
+def test_a_node_count_past_the_models_arithmetic_in_the_file_is_refused_at_its_place(cli, long_run):
+    long_run.write_text(LONG_RUN.replace("nodes: 1024", "nodes: " + "1" * 310))
+    result = cli("plan", long_run)
+    assert (result.code, result.err) == (2, f"{long_run}:4:10: job.nodes: more nodes than the 9007199254740992 "
+                                            "the plan computes with\n")
+
+
+def test_an_accepted_duration_prints_as_its_figure_and_only_an_endless_run_as_never(cli, long_run):
+    """An accepted duration prints as its figure, however long; an interval so long that no segment
+    ever completes gives the only "never"."""
+    longest = cli("plan", long_run, "--duration", "999999999d", "--node-mtbf", "999999999d")
+    assert longest.code == 0 and "never" not in longest.out
+    assert re.search(r"job.duration +999999999d +what-if", longest.out)
+    assert "expected wall time: more than 999999999d at 2h" in longest.out
+    hopeless = cli("plan", long_run, "--save-time", "999999999d")
+    assert (hopeless.code, "never" in hopeless.err) == (2, False)
+    assert "a 999999999d save" in hopeless.err
+    endless = cli("plan", long_run, "--interval", "99999999d")
+    assert re.search(r"expected wall time: never at 99999999d, \S+ at ", endless.out)
+    assert plan_json(cli, long_run, "--interval", "99999999d")["wall_time"]["configured_s"] is None
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ EXIT_INPUT = 2
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
 EXIT_PIPE_CLOSED = 1  # what typer answers a reader that went away (| head), quietly
+MOST_NODES = 2**53  # past this a node count is no longer exact in the planning model's floating point
 
 Format = Literal["text", "json", "sarif", "github"]
 
@@ -342,7 +343,12 @@ def run_plan(
             raise InputError(f"--{name.replace('_', '-')}: must be longer than 0s")
     if nodes is not None and nodes < 1:
         raise InputError("--nodes: a job has at least 1 node")
+    too_many = f"more nodes than the {MOST_NODES} the plan computes with"
+    if nodes is not None and nodes > MOST_NODES:
+        raise InputError(f"--nodes: {too_many}")
     loaded = load_config(provided.preset_or_path(file), provided.presets())
+    if loaded.config.job.nodes > MOST_NODES:
+        raise InputError(f"job.nodes: {too_many}", loaded.document.span(("job", "nodes")))
     inputs = planned.from_config(loaded.config, loaded.document.values)
     if from_events:
         from hacfg.agent.records.calibration import measure

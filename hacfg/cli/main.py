@@ -125,13 +125,18 @@ def _parse(args: list[str], name: str) -> tuple[list[str], dict[str, Any]] | Non
         value, kind = next(items, None), option.get("value")
         if value is None or value.startswith("-") or kind is None:
             return None
-        if (kind == "choice" and value not in option["takes"]) or (kind == "integer" and not value.isdigit()):
+        if (kind == "choice" and value not in option["takes"]) or (kind == "integer" and not _decimal(value)):
             return None
         if option.get("many"):
             chosen.setdefault(option["keyword"], []).append(_CONVERT[kind](value))
         else:
             chosen[option["keyword"]] = _CONVERT[kind](value)
     return operands, chosen
+
+
+def _decimal(value: str) -> bool:
+    """Digits int() reads as typer does: ASCII (``"²".isdigit()`` too), within Python's int/str limit."""
+    return value.isascii() and value.isdigit() and len(value) <= 4300
 
 
 @functools.cache

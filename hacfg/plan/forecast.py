@@ -141,11 +141,15 @@ def forecast_config(config: HAConfig) -> Forecast | None:
 
 
 def spelled(seconds: float) -> str:
-    """A duration as a scenario file writes it, to the minute once it is over ten minutes."""
-    if seconds > NEVER:
+    """A duration as a scenario file writes it, to the minute once it is over ten minutes; "never"
+    only for a wall time the model finds endless."""
+    if math.isinf(seconds):
         return "never"
     step = 60 if seconds >= 600 else 1
-    return format_duration(timedelta(seconds=max(step, round(seconds / step) * step)))
+    try:
+        return format_duration(timedelta(seconds=max(step, round(seconds / step) * step)))
+    except OverflowError:
+        return f"more than {timedelta.max.days}d"
 
 
 def interval_change(costs: model.Costs, configured: float | None, daly: float) -> Change:

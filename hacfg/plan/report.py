@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from hacfg.fsutil import write_figure
-from hacfg.plan.forecast import NEVER, Forecast, costs_of, spelled
+from hacfg.plan.forecast import Forecast, costs_of, spelled
 from hacfg.plan.inputs import KEYS, Input
 
 
@@ -101,7 +102,7 @@ def to_json(forecast: Forecast, file: str) -> dict[str, Any]:
 
 def _finite(seconds: float | None) -> float | None:
     """JSON has no infinity: a wall time that never ends is null."""
-    return seconds if seconds is not None and seconds <= NEVER else None
+    return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
 def plot(forecast: Forecast, path: str) -> None:
