@@ -305,3 +305,60 @@ def test_settings_and_baselines_of_any_type_are_one_line_and_exit_2(tmp_path_fac
             one_line_or_success(*run_in_process("lint", *map(str, args), str(folder / "ha.yaml")))
 
     property_()
+
+
+AGENT_START = '{"time": "2026-12-01T07:00:00.000Z", "event": "agent_start", "node": 0}\n'
+EXIT = '{"time": "2026-12-01T07:05:00.000Z", "event": "attempt_exit", "node": 0, "attempt": 1, "cause": "environment", '
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ('{"time": "2026-12-01T07:01:00Z", "event": "attempt_start", "node": [1]}', "node: expected a whole number, got [1]"),
+        ('{"time": "2026-12-01T07:01:00", "event": "attempt_start", "node": 0}', '"time" has no time zone'),
+        (EXIT + '"duration": "5m"}', 'duration: expected seconds, got "5m"'),
+        (EXIT + '"checkpoints": [{"path": "/c/step_1", "time": "2026-12-01T07:04:00Z"}]}',
+         'checkpoints: expected checkpoints, each with its step, path and zoned time, got [{"path": "/c/step_1", "time": "2026-...'),
+    ],
+)
+def test_an_event_record_not_as_the_agent_writes_it_is_an_error_at_its_line(cli, tmp_path, record, message):
+    events = tmp_path / "events.jsonl"
+    events.write_text(AGENT_START + record + "\n")
+    plan = tmp_path / "ha.yaml"
+    plan.write_text("version: 1\nscenario: single-node\ncheckpoint: {save_time: 1m}\nreliability: {restart_time: 1m}\n")
+    for args in (("events", events), ("plan", plan, "--from-events", events)):
+        result = cli(*args)
+        assert (result.code, result.err) == (2, f"{events}:2:1: not an agent event: {message}\n"), args
+
+
+@pytest.mark.slow
+def test_event_logs_of_any_type_are_one_line_and_exit_2(tmp_path_factory, examples):
+    """Records with the agent's event names and any JSON in the fields its readers compute with,
+    through `hacfg events` and `hacfg plan --from-events`."""
+    from hypothesis import HealthCheck, given, settings
+    from test_fuzz import run_in_process
+
+    from hacfg.agent.vocabulary import Event
+
+    folder = tmp_path_factory.mktemp("hostile-events")
+    plan = folder / "ha.yaml"
+    plan.write_text("version: 1\nscenario: single-node\njob: {duration: 1d}\ncheckpoint: {save_time: 1m}\nreliability: {restart_time: 1m}\n")
+    fields = ["node", "round", "attempt", "exit_code", "cause", "action", "after", "idle", "timeout", "duration", "stopping",
+              "step", "checkpoints", "progressed", "resume_from", "reason", "signal", "start", "pid", "cause_node", "command"]
+    times = st.sampled_from(["2026-12-01T07:00:00+00:00", "2026-12-01T08:00:00.5Z", "2026-12-01T07:00:00", "0001-01-01T00:00:00+00:00",
+                             "9999-12-31T23:59:59+00:00", "2026-12-01T07:00:00-23:59", "2026-12-01", "soon"])
+    checkpoint = st.fixed_dictionaries({"step": json_values | st.integers(), "path": json_values | plain_strings, "time": times | json_values},
+                                       optional={"save_s": json_values | st.floats()})
+    value = json_values | st.lists(checkpoint, max_size=2) | st.sampled_from(["hang", "environment", "user", "SIGKILL", "proc_restart"])
+    record = st.fixed_dictionaries({"time": times, "event": st.sampled_from([e.value for e in Event])},
+                                   optional=dict.fromkeys(fields, value))
+
+    @settings(max_examples=examples // 4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(st.lists(record, min_size=1, max_size=8))
+    def property_(records):
+        events = folder / "events.jsonl"
+        events.write_text("".join(json.dumps(r) + "\n" for r in records))
+        for args in (("events", events), ("plan", plan, "--from-events", events)):
+            one_line_or_success(*run_in_process(*map(str, args)))
+
+    property_()
