@@ -213,6 +213,7 @@ SCENARIO_FILE = "version: 1\nscenario: single-node\ncheckpoint: {path: obs://b/c
         (".hacfg.toml", 'select = [\n  "HA001",\n  5,\n]\n', ":1:1", "[tool.hacfg] select: expected a list of rule IDs"),
         ("pyproject.toml", '[tool.hacfg]\nseverity = {HA003 = 5}\n', ":2:13", "[tool.hacfg] severity.HA003: expected one of info, warning, error, got 5"),
         (".hacfg.toml", 'select = ["HA001"\n', ":2:1", "invalid TOML: Unclosed array"),
+        ("pyproject.toml", '[tool.hacfg]\nper-file-ignores = {"a/*" = ["HA997"]}\n', ":2:21", "[tool.hacfg]: unknown rule 'HA997'; did you mean 'HA099'?"),
     ],
 )
 def test_settings_of_the_wrong_type_are_one_positioned_line(cli, tmp_path, monkeypatch, name, text, where, message):

@@ -45,6 +45,8 @@ class Settings:
     source: str | None = None  # the file the settings came from
     baseline: Path | None = None  # findings to report no more (hacfg.lint.baseline), beside the settings file
     cli_rules: dict[str, str] = field(default_factory=dict)  # rule ID -> the option that named it
+    file: _SettingsFile | None = None  # the settings' text, to point at a rule ID nobody knows
+    written: dict[str, LogicalPath] = field(default_factory=dict)  # rule ID -> the first key naming it
 
     def enabled_rules(self, rule_ids: Iterable[str], path: str) -> frozenset[str]:
         """The rules that run on ``path``: selected, not ignored, not ignored for this file."""
@@ -105,7 +107,10 @@ class Settings:
                 hint = did_you_mean(rule_id, sorted(known))
                 if rule_id in self.cli_rules:
                     raise InputError(f"{self.cli_rules[rule_id]}: unknown rule {rule_id!r}{hint}")
-                raise InputError(f"[tool.hacfg]: unknown rule {rule_id!r}{hint}", file=self.source)
+                message = f"[tool.hacfg]: unknown rule {rule_id!r}{hint}"
+                if self.file is not None and rule_id in self.written:
+                    raise self.file.error((*self.file.prefix, *self.written[rule_id]), message)
+                raise InputError(message, file=self.source)
 
 
 def _rule_ids(values: Sequence[str]) -> tuple[str, ...]:
@@ -228,7 +233,10 @@ def _settings(found: _SettingsFile, root: Path) -> Settings:
         value = lookup(table, key)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise fail(key, "expected a list of rule IDs")
-        return tuple(v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for v in value)
+        named = tuple(v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for v in value)
+        for rule_id in named:
+            written.setdefault(rule_id, key)
+        return named
 
     def choice(choices: tuple[_Choice, ...], *key: str) -> _Choice:
         value = lookup(table, key)
@@ -236,6 +244,8 @@ def _settings(found: _SettingsFile, root: Path) -> Settings:
             if value == known:
                 return known
         raise fail(key, f"expected one of {', '.join(choices)}, got {value!r}")
+
+    written: dict[str, LogicalPath] = {}
 
     def table_of(key: str, convert: Callable[..., Any]) -> dict[str, Any]:
         value = table.get(key, {})
@@ -251,6 +261,8 @@ def _settings(found: _SettingsFile, root: Path) -> Settings:
     settings.per_file_ignores = table_of("per-file-ignores", ids)
     severities = table_of("severity", lambda *key: choice(SEVERITIES, *key))
     settings.severity = {k.upper(): v for k, v in severities.items()}
+    for k in severities:
+        written.setdefault(k.upper(), ("severity", k))
     if "fail-on" in table:
         settings.fail_on = choice(SEVERITIES, "fail-on")
     if "platform" in table:
@@ -265,4 +277,5 @@ def _settings(found: _SettingsFile, root: Path) -> Settings:
         if not isinstance(baseline, str) or not baseline or "\0" in baseline:
             raise fail(("baseline",), "expected the path of a baseline file")
         settings.baseline = root / baseline
+    settings.file, settings.written = found, written
     return settings
