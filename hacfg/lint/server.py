@@ -151,6 +151,7 @@ class _Answered(logging.Filter):
 
 
 logging.getLogger("pygls.protocol.json_rpc").addFilter(_Answered())
+
 PARSE_ERROR, INVALID_REQUEST = -32700, -32600
 MAX_MESSAGE = 4 * MAX_BYTES  # a file hacfg reads, JSON-escaped in a didOpen, fits with room to spare
 _MAX_HEADER = 1 << 12

@@ -229,6 +229,8 @@ def _settings(found: _SettingsFile, root: Path) -> Settings:
             message = f"[tool.hacfg] unknown key {key!r}{did_you_mean(key, list(KEYS))}"
             raise found.error((*found.prefix, key), message)
 
+    written: dict[str, LogicalPath] = {}  # rule ID -> the first key that names it
+
     def ids(*key: str) -> tuple[str, ...]:
         value = lookup(table, key)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -244,8 +246,6 @@ def _settings(found: _SettingsFile, root: Path) -> Settings:
             if value == known:
                 return known
         raise fail(key, f"expected one of {', '.join(choices)}, got {value!r}")
-
-    written: dict[str, LogicalPath] = {}
 
     def table_of(key: str, convert: Callable[..., Any]) -> dict[str, Any]:
         value = table.get(key, {})
