@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import strategies as st
 
 from conftest import REPO
 
@@ -194,3 +195,171 @@ def test_a_huge_number_in_a_training_log_is_no_plugin_failure():
     for line in ("exitcode  : -" + "9" * 5000 + " (pid: 3)", "Signal " + "9" * 5000 + " (SIGKILL) received by PID 3"):
         verdict = classify(Failure(1, None, (line,)))
         assert verdict.cause == "user" and manager.failures[reported:] == [], line
+
+
+# Settings and baselines: a value of any type where hacfg expects another is one line, exit 2.
+# lint walks up to the nearest pyproject.toml, which may be any repository's.
+
+SCENARIO_FILE = "version: 1\nscenario: single-node\ncheckpoint: {path: obs://b/c, resume: true}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where", "message"),
+    [
+        ("pyproject.toml", "tool = 5\n", ":1:1", "tool: expected a table, such as [tool.hacfg]"),
+        ("pyproject.toml", '[project]\nname = "x"\n\n[tool]\nhacfg = true\n', ":5:1", "tool.hacfg: expected a table, [tool.hacfg]"),
+        (".hacfg.toml", "tool = [1]\n", ":1:1", "tool: expected a table, such as [tool.hacfg]"),
+        (".hacfg.toml", 'select = ["HA"]\nbaseline = "a\\u0000b"\n', ":2:1", "[tool.hacfg] baseline: expected the path of a baseline file"),
+        (".hacfg.toml", 'select = [\n  "HA001",\n  5,\n]\n', ":1:1", "[tool.hacfg] select: expected a list of rule IDs"),
+        ("pyproject.toml", '[tool.hacfg]\nseverity = {HA003 = 5}\n', ":2:13", "[tool.hacfg] severity.HA003: expected one of info, warning, error, got 5"),
+        (".hacfg.toml", 'select = ["HA001"\n', ":2:1", "invalid TOML: Unclosed array"),
+        ("pyproject.toml", '[tool.hacfg]\nper-file-ignores = {"a/*" = ["HA997"]}\n', ":2:21", "[tool.hacfg]: unknown rule 'HA997'; did you mean 'HA099'?"),
+    ],
+)
+def test_settings_of_the_wrong_type_are_one_positioned_line(cli, tmp_path, monkeypatch, name, text, where, message):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "ha.yaml").write_text(SCENARIO_FILE)
+    (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path / "sub")
+    result = cli("lint", "ha.yaml")
+    assert (result.code, result.err) == (2, f"{tmp_path / name}{where}: {message}\n")
+
+
+def test_a_baseline_entry_that_is_half_a_surrogate_pair_is_one_positioned_line(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ha.yaml").write_text(SCENARIO_FILE)
+    (tmp_path / "baseline.json").write_text('{"version": 1, "findings": [\n  {"path": "\\ud800", "rule": "HA001", "key": "x"}\n]}\n')
+    result = cli("lint", "--baseline", "baseline.json", "ha.yaml")
+    assert (result.code, result.err) == (2, "baseline.json:2:12: invalid JSON: \\ud800 is half of a surrogate pair, not a character\n")
+
+
+def toml(value) -> str:
+    """``value`` as a TOML inline value (tables inline, keys quoted)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value).replace("e+", "e")
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(map(toml, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)} = {toml(v)}" for k, v in value.items()) + "}"
+    return value.isoformat()  # a date or time
+
+
+CHARACTERS = st.characters(blacklist_categories=("Cs",))  # TOML and UTF-8 hold no lone surrogates
+plain_strings = st.sampled_from(["", "ALL", "HA", "HA001", "ha7", "HA999", "*", "**/*.json", "legacy/*", ".", "..", "/", "/dev/null",
+                                 "baseline.json", "missing/b.json", "a\0b", "error", "warning", "info", "otc", "huaweicloud", " "])
+scalars = (
+    plain_strings | st.text(CHARACTERS, max_size=12) | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+    | st.floats() | st.datetimes() | st.dates() | st.times()
+)
+toml_values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(plain_strings | st.text(CHARACTERS, max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+SETTINGS_KEYS = ["select", "ignore", "per-file-ignores", "severity", "fail-on", "platform", "include", "baseline"]
+hacfg_tables = st.dictionaries(st.sampled_from([*SETTINGS_KEYS, "tool", "hacfg", "selct"]), toml_values, max_size=4)
+settings_files = st.one_of(
+    hacfg_tables.map(lambda table: (".hacfg.toml", table)),
+    hacfg_tables.map(lambda table: (".hacfg.toml", {"tool": {"hacfg": table}})),
+    st.one_of(hacfg_tables, toml_values).map(lambda table: ("pyproject.toml", {"tool": {"hacfg": table}})),
+    toml_values.map(lambda tool: ("pyproject.toml", {"tool": tool})),
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12) | plain_strings
+    | st.sampled_from(["\ud800", "\udfff", "a\udc80b", "\U0001f600"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["path", "rule", "key", "version", "findings"]) | st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+entries = st.fixed_dictionaries({"path": json_values | plain_strings, "rule": json_values | plain_strings, "key": json_values | plain_strings})
+baselines = st.one_of(
+    json_values,
+    st.fixed_dictionaries({"version": st.sampled_from([1, 1, 1, 2, "1", None, True]), "findings": st.lists(entries | json_values, max_size=4)}),
+)
+
+
+def one_line_or_success(code: int, err: str) -> None:
+    assert code in (0, 1, 2) and "Traceback" not in err and "internal error" not in err, err
+    if code == 2:
+        assert err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_settings_and_baselines_of_any_type_are_one_line_and_exit_2(tmp_path_factory, examples):
+    from hypothesis import HealthCheck, given, settings
+    from test_fuzz import run_in_process
+
+    folder = tmp_path_factory.mktemp("hostile-settings")
+    (folder / "ha.yaml").write_text(SCENARIO_FILE)
+
+    @settings(max_examples=examples // 2, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(settings_files, baselines, st.booleans())
+    def property_(settings_file, baseline, ensure_ascii):
+        name, data = settings_file
+        config = folder / name
+        config.write_text("\n".join(f"{json.dumps(k)} = {toml(v)}" for k, v in data.items()) + "\n")
+        # unescaped, half a surrogate pair is a byte sequence UTF-8 refuses
+        (folder / "baseline.json").write_bytes(json.dumps(baseline, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass"))
+        for args in (("--config", config), ("--baseline", folder / "baseline.json")):
+            one_line_or_success(*run_in_process("lint", *map(str, args), str(folder / "ha.yaml")))
+
+    property_()
+
+
+AGENT_START = '{"time": "2026-12-01T07:00:00.000Z", "event": "agent_start", "node": 0}\n'
+EXIT = '{"time": "2026-12-01T07:05:00.000Z", "event": "attempt_exit", "node": 0, "attempt": 1, "cause": "environment", '
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ('{"time": "2026-12-01T07:01:00Z", "event": "attempt_start", "node": [1]}', "node: expected a whole number, got [1]"),
+        ('{"time": "2026-12-01T07:01:00", "event": "attempt_start", "node": 0}', '"time" has no time zone'),
+        (EXIT + '"duration": "5m"}', 'duration: expected seconds, got "5m"'),
+        (EXIT + '"checkpoints": [{"path": "/c/step_1", "time": "2026-12-01T07:04:00Z"}]}',
+         'checkpoints: expected checkpoints, each with its step, path and zoned time, got [{"path": "/c/step_1", "time": "2026-...'),
+    ],
+)
+def test_an_event_record_not_as_the_agent_writes_it_is_an_error_at_its_line(cli, tmp_path, record, message):
+    events = tmp_path / "events.jsonl"
+    events.write_text(AGENT_START + record + "\n")
+    plan = tmp_path / "ha.yaml"
+    plan.write_text("version: 1\nscenario: single-node\ncheckpoint: {save_time: 1m}\nreliability: {restart_time: 1m}\n")
+    for args in (("events", events), ("plan", plan, "--from-events", events)):
+        result = cli(*args)
+        assert (result.code, result.err) == (2, f"{events}:2:1: not an agent event: {message}\n"), args
+
+
+@pytest.mark.slow
+def test_event_logs_of_any_type_are_one_line_and_exit_2(tmp_path_factory, examples):
+    """Records with the agent's event names and any JSON in the fields its readers compute with,
+    through `hacfg events` and `hacfg plan --from-events`."""
+    from hypothesis import HealthCheck, given, settings
+    from test_fuzz import run_in_process
+
+    from hacfg.agent.vocabulary import Event
+
+    folder = tmp_path_factory.mktemp("hostile-events")
+    plan = folder / "ha.yaml"
+    plan.write_text("version: 1\nscenario: single-node\njob: {duration: 1d}\ncheckpoint: {save_time: 1m}\nreliability: {restart_time: 1m}\n")
+    fields = ["node", "round", "attempt", "exit_code", "cause", "action", "after", "idle", "timeout", "duration", "stopping",
+              "step", "checkpoints", "progressed", "resume_from", "reason", "signal", "start", "pid", "cause_node", "command"]
+    times = st.sampled_from(["2026-12-01T07:00:00+00:00", "2026-12-01T08:00:00.5Z", "2026-12-01T07:00:00", "0001-01-01T00:00:00+00:00",
+                             "9999-12-31T23:59:59+00:00", "2026-12-01T07:00:00-23:59", "2026-12-01", "soon"])
+    checkpoint = st.fixed_dictionaries({"step": json_values | st.integers(), "path": json_values | plain_strings, "time": times | json_values},
+                                       optional={"save_s": json_values | st.floats()})
+    value = json_values | st.lists(checkpoint, max_size=2) | st.sampled_from(["hang", "environment", "user", "SIGKILL", "proc_restart"])
+    record = st.fixed_dictionaries({"time": times, "event": st.sampled_from([e.value for e in Event])},
+                                   optional=dict.fromkeys(fields, value))
+
+    @settings(max_examples=examples // 4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(st.lists(record, min_size=1, max_size=8))
+    def property_(records):
+        events = folder / "events.jsonl"
+        events.write_text("".join(json.dumps(r) + "\n" for r in records))
+        for args in (("events", events), ("plan", plan, "--from-events", events)):
+            one_line_or_success(*run_in_process(*map(str, args)))
+
+    property_()

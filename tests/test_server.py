@@ -387,3 +387,36 @@ def test_exit_without_shutdown_exits_1_as_the_protocol_says(tmp_path):
     wire = Wire(tmp_path)
     wire.send(frame({"jsonrpc": "2.0", "method": "exit"}))
     assert wire.proc.wait(30) == 1
+
+
+@pytest.mark.slow
+def test_malformed_params_are_answered_without_a_traceback(tmp_path):
+    """What a broken client sends inside well-framed messages: each request gets -32602, notifications
+    are dropped, the server goes on, and its stderr stays empty."""
+    wire = Wire(tmp_path)
+    wire.send(wire.request(1, "initialize", {"capabilities": {}, "processId": None, "rootUri": None}))
+    assert wire.reply()["id"] == 1
+    uri = (tmp_path / "ha.yaml").as_uri()
+    document = {"textDocument": {"uri": uri, "languageId": "yaml", "version": 1, "text": SCENARIO.replace("max: 3", "max: '3'")}}
+    for method, params in [("initialized", {}), ("textDocument/didOpen", document), ("textDocument/didChange", None),
+                           ("textDocument/didChange", 5), ("textDocument/didSave", {"textDocument": None})]:
+        wire.send(frame({"jsonrpc": "2.0", "method": method, "params": params}))
+    at = {"line": 0, "character": 10**12}
+    malformed = [
+        ("textDocument/formatting", {"textDocument": {"uri": uri}, "options": None}),
+        ("textDocument/hover", 5),
+        ("textDocument/hover", {"textDocument": {"uri": uri}, "position": at}),
+        ("textDocument/codeAction", {"textDocument": {"uri": uri}, "range": {"start": at, "end": at}, "context": None}),
+        ("workspace/executeCommand", {"command": "no-such-command"}),
+    ]
+    for number, (method, params) in enumerate(malformed, start=2):
+        wire.send(wire.request(number, method, params))
+        answer = wire.reply()
+        assert (answer["id"], answer["error"]["code"]) == (number, -32602), method
+    wire.send(wire.request(10, "textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 12, "character": 7}}))
+    assert wire.reply()["result"]["contents"]["value"].startswith("HA102 ")  # the document opened before the noise is still served
+    wire.send(wire.request(99, "shutdown"))
+    assert wire.reply()["id"] == 99
+    wire.send(frame({"jsonrpc": "2.0", "method": "exit"}))
+    assert wire.proc.wait(30) == 0
+    assert wire.proc.stderr.read() == b""

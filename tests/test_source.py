@@ -68,6 +68,8 @@ def test_bad_json_points_at_the_json_error():
         ('{"a": NaN}', (1, 7), "invalid JSON: NaN is not a JSON value"),
         ('{"a": [1, -Infinity]}', (1, 11), "invalid JSON: -Infinity is not a JSON value"),
         ("[" * 300 + "]" * 300, (1, 202), "nesting deeper than 200 levels"),
+        ('{"path": "\\ud800"}', (1, 10), "invalid JSON: \\ud800 is half of a surrogate pair, not a character"),
+        ('{"a": 1, "\\udfffkey": 2}', (1, 10), "invalid JSON: \\udfff is half of a surrogate pair, not a character"),
     ],
 )
 def test_json_the_stdlib_lets_through_is_still_refused_at_its_place(text, where, message):

@@ -178,6 +178,36 @@ def test_an_import_that_fails_in_the_warm_interpreter_means_a_cold_start(tmp_pat
     assert "cannot serve" in (tmp_path / "state" / "warm.log").read_text()
 
 
+SIGNAL_THE_WARM_INTERPRETER = """\
+import os, signal, time
+from pathlib import Path
+if os.environ['HACFG_ATTEMPT'] == '1':
+    agent = str(os.getppid())
+    [warm] = [int(p.name) for p in Path('/proc').iterdir() if p.name.isdigit() and b'warm_server' in (p / 'cmdline').read_bytes()
+              and (p / 'stat').read_text().rsplit(')', 1)[1].split()[1] == agent]
+    os.kill(warm, signal.{signal})
+    while (Path('/proc') / str(warm) / 'stat').read_text().rsplit(')', 1)[1].split()[0] != '{state}':
+        time.sleep(0.01)
+    os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.parametrize(
+    ("signal", "state", "reason"),
+    [
+        ("SIGKILL", "Z", "the warm interpreter exited (signal SIGKILL)"),
+        pytest.param("SIGSTOP", "T", "the warm interpreter failed to fork: no answer in 5s", marks=pytest.mark.slow),
+    ],
+)
+def test_a_warm_interpreter_killed_or_stopped_means_a_cold_start_that_says_so(tmp_path, signal, state, reason):
+    script = tmp_path / "train.py"
+    script.write_text(SIGNAL_THE_WARM_INTERPRETER.format(signal=signal, state=state))
+    proc, _, found = run_script(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr
+    starts = attempt_events(found, "attempt_start")
+    assert [(e["start"], e["start_reason"]) for e in starts[1:]] == [("cold", reason)]
+
+
 def test_a_command_that_is_not_python_starts_cold_and_says_why(tmp_path):
     state = tmp_path / "state"
     subprocess.run([PY, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", "--", "/bin/sh", "-c", "exit 0"],

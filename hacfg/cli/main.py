@@ -135,9 +135,10 @@ def _parse(args: list[str], name: str) -> tuple[list[str], dict[str, Any]] | Non
 
 
 def _integer(text: str) -> bool:
-    """Digits that ``int`` reads: past Python's limit on digits (0: none), typer says why."""
+    """Digits that ``int`` reads as typer does: ASCII (``"²".isdigit()`` too), within Python's limit
+    on digits (0: none). Typer says what is wrong with anything else."""
     limit = sys.get_int_max_str_digits()
-    return text.isdigit() and not 0 < limit < len(text)
+    return text.isascii() and text.isdigit() and not 0 < limit < len(text)
 
 
 @functools.cache

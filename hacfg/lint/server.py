@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import logging
 import os
 import re
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInternalError
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
@@ -124,7 +125,7 @@ class HacfgServer(LanguageServer):
             self._answer(data["id"] if request else None, INVALID_REQUEST, why)
             return
         try:
-            message = self.protocol.structure_message(data)
+            message = self.protocol.structure_message(data)  # params it cannot read: logged by _Answered
         except JsonRpcException as err:
             if "id" in data and "method" in data:  # a request: its sender waits for an answer
                 self._answer(data["id"], err.code, f"{data['method']}: {err.message}")
@@ -137,6 +138,19 @@ class HacfgServer(LanguageServer):
     def _answer(self, msg_id: object, code: int, message: str) -> None:
         self.protocol._send_data({"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}})
 
+
+class _Answered(logging.Filter):
+    """Drops pygls's tracebacks of a client's mistake: params it cannot read (``"params": 5``, a
+    position past 2**31) or a command nobody registered. The request is answered with its error
+    code (-32602); a client's mistake is no server error to print."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Unable to deserialize message"):
+            return False
+        return not (record.exc_info and isinstance(record.exc_info[1], JsonRpcInvalidParams))
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_Answered())
 
 PARSE_ERROR, INVALID_REQUEST = -32700, -32600
 MAX_MESSAGE = 4 * MAX_BYTES  # a file hacfg reads, JSON-escaped in a didOpen, fits with room to spare

@@ -19,13 +19,14 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from hacfg.scenario.names import PLATFORMS, SEVERITIES, Platform, Severity
-from hacfg.scenario.source import InputError, did_you_mean
+from hacfg.scenario.source import InputError, LogicalPath, Span, did_you_mean, dotted, lookup, read
 
 KEYS = ("select", "ignore", "per-file-ignores", "severity", "fail-on", "platform", "include", "baseline")
 _Choice = TypeVar("_Choice", bound=str)
@@ -44,6 +45,8 @@ class Settings:
     source: str | None = None  # the file the settings came from
     baseline: Path | None = None  # findings to report no more (hacfg.lint.baseline), beside the settings file
     cli_rules: dict[str, str] = field(default_factory=dict)  # rule ID -> the option that named it
+    file: _SettingsFile | None = None  # the settings' text, to point at a rule ID nobody knows
+    written: dict[str, LogicalPath] = field(default_factory=dict)  # rule ID -> the first key naming it
 
     def enabled_rules(self, rule_ids: Iterable[str], path: str) -> frozenset[str]:
         """The rules that run on ``path``: selected, not ignored, not ignored for this file."""
@@ -104,7 +107,10 @@ class Settings:
                 hint = did_you_mean(rule_id, sorted(known))
                 if rule_id in self.cli_rules:
                     raise InputError(f"{self.cli_rules[rule_id]}: unknown rule {rule_id!r}{hint}")
-                raise InputError(f"[tool.hacfg]: unknown rule {rule_id!r}{hint}", file=self.source)
+                message = f"[tool.hacfg]: unknown rule {rule_id!r}{hint}"
+                if self.file is not None and rule_id in self.written:
+                    raise self.file.error((*self.file.prefix, *self.written[rule_id]), message)
+                raise InputError(message, file=self.source)
 
 
 def _rule_ids(values: Sequence[str]) -> tuple[str, ...]:
@@ -123,13 +129,12 @@ def find_settings(start: Path | None = None) -> Settings:
     for candidate in (folder, *folder.parents):
         dotfile = candidate / ".hacfg.toml"
         if dotfile.is_file():
-            table = _read_toml(dotfile)
-            return _settings(table.get("tool", {}).get("hacfg", table), candidate, dotfile)
+            return _settings(_SettingsFile.read(dotfile, pyproject=False), candidate)
         pyproject = candidate / "pyproject.toml"
         if pyproject.is_file():
-            table = _read_toml(pyproject).get("tool", {}).get("hacfg")
-            if table is not None:
-                return _settings(table, candidate, pyproject)
+            found = _SettingsFile.read(pyproject, pyproject=True)
+            if found.prefix:
+                return _settings(found, candidate)
     return Settings()
 
 
@@ -139,69 +144,138 @@ def read_settings(path: Path) -> Settings:
     if not path.is_file():
         raise InputError("no such settings file", file=str(path))
     folder = Path(os.path.abspath(path)).parent
-    table = _read_toml(path)
-    if path.name == "pyproject.toml":
-        return _settings(table.get("tool", {}).get("hacfg", {}), folder, path)
-    return _settings(table.get("tool", {}).get("hacfg", table), folder, path)
+    return _settings(_SettingsFile.read(path, pyproject=path.name == "pyproject.toml"), folder)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _SettingsFile:
+    """The ``[tool.hacfg]`` table of one file (or a ``.hacfg.toml``'s top level), and where each of
+    its values is written, for errors at ``file:line:col``."""
+
+    path: str
+    text: str
+    table: dict[str, Any]
+    prefix: LogicalPath  # where the table is in the file: ("tool", "hacfg"), () for a top level, or
+    # () with an empty table for a pyproject.toml that has no [tool.hacfg]
+
+    @classmethod
+    def read(cls, path: Path, *, pyproject: bool) -> _SettingsFile:
+        import tomllib
+
+        text = read(path)
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            message = str(err)
+            at = re.search(r" \(at (?:line (\d+), column (\d+)|end of document)\)$", message)
+            if at is None:
+                raise InputError(f"invalid TOML: {message}", file=str(path)) from None
+            if at[1]:
+                line, column = int(at[1]), int(at[2])
+            else:
+                line, column = text.count("\n") + 1, len(text) - text.rfind("\n")
+            span = Span(str(path), line, column, line, column + 1)
+            raise InputError(f"invalid TOML: {message[: at.start()]}", span) from None
+        found = cls(str(path), text, data, ())
+        if "tool" in data and not isinstance(data["tool"], dict):
+            raise found.error(("tool",), "tool: expected a table, such as [tool.hacfg]")
+        tool = data.get("tool", {})
+        if "hacfg" in tool:
+            if not isinstance(tool["hacfg"], dict):
+                raise found.error(("tool", "hacfg"), "tool.hacfg: expected a table, [tool.hacfg]")
+            return replace(found, table=tool["hacfg"], prefix=("tool", "hacfg"))
+        return found if not pyproject else replace(found, table={})
+
+    def error(self, key: LogicalPath, message: str) -> InputError:
+        """``message`` at the line that writes ``key`` (a path in the file), else at the file."""
+        span = _written_at(self.text, self.path, key)
+        return InputError(message, span) if span else InputError(message, file=self.path)
+
+
+def _written_at(text: str, file: str, key: LogicalPath) -> Span | None:
+    """Where the statement that defines ``key`` starts. tomllib keeps no positions, so: the first
+    line naming the key's last part such that the lines before it are a document without ``key``
+    and the statement starting there defines it."""
     import tomllib
 
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read: {err}", file=str(path)) from None
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"invalid TOML: {err}", file=str(path)) from None
+    lines = text.split("\n")  # TOML's only line break; tomllib counts lines the same way
+
+    def defines(end: int) -> bool | None:  # None: the first ``end`` lines are no whole document
+        try:
+            return lookup(tomllib.loads("\n".join(lines[:end])), key) is not None
+        except tomllib.TOMLDecodeError:
+            return None
+
+    name = re.escape(str(key[-1]))
+    written = re.compile(rf"(?<![\w-]){name}(?![\w-])|\"{name}\"|'{name}'")
+    for number, line in enumerate(lines):
+        named = written.search(line)
+        if named is None or defines(number) is not False:
+            continue
+        ends = (defines(end) for end in range(number + 1, len(lines) + 1))
+        if next((found for found in ends if found is not None), False):
+            return Span(file, number + 1, named.start() + 1, number + 1, named.end() + 1)
+    return None
 
 
-def _settings(table: dict[str, Any], root: Path, source: Path) -> Settings:
-    where = str(source)
+def _settings(found: _SettingsFile, root: Path) -> Settings:
+    table, where = found.table, found.path
 
-    def fail(message: str) -> InputError:
-        return InputError(f"[tool.hacfg] {message}", file=where)
+    def fail(key: tuple[str, ...], message: str) -> InputError:
+        return found.error((*found.prefix, *key), f"[tool.hacfg] {dotted(key)}: {message}")
 
     for key in table:
         if key not in KEYS:
-            raise fail(f"unknown key {key!r}{did_you_mean(key, list(KEYS))}")
+            message = f"[tool.hacfg] unknown key {key!r}{did_you_mean(key, list(KEYS))}"
+            raise found.error((*found.prefix, key), message)
 
-    def ids(key: str, value: Any) -> tuple[str, ...]:
+    written: dict[str, LogicalPath] = {}  # rule ID -> the first key that names it
+
+    def ids(*key: str) -> tuple[str, ...]:
+        value = lookup(table, key)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise fail(f"{key}: expected a list of rule IDs")
-        return tuple(v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for v in value)
+            raise fail(key, "expected a list of rule IDs")
+        named = tuple(v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for v in value)
+        for rule_id in named:
+            written.setdefault(rule_id, key)
+        return named
 
-    def choice(key: str, value: Any, choices: tuple[_Choice, ...]) -> _Choice:
+    def choice(choices: tuple[_Choice, ...], *key: str) -> _Choice:
+        value = lookup(table, key)
         for known in choices:
             if value == known:
                 return known
-        raise fail(f"{key}: expected one of {', '.join(choices)}, got {value!r}")
+        raise fail(key, f"expected one of {', '.join(choices)}, got {value!r}")
 
-    def table_of(key: str, convert: Callable[[str, Any], Any]) -> dict[str, Any]:
+    def table_of(key: str, convert: Callable[..., Any]) -> dict[str, Any]:
         value = table.get(key, {})
         if not isinstance(value, dict):
-            raise fail(f"{key}: expected a table")
-        return {k: convert(f"{key}.{k}", v) for k, v in value.items()}
+            raise fail((key,), "expected a table")
+        return {k: convert(key, k) for k in value}
 
     settings = Settings(root=root, source=where)
     if "select" in table:
-        settings.select = ids("select", table["select"])
+        settings.select = ids("select")
     if "ignore" in table:
-        settings.ignore = ids("ignore", table["ignore"])
+        settings.ignore = ids("ignore")
     settings.per_file_ignores = table_of("per-file-ignores", ids)
-    severities = table_of("severity", lambda k, v: choice(k, v, SEVERITIES))
+    severities = table_of("severity", lambda *key: choice(SEVERITIES, *key))
     settings.severity = {k.upper(): v for k, v in severities.items()}
+    for k in severities:
+        written.setdefault(k.upper(), ("severity", k))
     if "fail-on" in table:
-        settings.fail_on = choice("fail-on", table["fail-on"], SEVERITIES)
+        settings.fail_on = choice(SEVERITIES, "fail-on")
     if "platform" in table:
-        settings.platform = choice("platform", table["platform"], PLATFORMS)
+        settings.platform = choice(PLATFORMS, "platform")
     if "include" in table:
         include = table["include"]
         if not isinstance(include, list) or not all(isinstance(v, str) for v in include):
-            raise fail("include: expected a list of globs")
+            raise fail(("include",), "expected a list of globs")
         settings.include = tuple(include)
     if "baseline" in table:
-        if not isinstance(table["baseline"], str) or not table["baseline"]:
-            raise fail("baseline: expected the path of a baseline file")
-        settings.baseline = root / table["baseline"]
+        baseline = table["baseline"]
+        if not isinstance(baseline, str) or not baseline or "\0" in baseline:
+            raise fail(("baseline",), "expected the path of a baseline file")
+        settings.baseline = root / baseline
+    settings.file, settings.written = found, written
     return settings

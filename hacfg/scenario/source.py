@@ -319,7 +319,7 @@ class _JsonReader:
         elif first == "[":
             value, end = self.sequence(at, path)
         elif first == '"':
-            value, end = json.decoder.scanstring(text, at + 1)  # type: ignore[attr-defined]
+            value, end = self.string(at)
         else:
             number = _JSON_NUMBER.match(text, at)
             word = next((w for w in _JSON_WORDS if text.startswith(w, at)), None)
@@ -339,6 +339,20 @@ class _JsonReader:
         self.document.values[path] = self.span(at, end)
         return value, end
 
+    def string(self, at: int) -> tuple[str, int]:
+        """The string at ``at`` and the offset after it. A ``\\ud800`` escape with no partner, which the
+        decoder lets through, is no character: no file, report or terminal could hold it."""
+        value, end = json.decoder.scanstring(self.text, at + 1)  # type: ignore[attr-defined]
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError as err:
+                lone = f"\\u{ord(value[err.start]):04x}"
+                raise InputError(
+                    f"invalid JSON: {lone} is half of a surrogate pair, not a character", self.span(at, end)
+                ) from None
+        return value, end
+
     def mapping(self, at: int, path: LogicalPath) -> tuple[dict[str, Any], int]:
         out: dict[str, Any] = {}
         keys = self.document.keys
@@ -347,7 +361,7 @@ class _JsonReader:
         if text[at] == "}":
             return out, at + 1
         while True:
-            key, key_end = json.decoder.scanstring(text, at + 1)  # type: ignore[attr-defined]
+            key, key_end = self.string(at)
             key_span = self.span(at, key_end)
             if key in out:
                 first = keys[(*path, key)]

@@ -307,20 +307,17 @@ def _kill_group(pid: int) -> None:
 
 
 def reap_orphans(keep: Collection[int] = ()) -> None:
-    """Kill and reap descendants that left the group (setsid) and were reparented to us, but ``keep``."""
+    """Kill and reap descendants that left the group (setsid) and were reparented to us, but ``keep``:
+    each by its PID, so that how a kept child ended (the warm interpreter's SIGKILL) stays its owner's to read."""
     me = os.getpid()
     for _ in range(50):
         orphans = [pid for pid in _children(me) if pid not in keep]
         for pid in orphans:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                break
+        for pid in orphans:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
         if not orphans:
             return
         time.sleep(0.01)

@@ -203,11 +203,58 @@ def read_events(path: Path, damaged: Callable[[int], None] = lambda number: None
             if line.strip():
                 damaged(number)
             continue
-        try:
-            datetime.fromisoformat(str(record["time"]))
-        except (KeyError, ValueError):
-            raise InputError(
-                'not an agent event: no valid ISO 8601 "time"', Span(str(path), number, 1, number, 1)
-            ) from None
+        wrong = _not_as_written(record)
+        if wrong:
+            raise InputError(f"not an agent event: {wrong}", Span(str(path), number, 1, number, 1))
         events.append(record)
     return events
+
+
+def _zoned_time(value: object) -> bool | None:
+    """Whether ``value`` is an ISO 8601 time with its zone (the agent writes UTC); None: no time at all."""
+    try:
+        return datetime.fromisoformat(str(value)).tzinfo is not None
+    except ValueError:
+        return None
+
+
+def _checkpoints(value: object) -> bool:
+    fields = {"step": int, "path": str, "time": str, "save_s": int | float}
+    return isinstance(value, list) and all(
+        isinstance(c, dict)
+        and {"step", "path", "time"} <= c.keys()
+        and _zoned_time(c["time"])
+        and all(isinstance(c[k], kind) for k, kind in fields.items() if k in c)
+        for c in value
+    )
+
+
+# The fields the readers (hacfg events, goodput, the metrics, what plan measures) compute with, as
+# the agent writes them; None stands for "not known" in any of them.
+_FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
+    **dict.fromkeys(
+        ("node", "round", "attempt", "exit_code", "pid", "step", "cause_node", "counted", "max_restarts"),
+        (lambda v: isinstance(v, int), "a whole number"),
+    ),
+    **dict.fromkeys(
+        ("after", "idle", "timeout", "duration", "stopping"), (lambda v: isinstance(v, int | float), "seconds")
+    ),
+    **dict.fromkeys(
+        ("event", "cause", "action", "reason", "resume_from", "signal", "start", "start_reason"),
+        (lambda v: isinstance(v, str), "text"),
+    ),
+    "progressed": (lambda v: isinstance(v, bool), "true or false"),
+    "checkpoints": (_checkpoints, "checkpoints, each with its step, path and zoned time"),
+}
+
+
+def _not_as_written(record: dict[str, Any]) -> str | None:
+    """What in a record the agent would not have written, or None."""
+    zoned = _zoned_time(record.get("time"))
+    if not zoned:
+        return 'no valid ISO 8601 "time"' if zoned is None else '"time" has no time zone'
+    for key, (check, expected) in _FIELDS.items():
+        if record.get(key) is not None and not check(record[key]):
+            shown = json.dumps(record[key])
+            return f"{key}: expected {expected}, got {shown if len(shown) <= 40 else shown[:37] + '...'}"
+    return None
