@@ -8,6 +8,7 @@ import importlib.util
 import json
 
 import pytest
+
 from conftest import REPO
 
 pytest.importorskip("huaweicloudsdkmodelarts", reason="the ModelArts SDK is a test extra: pip install -e '.[test]'")
