@@ -33,6 +33,7 @@ from hacfg.scenario.config import (
 )
 from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
 from hacfg.scenario.passthrough import passthrough_agreements
+from hacfg.scenario.request import unknown_keys
 from hacfg.scenario.source import (
     Document,
     InputError,
@@ -93,10 +94,17 @@ ENGINE_RULES = (
         "unknown-key",
         "error",
         """
-        An unknown key in a scenario file, with the nearest known key.
+        An unknown key in a scenario file, a request body or its `passthrough:`, with the nearest known key.
 
         Unknown keys are errors, not silence: a misspelled `restart.on_hnag` would otherwise
         leave hang restart off. `hacfg schema` prints every key the format has.
+
+        In a request body, and under `passthrough:` (merged into one), the keys are those of the
+        ModelArts SDK's request model (`huaweicloudsdkmodelarts.v1.model.Job`, from which
+        hacfg's schema is generated). The platform drops a key it does not know without a word:
+        `spec: {volume: [...]}` mounts no checkpoint volume, and every restart starts from step 0.
+        A field only a fetched job has (`metadata.id`, `status`, `spec.resource.flavor_name`) is a
+        warning: the platform sets it, a create request leaves it out.
 
         The rest of the file is still judged, so a typo hides no risk. `hacfg fix` (and the
         editor's quick fix) renames the key to the one suggested, unless the mapping has that
@@ -396,6 +404,7 @@ class _FileLinter:
         ctx = self.context(platform)
         if ctx is None:
             return
+        self._unknown_keys(ctx)
         passthrough = _Passthrough.of(ctx) if isinstance(ctx, ScenarioContext) and ctx.config.passthrough else None
         for rule_id, source in self.rules.items():
             if rule_id not in self.enabled:
@@ -428,7 +437,8 @@ class _FileLinter:
         except ConfigInvalid as invalid:
             for error in invalid.errors:
                 if isinstance(error, ConfigError) and error.unknown_key:
-                    self._add("HA101", error.span, error.path, error.message, fix=self._rename(error))
+                    fix = self._rename(error.path, error.span, error.suggestion)
+                    self._add("HA101", error.span, error.path, error.message, fix=fix)
                 else:
                     self._add("HA102", error.span or self.own.span(()), getattr(error, "path", ()), error.message)
             salvaged = None if self.base else salvage(self.document, invalid, platform=chosen)
@@ -442,21 +452,31 @@ class _FileLinter:
         advice = preset_advice(config.scenario, provided.presets())
         return ScenarioContext(self.document, self.own, config.platform, config, advice)
 
-    def _rename(self, error: ConfigError) -> Fix | None:
+    def _unknown_keys(self, ctx: ScenarioContext | JobContext) -> None:
+        """HA101 in a request body, or in what ``passthrough:`` adds to the one the scenario becomes."""
+        body, prefix = (ctx.own.data, ()) if isinstance(ctx, JobContext) else (ctx.config.passthrough, PASSTHROUGH)
+        for unknown in unknown_keys(body):
+            at = (*prefix, *unknown.at)
+            span = self.own.span(at, key=True)
+            fix = self._rename(at, span, unknown.suggestion) if unknown.misspelled else None
+            severity: Severity | None = "warning" if unknown.read_only else None
+            self._add("HA101", span, at, unknown.message, fix=fix, severity=severity)
+
+    def _rename(self, path: LogicalPath, span: Span, suggestion: str | None) -> Fix | None:
         """HA101's fix: the key spelled as the known key it most likely meant, quoted as it was; none when
         the key stands in a preset or the mapping has that key already (a duplicate does not parse)."""
-        span, key = error.span, error.path[-1]
-        siblings = lookup(self.own.data, error.path[:-1])
-        if error.suggestion is None or span.file != self.own.path or not isinstance(siblings, dict):
+        key = path[-1]
+        siblings = lookup(self.own.data, path[:-1])
+        if suggestion is None or span.file != self.own.path or not isinstance(siblings, dict):
             return None
-        if error.suggestion in siblings or not isinstance(key, str):
+        if suggestion in siblings or not isinstance(key, str):
             return None
         starts = line_starts(self.own.text)
         start, end = starts[span.line - 1] + span.column - 1, starts[span.end_line - 1] + span.end_column - 1
         written = self.own.text[start:end]
         if key not in written:  # an escape in a quoted key: leave it to the user
             return None
-        return Fix(error.path, written.replace(key, error.suggestion, 1), f"Rename {key!r} to {error.suggestion!r}")
+        return Fix(path, written.replace(key, suggestion, 1), f"Rename {key!r} to {suggestion!r}")
 
     def add(self, rule_id: str, problem: Problem) -> None:
         if any(problem.at[: len(part)] == part for part in self.unjudged):
