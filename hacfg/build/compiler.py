@@ -48,6 +48,7 @@ def compile_config(
 ) -> tuple[str, list[str]]:
     """The serialized output and the notes to show; raises ConfigInvalid when it fails the schema."""
     built = target.build(loaded.config)
+    built.notes[:0] = loaded.notes
     if only is not None and only not in target.parts:
         choices = ", ".join(target.parts) or "none"
         raise InputError(f"--only {only!r}: target {target.name!r} has no such part (parts: {choices})")

@@ -9,6 +9,7 @@ comments silence (HA099 for those that silence nothing).
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,9 +32,10 @@ from hacfg.scenario.config import (
     validate,
     with_presets,
 )
+from hacfg.scenario.modelarts import ENVIRONMENTS_AT
 from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
-from hacfg.scenario.passthrough import passthrough_agreements
-from hacfg.scenario.request import unknown_keys
+from hacfg.scenario.passthrough import PASSTHROUGH, passthrough_agreements
+from hacfg.scenario.request import environments_as_mapping, environments_note, unknown_keys
 from hacfg.scenario.source import (
     Document,
     InputError,
@@ -119,6 +121,19 @@ ENGINE_RULES = (
 
         Reported by the config model: `nodes: four`, `restart.max: 500`, `hang.timeout: 30`
         (a duration needs a unit), an unknown scenario or preset, OTC's limit of 3 restarts.""",
+    ),
+    _engine_rule(
+        "HA103",
+        "environments-list",
+        "info",
+        """
+        Environment variables written as a list of pairs, as a fetched job shows them.
+
+        The ModelArts SDK shows `algorithm.environments` of a fetched job
+        (`show_training_job_details`, `JobAlgorithmResponse`) as a list of objects of one pair,
+        `[{"MA_HANG_DETECT_TIME": "45"}]`, while a create request takes one mapping. hacfg reads
+        the list as the mapping it means, in a request body and under `passthrough:`, so every
+        rule judges the variables; lint, build and import say so. `hacfg fix` writes the mapping.""",
     ),
 )
 
@@ -302,9 +317,6 @@ def _streamed(data: Any) -> bool:
     return data is None or is_request_body(data) or (isinstance(data, dict) and "apiVersion" in data)
 
 
-PASSTHROUGH: LogicalPath = ("passthrough",)
-
-
 class _Passthrough(NamedTuple):
     """The request body ``hacfg build`` makes of a scenario, with its ``passthrough:`` and without: what
     a rule finds only in the first, passthrough brought about."""
@@ -421,11 +433,14 @@ class _FileLinter:
 
     def context(self, platform: str | None) -> ScenarioContext | JobContext | ManifestContext | None:
         kind = kind_of(self.own)
+        if kind == "job":
+            self.own = self.document = self._environments_listed(self.own, ())
         if kind != "scenario":
             chosen_platform = platform or self.settings.platform or "huaweicloud"
             if kind == "manifest":
                 return ManifestContext(self.own, self.own, chosen_platform, Manifest(self.own.data))
             return JobContext(self.own, self.own, chosen_platform, JobBody(self.own.data))
+        self._environments_listed(self.own, PASSTHROUGH)  # validation reads them so, for lint and build alike
         file_platform = self.own.data.get("platform") if isinstance(self.own.data, dict) else None
         chosen = platform or (file_platform if isinstance(file_platform, str) else None) or self.settings.platform
         try:
@@ -448,9 +463,22 @@ class _FileLinter:
         except InputError as err:  # extends: an unknown preset, a missing or unparsable base file
             self._add("HA102", err.span or self.own.span(()), ("extends",), err.message)
             return None
-        config = loaded.config
+        config, self.document = loaded.config, loaded.document
         advice = preset_advice(config.scenario, provided.presets())
         return ScenarioContext(self.document, self.own, config.platform, config, advice)
+
+    def _environments_listed(self, document: Document, within: LogicalPath) -> Document:
+        """HA103 where the environment variables are a list of pairs, and ``document`` read as the mapping
+        they mean (or as it is)."""
+        view = environments_as_mapping(document, within)
+        if view is None:
+            return document
+        at = (*within, *ENVIRONMENTS_AT)
+        span = document.span(at)
+        written = _written(document.text, span)  # a block list's span runs to the next line: keep its line end
+        mapping = json.dumps(lookup(view.data, at), ensure_ascii=False) + written[len(written.rstrip()) :]
+        self._add("HA103", span, at, environments_note(within), fix=Fix(at, mapping, "Write the pairs as one mapping"))
+        return view
 
     def _unknown_keys(self, ctx: ScenarioContext | JobContext) -> None:
         """HA101 in a request body, or in what ``passthrough:`` adds to the one the scenario becomes."""
@@ -471,9 +499,7 @@ class _FileLinter:
             return None
         if suggestion in siblings or not isinstance(key, str):
             return None
-        starts = line_starts(self.own.text)
-        start, end = starts[span.line - 1] + span.column - 1, starts[span.end_line - 1] + span.end_column - 1
-        written = self.own.text[start:end]
+        written = _written(self.own.text, span)
         if key not in written:  # an escape in a quoted key: leave it to the user
             return None
         return Fix(path, written.replace(key, suggestion, 1), f"Rename {key!r} to {suggestion!r}")
@@ -539,6 +565,12 @@ class _FileLinter:
             end_column=span.end_column,
             message=f"{finding.message} (inherited from {Path(finding.path).name})",
         )
+
+
+def _written(text: str, span: Span) -> str:
+    """The source text ``span`` covers."""
+    starts = line_starts(text)
+    return text[starts[span.line - 1] + span.column - 1 : starts[span.end_line - 1] + span.end_column - 1]
 
 
 def _base_text(path: str) -> str:

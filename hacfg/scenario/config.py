@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hacfg.scenario import fastcheck
 from hacfg.scenario.model import HAConfig
+from hacfg.scenario.passthrough import PASSTHROUGH
+from hacfg.scenario.request import environments_as_mapping, environments_note
 from hacfg.scenario.source import (
     Document,
     InputError,
@@ -67,10 +69,12 @@ class ConfigInvalid(Exception):
 
 
 class Loaded(NamedTuple):
-    """A validated config and the merged document it came from (for positions)."""
+    """A validated config, the merged document it came from (for positions), and what was read
+    differently from how it was written."""
 
     config: HAConfig
     document: Document
+    notes: tuple[str, ...] = ()
 
 
 def load_config(path: str | Path, presets: Presets, *, platform: str | None = None) -> Loaded:
@@ -79,6 +83,9 @@ def load_config(path: str | Path, presets: Presets, *, platform: str | None = No
 
 
 def validate(document: Document, *, platform: str | None = None) -> Loaded:
+    notes: tuple[str, ...] = ()
+    if (pairs := environments_as_mapping(document, PASSTHROUGH)) is not None:
+        document, notes = pairs, (environments_note(PASSTHROUGH),)
     data = document.data
     if data is None:
         raise ConfigInvalid(
@@ -102,7 +109,7 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
         if not isinstance(judged, HAConfig):
             raise ConfigInvalid(_errors(judged, document, SCHEMA))
         config = judged
-    return Loaded(config=config, document=document)
+    return Loaded(config=config, document=document, notes=notes)
 
 
 class Salvaged(NamedTuple):

@@ -1,6 +1,6 @@
 """The ModelArts request body as Huawei Cloud's SDK describes it, read from the schema generated from
-it (scripts/modelarts_schema.py; the SDK itself is never imported here): which keys exist where, and
-which only a fetched job has.
+it (scripts/modelarts_schema.py; the SDK itself is never imported here): which keys exist where,
+which only a fetched job has, and the shape a fetched job gives its environment variables.
 
 The SDK's ``Job`` drops a key it does not know without a word (``spec.volume`` for ``volumes``: the
 checkpoint volume is never mounted), so lint reports each one (HA101) and ``hacfg import`` leaves out
@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hacfg.scenario.source import LogicalPath, closest, dotted
+from hacfg.scenario import modelarts as ma
+from hacfg.scenario.source import Document, LogicalPath, Span, closest, dotted, lookup
 
 SCHEMA_NAME = "modelarts-training-job.schema.json"
 ANY_ITEM = "*"  # in a read-only path: every element of an array
@@ -135,3 +136,37 @@ def _parents(tree: Any, path: LogicalPath, done: LogicalPath = ()) -> Iterator[t
             yield from _parents(tree[head], rest, (*done, head))
         else:
             yield tree, (*done, head)
+
+
+def environments_as_mapping(document: Document, within: LogicalPath = ()) -> Document | None:
+    """``document`` with the ``algorithm.environments`` under ``within`` read as the mapping it means when
+    it is a list of objects of one pair or more, as the SDK shows a fetched job (``JobAlgorithmResponse``:
+    ``list[dict(str, str)]``); every position kept, each variable's at its pair. None for any other shape."""
+    at = (*within, *ma.ENVIRONMENTS_AT)
+    pairs = lookup(document.data, at)
+    if not isinstance(pairs, list) or not all(isinstance(pair, dict) for pair in pairs):
+        return None
+    mapping = {key: value for pair in pairs for key, value in pair.items()}
+    data = copy.deepcopy(document.data)
+    parent = lookup(data, at[:-1])
+    assert isinstance(parent, dict)
+    parent[at[-1]] = mapping
+
+    def rekeyed(spans: dict[LogicalPath, Span]) -> dict[LogicalPath, Span]:
+        kept: dict[LogicalPath, Span] = {}
+        for path, span in spans.items():
+            if path[: len(at)] != at or len(path) == len(at):
+                kept[path] = span
+            elif len(path) > len(at) + 1:  # (..., environments, 3, NAME) -> (..., environments, NAME)
+                kept[(*at, *path[len(at) + 1 :])] = span
+        return kept
+
+    return Document(document.path, document.text, data, rekeyed(document.values), rekeyed(document.keys))
+
+
+def environments_note(within: LogicalPath = ()) -> str:
+    """What is said wherever :func:`environments_as_mapping` reads a list."""
+    return (
+        f"{dotted((*within, *ma.ENVIRONMENTS_AT))} is a list of pairs, as a fetched job shows it: "
+        "read as the mapping it means, which a create request takes"
+    )
