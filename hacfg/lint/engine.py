@@ -26,6 +26,7 @@ from hacfg.scenario.config import (
     ConfigInvalid,
     as_base,
     deep_merge,
+    inherited_at,
     preset_advice,
     read_base,
     salvage,
@@ -554,8 +555,7 @@ class _FileLinter:
         return sorted(result, key=lambda f: (f.line, f.column, f.rule))
 
     def _relocate(self, finding: Finding) -> Finding:
-        anchor = ("extends",) if ("extends",) in self.own.values else ("scenario",)
-        span = self.own.span(anchor)
+        span = self.own.span(inherited_at(self.own))
         return replace(
             finding,
             path=self.own.path,

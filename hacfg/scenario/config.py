@@ -78,8 +78,28 @@ class Loaded(NamedTuple):
 
 
 def load_config(path: str | Path, presets: Presets, *, platform: str | None = None) -> Loaded:
-    """Parse, merge over presets, and validate; raises InputError or ConfigInvalid."""
-    return validate(with_presets(load(path), presets), platform=platform)
+    """Parse, merge over presets, and validate; raises InputError or ConfigInvalid, every error in this file:
+    a preset's value refused here (``--platform otc`` of the long-term preset's 5 restarts) is the file's
+    choice of that preset."""
+    own = load(path)
+    try:
+        return validate(with_presets(own, presets), platform=platform)
+    except ConfigInvalid as invalid:
+        raise ConfigInvalid([_in_own_file(error, own) for error in invalid.errors]) from None
+
+
+def inherited_at(own: Document) -> LogicalPath:
+    """Where a file chooses what it inherits: its ``extends:``, else its ``scenario:``."""
+    return ("extends",) if ("extends",) in own.values else ("scenario",)
+
+
+def _in_own_file(error: InputError, own: Document) -> InputError:
+    if error.span is None or error.span.file == own.path:
+        return error
+    message, span = f"{error.message} (inherited from {Path(error.span.file).name})", own.span(inherited_at(own))
+    if isinstance(error, ConfigError):
+        return ConfigError(message, span, error.path, error.unknown_key, error.suggestion)
+    return InputError(message, span)
 
 
 def validate(document: Document, *, platform: str | None = None) -> Loaded:
