@@ -57,13 +57,15 @@ STATED: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
             "additionalProperties": {"type": "string", "maxLength": 4096, "pattern": "^[^$]*$"},
         },
     ),
-    ("JobEngine", "image_url"): ("自定义镜像地址", {"minLength": 1}),
 }
 
 # "**取值范围**： - job：普通作业 - edge_job：边缘作业", "枚举值： - JobStarted：作业开始", "可选取值如下： - HOURS":
 # a list whose every item is a name, alone or followed by its meaning after a colon.
 _CHOICES = re.compile(r"(?:取值范围\*\*：|枚举值：|可选取值如下：)\s*(-[^*]*)")
 _CHOICE = re.compile(r"([A-Za-z][\w.-]*)\s*(?:[：:].*)?", re.DOTALL)
+# "可选取值如下： - modelarts.pool.visual.xlarge（1卡） - ...": values a field takes in some cases (a dedicated
+# pool's flavors; a public pool has others): examples, for editors to offer, not an enum.
+_EXAMPLE = re.compile(r"-\s*([A-Za-z][\w.-]*)（")
 _LISTED = re.compile(r"取值范围\*\*：([A-Za-z0-9]+(?:、[A-Za-z0-9]+)+)\s")  # "**取值范围**：v0、v1"
 _RANGE = re.compile(r"(?:取值范围\*\*：|范围为\s*)(\d+)\s*-\s*(\d+)")  # "**取值范围**：0-3", "范围为 1-100"
 _LEAST = re.compile(r"最小值为(\d+)")
@@ -133,6 +135,8 @@ class Generator:
             schema_type = scalar.get("type")
             if schema_type == "string" and (choices := _choices(doc)):
                 scalar["enum"] = choices
+            elif schema_type == "string" and (examples := _EXAMPLE.findall(doc)):
+                scalar["examples"] = examples
             if schema_type in ("integer", "number"):
                 scalar.update(_bounds(doc))
             if (stated := STATED.get((name, attribute))) is not None:

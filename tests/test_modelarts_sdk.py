@@ -10,6 +10,7 @@ import json
 import pytest
 
 from conftest import REPO, findings, imported_modules
+from hacfg.scenario.modelarts import SUPERNODE_FLAVOR
 
 pytest.importorskip("huaweicloudsdkmodelarts", reason="the ModelArts SDK is a test extra: pip install -e '.[test]'")
 
@@ -50,6 +51,8 @@ def test_the_schema_states_what_the_sdk_docstrings_state():
     assert defs["Nfs"]["properties"]["read_only"]["type"] == ["boolean", "null"]
     assert defs["Spec"]["additionalProperties"] is False
     assert ["metadata", "id"] in schema["x-read-only"] and ["status"] in schema["x-read-only"]
+    # the dedicated pools' flavors; 16xlarge, which only Ascend supernode pools have, is what lint reads as an NPU
+    assert SUPERNODE_FLAVOR in defs["SpecResource"]["properties"]["flavor_id"]["examples"]
 
 
 # The SDK's own classes, as a user of it writes a job, and the shape it sends (sanitize_for_serialization).

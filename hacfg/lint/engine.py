@@ -483,13 +483,12 @@ class _FileLinter:
 
     def _unknown_keys(self, ctx: ScenarioContext | JobContext) -> None:
         """HA101 in a request body, or in what ``passthrough:`` adds to the one the scenario becomes."""
-        body, prefix = (ctx.own.data, ()) if isinstance(ctx, JobContext) else (ctx.config.passthrough, PASSTHROUGH)
-        for unknown in unknown_keys(body):
-            at = (*prefix, *unknown.at)
-            span = self.own.span(at, key=True)
-            fix = self._rename(at, span, unknown.suggestion) if unknown.misspelled else None
+        body, within = (ctx.own.data, ()) if isinstance(ctx, JobContext) else (ctx.config.passthrough, PASSTHROUGH)
+        for unknown in unknown_keys(body, within):
+            span = self.own.span(unknown.at, key=True)
+            fix = self._rename(unknown.at, span, unknown.suggestion) if unknown.misspelled else None
             severity: Severity | None = "warning" if unknown.read_only else None
-            self._add("HA101", span, at, unknown.message, fix=fix, severity=severity)
+            self._add("HA101", span, unknown.at, unknown.message, fix=fix, severity=severity)
 
     def _rename(self, path: LogicalPath, span: Span, suggestion: str | None) -> Fix | None:
         """HA101's fix: the key spelled as the known key it most likely meant, quoted as it was; none when

@@ -34,7 +34,7 @@ def schema() -> dict[str, Any]:
 class Unknown(NamedTuple):
     """A key the request model has not: misspelled (``suggestion``), or set only by the platform."""
 
-    at: LogicalPath
+    at: LogicalPath  # in the file: the body's path, under ``within``
     suggestion: str | None
     read_only: bool
 
@@ -53,14 +53,12 @@ class Unknown(NamedTuple):
         return f"unknown key {key!r} in {parent}: the platform drops it{hint}"
 
 
-def unknown_keys(body: Any, at: LogicalPath = ()) -> Iterator[Unknown]:
-    """Every key of ``body`` (a whole request body, or part of one standing at ``at``) that the request
-    model has not, in document order."""
+def unknown_keys(body: Any, within: LogicalPath = ()) -> Iterator[Unknown]:
+    """Every key of ``body`` (a request body, or what ``passthrough:`` adds to one, standing at ``within`` in
+    its file) that the request model has not, in document order."""
     root = schema()
-    node: Any = root
-    for key in at:
-        node = _child(root, node, key)
-    yield from _walk(root, node, body, at)
+    for unknown in _walk(root, root, body, ()):
+        yield unknown._replace(at=(*within, *unknown.at))
 
 
 def _resolve(root: dict[str, Any], node: Any) -> Any:
