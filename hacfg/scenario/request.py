@@ -56,6 +56,8 @@ class Unknown(NamedTuple):
 def unknown_keys(body: Any, within: LogicalPath = ()) -> Iterator[Unknown]:
     """Every key of ``body`` (a request body, or what ``passthrough:`` adds to one, standing at ``within`` in
     its file) that the request model has not, in document order."""
+    if not body:
+        return  # a scenario without passthrough: no need to read the schema
     root = schema()
     for unknown in _walk(root, root, body, ()):
         yield unknown._replace(at=(*within, *unknown.at))
