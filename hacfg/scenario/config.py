@@ -78,14 +78,14 @@ class Loaded(NamedTuple):
 
 
 def load_config(path: str | Path, presets: Presets, *, platform: str | None = None) -> Loaded:
-    """Parse, merge over presets, and validate; raises InputError or ConfigInvalid, every error in this file:
-    a preset's value refused here (``--platform otc`` of the long-term preset's 5 restarts) is the file's
-    choice of that preset."""
+    """Parse, merge over presets, and validate; raises InputError or ConfigInvalid. An installed preset's value
+    refused here (``--platform otc`` of the long-term preset's 5 restarts) is reported at this file's choice
+    of that preset: the user cannot edit the preset."""
     own = load(path)
     try:
         return validate(with_presets(own, presets), platform=platform)
     except ConfigInvalid as invalid:
-        raise ConfigInvalid([_in_own_file(error, own) for error in invalid.errors]) from None
+        raise ConfigInvalid([_in_own_file(error, own, presets) for error in invalid.errors]) from None
 
 
 def inherited_at(own: Document) -> LogicalPath:
@@ -93,9 +93,9 @@ def inherited_at(own: Document) -> LogicalPath:
     return ("extends",) if ("extends",) in own.values else ("scenario",)
 
 
-def _in_own_file(error: InputError, own: Document) -> InputError:
-    if error.span is None or error.span.file == own.path:
-        return error
+def _in_own_file(error: InputError, own: Document, presets: Presets) -> InputError:
+    if error.span is None or not _is_preset(Path(error.span.file), presets):
+        return error  # the file's own, or a base file the user wrote and can fix there
     message, span = f"{error.message} (inherited from {Path(error.span.file).name})", own.span(inherited_at(own))
     if isinstance(error, ConfigError):
         return ConfigError(message, span, error.path, error.unknown_key, error.suggestion)
