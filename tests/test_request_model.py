@@ -93,7 +93,7 @@ def test_a_fetched_job_is_adopted_and_built_as_a_create_request(cli, write, tmp_
 @pytest.mark.parametrize(("flavor", "hccl", "accelerator", "comment"), [
     ("modelarts.bm.npu.arm.8snt9b3.d", None, "npu", "from spec.resource.flavor_id"),
     ("modelarts.pool.visual.16xlarge", "true", "npu", "from spec.resource.flavor_id"),
-    ("modelarts.pool.visual.8xlarge", "true", "npu", 'metadata.annotations."fault-tolerance/hccl_op_retry" is on: Ascend only'),
+    ("modelarts.pool.visual.8xlarge", "true", "npu", 'from metadata.annotations."fault-tolerance/hccl_op_retry" (operator retry runs on Ascend only)'),
     ("modelarts.vm.cpu.8u", None, "cpu", "from spec.resource.flavor_id"),
 ])  # fmt: skip
 def test_import_says_which_accelerator_the_body_runs_on(cli, write, tmp_path, flavor, hccl, accelerator, comment):

@@ -120,13 +120,12 @@ class _Importer:
     def _accelerator(self, flavor: Any) -> None:
         """``job.accelerator`` from what the body tells: an Ascend or CPU flavor, or operator re-execution,
         which only Ascend runs; else the scenario's default."""
-        retry = lookup(self.body, ("metadata", "annotations", ma.HCCL_OP_RETRY))
+        retry = ("metadata", "annotations", ma.HCCL_OP_RETRY)
         told = ma.accelerator_of(flavor) if isinstance(flavor, str) else None
         if told is not None:
             self.values[("job", "accelerator")] = (told, "from spec.resource.flavor_id")
-        elif isinstance(retry, str | bool) and ma.spelled_true(retry):
-            source = dotted(("metadata", "annotations", ma.HCCL_OP_RETRY))
-            self.values[("job", "accelerator")] = ("npu", f"{source} is on: Ascend only")
+        elif lookup(self.body, retry) in ("true", True):
+            self.values[("job", "accelerator")] = ("npu", f"from {dotted(retry)} (operator retry runs on Ascend only)")
 
     def _environments(self, environments: Any) -> None:
         if not isinstance(environments, dict):
