@@ -481,8 +481,10 @@ class _FileLinter:
         self._add("HA103", span, at, environments_note(within), fix=Fix(at, mapping, "Write the pairs as one mapping"))
         return view
 
-    def _unknown_keys(self, ctx: ScenarioContext | JobContext) -> None:
+    def _unknown_keys(self, ctx: ScenarioContext | JobContext | ManifestContext) -> None:
         """HA101 in a request body, or in what ``passthrough:`` adds to the one the scenario becomes."""
+        if isinstance(ctx, ManifestContext):
+            return  # a Kubernetes manifest: its CRD, not the ModelArts request model
         body, within = (ctx.own.data, ()) if isinstance(ctx, JobContext) else (ctx.config.passthrough, PASSTHROUGH)
         for unknown in unknown_keys(body, within):
             span = self.own.span(unknown.at, key=True)
