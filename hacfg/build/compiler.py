@@ -133,7 +133,8 @@ def _locate(err: Any, target: Target, built: Build, loaded: Loaded, into: Docume
         path = (*path, next(key for key in err.validator_value if key in err.instance))
     for output, origin in built.origins.items():  # what wrote the values under path wrote path itself
         if path and output[: len(path)] == path and len(output) > len(path):
-            return InputError(message, loaded.document.span(origin[: len(origin) - len(output) + len(path)], key=on_key))
+            written = origin[: len(origin) - len(output) + len(path)]
+            return InputError(message, loaded.document.span(written, key=on_key))
     for cut in range(len(path), 0, -1):
         if path[:cut] in built.origins:
             return InputError(message, loaded.document.span(built.origins[path[:cut]] + path[cut:], key=on_key))
