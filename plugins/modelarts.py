@@ -10,7 +10,7 @@ import copy
 import math
 from typing import Any
 
-from hacfg.plugin import Build, HAConfig, Target, deep_merge, format_duration, hookimpl, schema_file
+from hacfg.plugin import Build, HAConfig, Target, deep_merge, format_duration, hookimpl, lookup, schema_file
 from hacfg.plugin import modelarts as ma
 
 ACCELERATED = ("gpu", "npu")
@@ -48,17 +48,19 @@ class ModelArts(Target):
             resource["pool_id"] = job.pool
             built.origins[("spec", "resource", "pool_id")] = ("job", "pool")
         built.origins[("metadata", "name")] = ("job", "name")
-        built.document = deep_merge(
-            {
-                "kind": "job",
-                "metadata": {"name": config.name, "annotations": annotations},
-                "algorithm": algorithm,
-                "spec": {"resource": resource},
-            },
-            config.passthrough,
-        )
+        own = {
+            "kind": "job",
+            "metadata": {"name": config.name, "annotations": annotations},
+            "algorithm": algorithm,
+            "spec": {"resource": resource},
+        }
+        built.document = deep_merge(own, config.passthrough)
         for path in _leaves(config.passthrough):
             built.origins[path] = ("passthrough", *path)
+            if lookup(config.passthrough, path) is None and lookup(own, path) is not None:
+                # a null over what hacfg writes leaves it out: a request that never set node_count
+                parent = lookup(built.document, path[:-1])
+                del parent[path[-1]]
         return built
 
     @staticmethod

@@ -100,7 +100,7 @@ SCHEMAS = [
     {"dependentRequired": {"a": ["b"]}},
     {"prefixItems": [{"type": "null"}, {"type": "boolean"}], "items": False, "minItems": 1},
     {"prefixItems": [{"type": "integer"}], "maxItems": 2},
-    {"items": {"enum": ["a", "1"]}}, {"const": "a"},
+    {"items": {"enum": ["a", "1"]}}, {"const": "a"}, {"items": {"enum": ["a", None]}}, {"maximum": 2, "minimum": 0},
     {"pattern": "^[a-]*$"}, {"pattern": "^[^$]*$"},
     {"anyOf": [{"type": "string"}, {"minimum": 1}]}, {"allOf": [{"type": "object"}, {"required": ["b"]}]},
     {"$defs": {"s": {"type": "string"}, "t": {"maxItems": 2}}, "items": {"$ref": "#/$defs/s"}, "$ref": "#/$defs/t"},

@@ -420,3 +420,13 @@ def test_malformed_params_are_answered_without_a_traceback(tmp_path):
     wire.send(frame({"jsonrpc": "2.0", "method": "exit"}))
     assert wire.proc.wait(30) == 0
     assert wire.proc.stderr.read() == b""
+
+
+def test_a_key_the_request_model_has_not_is_shown_in_a_body_with_its_rename(editor):
+    body = 'kind: job\nmetadata: {name: j}\nspec:\n  volume: [{nfs: {nfs_server_path: "1.2.3.4:/", local_path: /mnt}}]\n'
+    (unknown,) = [d for d in editor.open("volume.yaml", body) if d.code == "HA101"]
+    assert (unknown.range.start.line, unknown.range.start.character) == (3, 2)
+    (action,) = editor.code_actions("volume.yaml", unknown.range, only=[types.CodeActionKind.QuickFix])
+    assert action.title == "Rename 'volume' to 'volumes' (HA101)"
+    (edit,) = action.edit.changes[editor.uri("volume.yaml")]
+    assert apply(body, edit) == body.replace("volume:", "volumes:")

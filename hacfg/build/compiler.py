@@ -48,6 +48,7 @@ def compile_config(
 ) -> tuple[str, list[str]]:
     """The serialized output and the notes to show; raises ConfigInvalid when it fails the schema."""
     built = target.build(loaded.config)
+    built.notes[:0] = loaded.notes
     if only is not None and only not in target.parts:
         choices = ", ".join(target.parts) or "none"
         raise InputError(f"--only {only!r}: target {target.name!r} has no such part (parts: {choices})")
@@ -120,12 +121,23 @@ def _validate(document: dict[str, Any], target: Target, built: Build, loaded: Lo
 def _locate(err: Any, target: Target, built: Build, loaded: Loaded, into: Document | None) -> InputError:
     path = tuple(err.absolute_path)
     message = f"{target.name} output {dotted(path) or '(root)'}: {err.message}"
+    on_key = err.validator == "additionalProperties"
+    if err.validator == "additionalProperties" and err.validator_value is False and isinstance(err.instance, dict):
+        # a closed object: name the first unknown key, at the place that wrote it, with the nearest known one
+        known = list(err.schema.get("properties", {}))
+        key = next(key for key in err.instance if key not in known)
+        message = f"{target.name} output {dotted(path) or '(root)'}: unknown key {key!r}{did_you_mean(key, known)}"
+        path = (*path, key)
     if err.validator == "dependentRequired" and isinstance(err.instance, dict):
         # "boot_file is a dependency of code_dir": point at the code_dir the file wrote
         path = (*path, next(key for key in err.validator_value if key in err.instance))
+    for output, origin in built.origins.items():  # what wrote the values under path wrote path itself
+        if path and output[: len(path)] == path and len(output) > len(path):
+            written = origin[: len(origin) - len(output) + len(path)]
+            return InputError(message, loaded.document.span(written, key=on_key))
     for cut in range(len(path), 0, -1):
         if path[:cut] in built.origins:
-            return InputError(message, loaded.document.span(built.origins[path[:cut]] + path[cut:]))
+            return InputError(message, loaded.document.span(built.origins[path[:cut]] + path[cut:], key=on_key))
     if into is not None:
-        return InputError(message, into.span(path))
+        return InputError(message, into.span(path, key=on_key))
     return InputError(message, file=loaded.document.path)

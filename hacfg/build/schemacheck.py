@@ -175,9 +175,15 @@ def _minimum(check: _Check, least: Any, instance: Any, schema: dict[str, Any]) -
     return not _is_type(instance, "number") or not instance < least
 
 
+def _maximum(check: _Check, most: Any, instance: Any, schema: dict[str, Any]) -> bool:
+    return not _is_type(instance, "number") or not instance > most
+
+
 def _enum(check: _Check, values: list[Any], instance: Any, schema: dict[str, Any]) -> bool:
-    # jsonschema's own equality (1 is not True, 1 is 1.0) is == where one side is a string.
-    return all(isinstance(value, str) for value in values) and any(value == instance for value in values)
+    # jsonschema's own equality (1 is not True, 1 is 1.0) is == where one side is a string, and is for null.
+    return all(isinstance(value, str) or value is None for value in values) and any(
+        value is instance if value is None else value == instance for value in values
+    )
 
 
 def _const(check: _Check, value: Any, instance: Any, schema: dict[str, Any]) -> bool:
@@ -214,6 +220,7 @@ KEYWORDS: dict[str, Callable[[_Check, Any, Any, dict[str, Any]], bool]] = {
     "maxLength": _max_length,
     "pattern": _pattern,
     "minimum": _minimum,
+    "maximum": _maximum,
     "enum": _enum,
     "const": _const,
     "allOf": _all_of,

@@ -9,6 +9,7 @@ comments silence (HA099 for those that silence nothing).
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,14 +26,17 @@ from hacfg.scenario.config import (
     ConfigInvalid,
     as_base,
     deep_merge,
+    inherited_at,
     preset_advice,
     read_base,
     salvage,
     validate,
     with_presets,
 )
+from hacfg.scenario.modelarts import ENVIRONMENTS_AT
 from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
-from hacfg.scenario.passthrough import passthrough_agreements
+from hacfg.scenario.passthrough import PASSTHROUGH, passthrough_agreements
+from hacfg.scenario.request import environments_as_mapping, environments_note, unknown_keys
 from hacfg.scenario.source import (
     Document,
     InputError,
@@ -93,10 +97,17 @@ ENGINE_RULES = (
         "unknown-key",
         "error",
         """
-        An unknown key in a scenario file, with the nearest known key.
+        An unknown key in a scenario file, a request body or its `passthrough:`, with the nearest known key.
 
         Unknown keys are errors, not silence: a misspelled `restart.on_hnag` would otherwise
         leave hang restart off. `hacfg schema` prints every key the format has.
+
+        In a request body, and under `passthrough:` (merged into one), the keys are those of the
+        ModelArts SDK's request model (`huaweicloudsdkmodelarts.v1.model.Job`, from which
+        hacfg's schema is generated). The platform drops a key it does not know without a word:
+        `spec: {volume: [...]}` mounts no checkpoint volume, and every restart starts from step 0.
+        A field only a fetched job has (`metadata.id`, `status`, `spec.resource.flavor_name`) is a
+        warning: the platform sets it, a create request leaves it out.
 
         The rest of the file is still judged, so a typo hides no risk. `hacfg fix` (and the
         editor's quick fix) renames the key to the one suggested, unless the mapping has that
@@ -111,6 +122,19 @@ ENGINE_RULES = (
 
         Reported by the config model: `nodes: four`, `restart.max: 500`, `hang.timeout: 30`
         (a duration needs a unit), an unknown scenario or preset, OTC's limit of 3 restarts.""",
+    ),
+    _engine_rule(
+        "HA103",
+        "environments-list",
+        "info",
+        """
+        Environment variables written as a list of pairs, as a fetched job shows them.
+
+        The ModelArts SDK shows `algorithm.environments` of a fetched job
+        (`show_training_job_details`, `JobAlgorithmResponse`) as a list of objects of one pair,
+        `[{"MA_HANG_DETECT_TIME": "45"}]`, while a create request takes one mapping. hacfg reads
+        the list as the mapping it means, in a request body and under `passthrough:`, so every
+        rule judges the variables; lint, build and import say so. `hacfg fix` writes the mapping.""",
     ),
 )
 
@@ -294,9 +318,6 @@ def _streamed(data: Any) -> bool:
     return data is None or is_request_body(data) or (isinstance(data, dict) and "apiVersion" in data)
 
 
-PASSTHROUGH: LogicalPath = ("passthrough",)
-
-
 class _Passthrough(NamedTuple):
     """The request body ``hacfg build`` makes of a scenario, with its ``passthrough:`` and without: what
     a rule finds only in the first, passthrough brought about."""
@@ -396,6 +417,7 @@ class _FileLinter:
         ctx = self.context(platform)
         if ctx is None:
             return
+        self._unknown_keys(ctx)
         passthrough = _Passthrough.of(ctx) if isinstance(ctx, ScenarioContext) and ctx.config.passthrough else None
         for rule_id, source in self.rules.items():
             if rule_id not in self.enabled:
@@ -412,11 +434,14 @@ class _FileLinter:
 
     def context(self, platform: str | None) -> ScenarioContext | JobContext | ManifestContext | None:
         kind = kind_of(self.own)
+        if kind == "job":
+            self.own = self.document = self._environments_listed(self.own, ())
         if kind != "scenario":
             chosen_platform = platform or self.settings.platform or "huaweicloud"
             if kind == "manifest":
                 return ManifestContext(self.own, self.own, chosen_platform, Manifest(self.own.data))
             return JobContext(self.own, self.own, chosen_platform, JobBody(self.own.data))
+        self._environments_listed(self.own, PASSTHROUGH)  # validation reads them so, for lint and build alike
         file_platform = self.own.data.get("platform") if isinstance(self.own.data, dict) else None
         chosen = platform or (file_platform if isinstance(file_platform, str) else None) or self.settings.platform
         try:
@@ -428,7 +453,8 @@ class _FileLinter:
         except ConfigInvalid as invalid:
             for error in invalid.errors:
                 if isinstance(error, ConfigError) and error.unknown_key:
-                    self._add("HA101", error.span, error.path, error.message, fix=self._rename(error))
+                    fix = self._rename(error.path, error.span, error.suggestion)
+                    self._add("HA101", error.span, error.path, error.message, fix=fix)
                 else:
                     self._add("HA102", error.span or self.own.span(()), getattr(error, "path", ()), error.message)
             salvaged = None if self.base else salvage(self.document, invalid, platform=chosen)
@@ -438,25 +464,47 @@ class _FileLinter:
         except InputError as err:  # extends: an unknown preset, a missing or unparsable base file
             self._add("HA102", err.span or self.own.span(()), ("extends",), err.message)
             return None
-        config = loaded.config
+        config, self.document = loaded.config, loaded.document
         advice = preset_advice(config.scenario, provided.presets())
         return ScenarioContext(self.document, self.own, config.platform, config, advice)
 
-    def _rename(self, error: ConfigError) -> Fix | None:
+    def _environments_listed(self, document: Document, within: LogicalPath) -> Document:
+        """HA103 where the environment variables are a list of pairs, and ``document`` read as the mapping
+        they mean (or as it is)."""
+        view = environments_as_mapping(document, within)
+        if view is None:
+            return document
+        at = (*within, *ENVIRONMENTS_AT)
+        span = document.span(at)
+        written = _written(document.text, span)  # a block list's span runs to the next line: keep its line end
+        mapping = json.dumps(lookup(view.data, at), ensure_ascii=False) + written[len(written.rstrip()) :]
+        self._add("HA103", span, at, environments_note(within), fix=Fix(at, mapping, "Write the pairs as one mapping"))
+        return view
+
+    def _unknown_keys(self, ctx: ScenarioContext | JobContext | ManifestContext) -> None:
+        """HA101 in a request body, or in what ``passthrough:`` adds to the one the scenario becomes."""
+        if isinstance(ctx, ManifestContext):
+            return  # a Kubernetes manifest: its CRD, not the ModelArts request model
+        body, within = (ctx.own.data, ()) if isinstance(ctx, JobContext) else (ctx.config.passthrough, PASSTHROUGH)
+        for unknown in unknown_keys(body, within):
+            span = self.own.span(unknown.at, key=True)
+            fix = self._rename(unknown.at, span, unknown.suggestion) if unknown.misspelled else None
+            severity: Severity | None = "warning" if unknown.read_only else None
+            self._add("HA101", span, unknown.at, unknown.message, fix=fix, severity=severity)
+
+    def _rename(self, path: LogicalPath, span: Span, suggestion: str | None) -> Fix | None:
         """HA101's fix: the key spelled as the known key it most likely meant, quoted as it was; none when
         the key stands in a preset or the mapping has that key already (a duplicate does not parse)."""
-        span, key = error.span, error.path[-1]
-        siblings = lookup(self.own.data, error.path[:-1])
-        if error.suggestion is None or span.file != self.own.path or not isinstance(siblings, dict):
+        key = path[-1]
+        siblings = lookup(self.own.data, path[:-1])
+        if suggestion is None or span.file != self.own.path or not isinstance(siblings, dict):
             return None
-        if error.suggestion in siblings or not isinstance(key, str):
+        if suggestion in siblings or not isinstance(key, str):
             return None
-        starts = line_starts(self.own.text)
-        start, end = starts[span.line - 1] + span.column - 1, starts[span.end_line - 1] + span.end_column - 1
-        written = self.own.text[start:end]
+        written = _written(self.own.text, span)
         if key not in written:  # an escape in a quoted key: leave it to the user
             return None
-        return Fix(error.path, written.replace(key, error.suggestion, 1), f"Rename {key!r} to {error.suggestion!r}")
+        return Fix(path, written.replace(key, suggestion, 1), f"Rename {key!r} to {suggestion!r}")
 
     def add(self, rule_id: str, problem: Problem) -> None:
         if any(problem.at[: len(part)] == part for part in self.unjudged):
@@ -508,8 +556,7 @@ class _FileLinter:
         return sorted(result, key=lambda f: (f.line, f.column, f.rule))
 
     def _relocate(self, finding: Finding) -> Finding:
-        anchor = ("extends",) if ("extends",) in self.own.values else ("scenario",)
-        span = self.own.span(anchor)
+        span = self.own.span(inherited_at(self.own))
         return replace(
             finding,
             path=self.own.path,
@@ -519,6 +566,12 @@ class _FileLinter:
             end_column=span.end_column,
             message=f"{finding.message} (inherited from {Path(finding.path).name})",
         )
+
+
+def _written(text: str, span: Span) -> str:
+    """The source text ``span`` covers."""
+    starts = line_starts(text)
+    return text[starts[span.line - 1] + span.column - 1 : starts[span.end_line - 1] + span.end_column - 1]
 
 
 def _base_text(path: str) -> str:

@@ -216,10 +216,6 @@ def rule(id: str, name: str, severity: Severity, *, kind: Kind = "scenario") -> 
     return wrap
 
 
-_NPU_FLAVOR = re.compile(r"ascend|snt9|npu|d910|910b", re.IGNORECASE)
-_CPU_FLAVOR = re.compile(r"(^|[._-])cpu([._-]|$)", re.IGNORECASE)
-
-
 @dataclass
 class JobBody:
     """Read access to a ModelArts request body that may be malformed in any way."""
@@ -275,12 +271,8 @@ class JobBody:
 
     @property
     def accelerator(self) -> str | None:
-        """``npu`` or ``cpu`` when the flavor says so; None when it cannot be told."""
-        if _NPU_FLAVOR.search(self.flavor):
-            return "npu"
-        if _CPU_FLAVOR.search(self.flavor):
-            return "cpu"
-        return None
+        """``gpu``, ``npu`` or ``cpu`` when the flavor says so; None when it cannot be told."""
+        return ma.accelerator_of(self.flavor)
 
 
 def _mapping(value: Any) -> dict[Any, Any]:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hacfg.scenario import fastcheck
 from hacfg.scenario.model import HAConfig
+from hacfg.scenario.passthrough import PASSTHROUGH
+from hacfg.scenario.request import environments_as_mapping, environments_note
 from hacfg.scenario.source import (
     Document,
     InputError,
@@ -67,18 +69,43 @@ class ConfigInvalid(Exception):
 
 
 class Loaded(NamedTuple):
-    """A validated config and the merged document it came from (for positions)."""
+    """A validated config, the merged document it came from (for positions), and what was read
+    differently from how it was written."""
 
     config: HAConfig
     document: Document
+    notes: tuple[str, ...] = ()
 
 
 def load_config(path: str | Path, presets: Presets, *, platform: str | None = None) -> Loaded:
-    """Parse, merge over presets, and validate; raises InputError or ConfigInvalid."""
-    return validate(with_presets(load(path), presets), platform=platform)
+    """Parse, merge over presets, and validate; raises InputError or ConfigInvalid. An installed preset's value
+    refused here (``--platform otc`` of the long-term preset's 5 restarts) is reported at this file's choice
+    of that preset: the user cannot edit the preset."""
+    own = load(path)
+    try:
+        return validate(with_presets(own, presets), platform=platform)
+    except ConfigInvalid as invalid:
+        raise ConfigInvalid([_in_own_file(error, own, presets) for error in invalid.errors]) from None
+
+
+def inherited_at(own: Document) -> LogicalPath:
+    """Where a file chooses what it inherits: its ``extends:``, else its ``scenario:``."""
+    return ("extends",) if ("extends",) in own.values else ("scenario",)
+
+
+def _in_own_file(error: InputError, own: Document, presets: Presets) -> InputError:
+    if error.span is None or not _is_preset(Path(error.span.file), presets):
+        return error  # the file's own, or a base file the user wrote and can fix there
+    message, span = f"{error.message} (inherited from {Path(error.span.file).name})", own.span(inherited_at(own))
+    if isinstance(error, ConfigError):
+        return ConfigError(message, span, error.path, error.unknown_key, error.suggestion)
+    return InputError(message, span)
 
 
 def validate(document: Document, *, platform: str | None = None) -> Loaded:
+    notes: tuple[str, ...] = ()
+    if (pairs := environments_as_mapping(document, PASSTHROUGH)) is not None:
+        document, notes = pairs, (environments_note(PASSTHROUGH),)
     data = document.data
     if data is None:
         raise ConfigInvalid(
@@ -102,7 +129,7 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
         if not isinstance(judged, HAConfig):
             raise ConfigInvalid(_errors(judged, document, SCHEMA))
         config = judged
-    return Loaded(config=config, document=document)
+    return Loaded(config=config, document=document, notes=notes)
 
 
 class Salvaged(NamedTuple):

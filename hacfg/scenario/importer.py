@@ -15,11 +15,13 @@ import re
 from typing import Any
 
 from hacfg.scenario import modelarts as ma
+from hacfg.scenario.request import environments_as_mapping, environments_note, without_read_only
 from hacfg.scenario.source import MAX_DEPTH, Document, InputError, dotted, lookup, parse_bytes
 
 # A count as the platform writes it back: no sign, no leading zero, and short enough for any limit.
 _COUNT = re.compile(r"0|[1-9][0-9]{0,17}")
 _NAME = re.compile(ma.JOB_NAME_PATTERN)
+NODE_COUNT = ("spec", "resource", "node_count")
 COMMENT_COLUMN = 36
 
 
@@ -31,8 +33,8 @@ class _Importer:
         self.passthrough = copy.deepcopy(body)
         self.notes: list[str] = []
 
-    def take(self, path: tuple[Any, ...], value: Any, source: tuple[Any, ...]) -> None:
-        self.values[path] = (value, f"from {dotted(source)}")
+    def take(self, path: tuple[Any, ...], value: Any, source: tuple[Any, ...], how: str = "") -> None:
+        self.values[path] = (value, f"from {dotted(source)}{how}")
         _remove(self.passthrough, source)
 
     def unset(self, path: tuple[Any, ...], value: Any, source: tuple[Any, ...]) -> None:
@@ -50,10 +52,13 @@ class _Importer:
         name = lookup(body, ("metadata", "name"))
         if isinstance(name, str) and _NAME.fullmatch(name):
             self.take(("job", "name"), name, ("metadata", "name"))
-        nodes = lookup(body, ("spec", "resource", "node_count"))
-        self.unset(("job", "nodes"), 1, ("spec", "resource", "node_count"))  # never a preset's node count
+        nodes = lookup(body, NODE_COUNT)
+        self.unset(("job", "nodes"), 1, NODE_COUNT)  # never a preset's node count
         if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1:
-            self.take(("job", "nodes"), nodes, ("spec", "resource", "node_count"))
+            self.take(("job", "nodes"), nodes, NODE_COUNT)
+        elif nodes is None:  # a null in passthrough leaves out the node count hacfg would write
+            _set(self.passthrough, NODE_COUNT, None)
+        self._accelerator(lookup(body, ("spec", "resource", "flavor_id")))
         for field, source in (
             ("image", ("algorithm", "engine", "image_url")),
             ("command", ("algorithm", "command")),
@@ -81,21 +86,46 @@ class _Importer:
             self.unset(path, value, ("metadata", "annotations", key))
         if not isinstance(annotations, dict):
             return
+        strings = {key: self._string(key, written) for key, written in annotations.items()}
         low, high = ma.RETRY_LIMITS[self.platform]
-        retries = annotations.get(ma.JOB_RETRY_NUM)
+        retries = strings.get(ma.JOB_RETRY_NUM)
         # what refines auto restart is modelled only with it: restart.max 0 would build without them
         on = isinstance(retries, str) and bool(_COUNT.fullmatch(retries)) and low <= int(retries) <= high
-        for key, written in annotations.items():
+        for key, written in strings.items():
             source = ("metadata", "annotations", key)
             if not isinstance(written, str):
-                self.notes.append(f"{dotted(source)}: {written!r} is not a string; kept as written in passthrough")
                 continue
+            how = "" if isinstance(annotations[key], str) else f" (written as {_shown(annotations[key])})"
             if key == ma.JOB_RETRY_NUM and on:
-                self.take(("restart", "max"), int(written), source)
+                self.take(("restart", "max"), int(written), source, how)
             elif key == ma.POD_RETRY_NUM and on and _COUNT.fullmatch(written) and int(written) >= 1:
-                self.take(("restart", "pod_reschedules"), int(written), source)
+                self.take(("restart", "pod_reschedules"), int(written), source, how)
             elif written == "true" and key in _SWITCHES and (on or key == ma.HCCL_OP_RETRY):
-                self.take(_SWITCHES[key], True, source)
+                self.take(_SWITCHES[key], True, source, how)
+
+    def _string(self, key: str, written: Any) -> Any:
+        """An annotation as the platform reads it: a number or a boolean (Table 4 writes
+        ``"fault-tolerance/pod-retry-num": 3``) as its string, which build can send; anything else as written."""
+        source = ("metadata", "annotations", key)
+        if isinstance(written, str):
+            return written
+        if isinstance(written, bool | int | float):
+            value = ma.annotation_string(written)
+            _set(self.passthrough, source, value)
+            self.notes.append(f"{dotted(source)}: {_shown(written)} is not a string; imported as {_shown(value)}")
+            return value
+        self.notes.append(f"{dotted(source)}: {_shown(written)} is not a string; kept as written in passthrough")
+        return written
+
+    def _accelerator(self, flavor: Any) -> None:
+        """``job.accelerator`` from what the body tells: an Ascend or CPU flavor, or operator re-execution,
+        which only Ascend runs; else the scenario's default."""
+        retry = ("metadata", "annotations", ma.HCCL_OP_RETRY)
+        told = ma.accelerator_of(flavor) if isinstance(flavor, str) else None
+        if told is not None:
+            self.values[("job", "accelerator")] = (told, "from spec.resource.flavor_id")
+        elif lookup(self.body, retry) in ("true", True):
+            self.values[("job", "accelerator")] = ("npu", f"from {dotted(retry)} (operator retry runs on Ascend only)")
 
     def _environments(self, environments: Any) -> None:
         if not isinstance(environments, dict):
@@ -151,17 +181,23 @@ def import_body(document: Document, *, platform: str = "huaweicloud") -> tuple[s
     """The scenario file's text, and notes about values read differently from how they were written."""
     if not isinstance(document.data, dict) or not ({"kind", "metadata"} & set(document.data)):
         raise InputError("not a ModelArts request body (no top-level kind or metadata)", document.span(()))
+    notes = []
+    if (pairs := environments_as_mapping(document)) is not None:
+        document = pairs
+        notes.append(environments_note())
+    body, removed = without_read_only(document.data)
+    notes += [f"{dotted(at)}: left out: the platform sets it, a create request does not" for at in removed]
     deepest = max(document.values, key=len)
     if len(deepest) >= MAX_DEPTH:  # passthrough holds the body one level deeper than it stands
         raise InputError(
             f"nested {len(deepest)} levels deep: under passthrough that is past the {MAX_DEPTH} levels hacfg reads",
             document.span(deepest),
         )
-    importer = _Importer(document.data, platform)
+    importer = _Importer(body, platform)
     importer.run()
     text = _render(importer, document.path)
     _check(text, document.path)
-    return text, importer.notes
+    return text, notes + importer.notes
 
 
 def _check(text: str, source_name: str) -> None:

@@ -6,6 +6,8 @@ configuration pages (Huawei Cloud) and the Open Telekom Cloud mirror, which allo
 
 from __future__ import annotations
 
+import re
+
 # Where a request body holds the annotations and the training command's variables.
 ANNOTATIONS_AT = ("metadata", "annotations")
 ENVIRONMENTS_AT = ("algorithm", "environments")
@@ -46,6 +48,26 @@ HANG_DETECT_TIME = "MA_HANG_DETECT_TIME"  # minutes, platform default 30
 PRECHECK_SWITCH = "MA_DETECT_TRAIN_INJECT_CODE"  # "0" turns the pre-check off
 SETTABLE_PLATFORM_VARIABLES = (HANG_DETECT_TIME, PRECHECK_SWITCH)
 DEFAULT_HANG_MINUTES = 30
+
+# Flavors, as the SDK's SpecResource.flavor_id documents them: public ones name their family
+# (modelarts.vm.gpu.t4u8, modelarts.vm.cpu.8u, Ascend's ...snt9b...); a dedicated pool's
+# modelarts.pool.visual.{,2,4,8}xlarge are GPU *or* Ascend cards, whichever the pool has, and
+# 16xlarge exists only on Ascend Snt9b23 supernode pools.
+SUPERNODE_FLAVOR = "modelarts.pool.visual.16xlarge"
+_FAMILIES = (
+    ("npu", re.compile(r"ascend|snt9|npu|d910|910b", re.IGNORECASE)),
+    ("cpu", re.compile(r"(^|[._-])cpu([._-]|$)", re.IGNORECASE)),
+    ("gpu", re.compile(r"(^|[._-])gpu([._-]|$)", re.IGNORECASE)),
+)
+
+
+def accelerator_of(flavor: str) -> str | None:
+    """``gpu``, ``npu`` or ``cpu`` when the flavor says which; None when it does not (a pool's
+    ``modelarts.pool.visual.8xlarge``: the pool decides)."""
+    if flavor == SUPERNODE_FLAVOR:
+        return "npu"
+    return next((name for name, family in _FAMILIES if family.search(flavor)), None)
+
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"

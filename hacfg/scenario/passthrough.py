@@ -18,6 +18,8 @@ from hacfg.scenario.source import LogicalPath, lookup
 if TYPE_CHECKING:
     from hacfg.scenario.model import HAConfig
 
+PASSTHROUGH: LogicalPath = ("passthrough",)  # where a scenario file holds the rest of the request body
+
 # Each key hacfg writes, by where it sits in the request body, and the scenario key it comes from.
 _OWNED: dict[LogicalPath, dict[str, str]] = {
     ma.ANNOTATIONS_AT: {

@@ -20,7 +20,8 @@ def operator_retry_off_npu(ctx: ScenarioContext) -> Iterator[Problem]:
 
     ## What it does
     Fires when `operator_retry` / `fault-tolerance/hccl_op_retry` is on and the job is not an
-    NPU job (for a request body: its flavor is known and is not an Ascend flavor).
+    NPU job (for a request body: its flavor is a GPU or CPU flavor; a dedicated pool's
+    `modelarts.pool.visual.*` flavor runs GPU or Ascend cards, as the pool has them).
 
     ## Why is this bad?
     Operator re-execution retries HCCL collectives on Ascend Snt9b23 supernode pools only
@@ -45,7 +46,7 @@ def operator_retry_off_npu(ctx: ScenarioContext) -> Iterator[Problem]:
 @operator_retry_off_npu.job
 def operator_retry_off_npu_in_body(ctx: JobContext) -> Iterator[Problem]:
     body = ctx.body
-    if body.flag(ma.HCCL_OP_RETRY) and body.flavor and body.accelerator != "npu":
+    if body.flag(ma.HCCL_OP_RETRY) and body.accelerator not in (None, "npu"):
         message = f"{ma.HCCL_OP_RETRY} needs an Ascend supernode flavor, not {body.flavor}: remove it"
         yield Problem(annotation_path(ma.HCCL_OP_RETRY), message)
 
