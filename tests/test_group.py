@@ -203,31 +203,31 @@ def test_a_sealed_value_opens_only_for_its_key_round_and_writer():
 def test_the_platforms_secret_wins(tmp_path):
     named = tmp_path / "mounted"
     named.write_text("k" * 40 + "\n")
-    assert job_secret({SECRET_ENV: "e" * 20, SECRET_FILE_ENV: str(named)}, tmp_path, create=True, timeout=1) == (b"e" * 20, None)
-    assert job_secret({SECRET_FILE_ENV: str(named)}, tmp_path, create=True, timeout=1) == (b"k" * 40, None)
+    assert job_secret({SECRET_ENV: "e" * 20, SECRET_FILE_ENV: str(named)}, tmp_path, None, create=True, timeout=1) == (b"e" * 20, None)
+    assert job_secret({SECRET_FILE_ENV: str(named)}, tmp_path, None, create=True, timeout=1) == (b"k" * 40, None)
     assert not (tmp_path / "group.secret").exists()
     with pytest.raises(InputError, match="at least 16"):
-        job_secret({SECRET_ENV: "short"}, tmp_path, create=True, timeout=1)
+        job_secret({SECRET_ENV: "short"}, tmp_path, None, create=True, timeout=1)
     with pytest.raises(InputError, match="cannot read the group secret"):
-        job_secret({SECRET_FILE_ENV: str(tmp_path / "absent")}, tmp_path, create=True, timeout=1)
+        job_secret({SECRET_FILE_ENV: str(tmp_path / "absent")}, tmp_path, None, create=True, timeout=1)
 
 
 def test_node_0_creates_a_private_secret_once_and_the_others_read_it(tmp_path):
     folder = tmp_path / "ckpt" / ".hacfg" / "node-0"
-    secret, path = job_secret({}, folder, create=True, timeout=1)
+    secret, path = job_secret({}, folder, None, create=True, timeout=1)
     assert path == folder / "group.secret" and len(secret) == 64
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert job_secret({}, folder, create=True, timeout=1)[0] == secret  # a restarted node 0 keeps it
-    assert job_secret({}, folder, create=False, timeout=1)[0] == secret
+    assert job_secret({}, folder, None, create=True, timeout=1)[0] == secret  # a restarted node 0 keeps it
+    assert job_secret({}, folder, None, create=False, timeout=1)[0] == secret
     assert [p.name for p in folder.iterdir()] == ["group.secret"]  # no draft left behind
     forget(path)
-    assert job_secret({}, folder, create=True, timeout=1)[0] != secret  # the next job gets its own
+    assert job_secret({}, folder, None, create=True, timeout=1)[0] != secret  # the next job gets its own
 
 
 def test_a_follower_waits_for_the_secret_a_bounded_time(tmp_path):
     started = time.monotonic()
     with pytest.raises(NoSecret, match=r"no group secret at .*group.secret within 0.5s"):
-        job_secret({}, tmp_path, create=False, timeout=0.5)
+        job_secret({}, tmp_path, None, create=False, timeout=0.5)
     assert time.monotonic() - started < 3
 
 
@@ -239,13 +239,13 @@ def test_a_linked_or_readable_secret_is_refused(tmp_path):
     linked.mkdir()
     (linked / "group.secret").symlink_to(target)
     with pytest.raises(InputError, match="a symlink is refused"):
-        job_secret({}, linked, create=False, timeout=1)
+        job_secret({}, linked, None, create=False, timeout=1)
     readable = tmp_path / "readable"
     readable.mkdir()
     (readable / "group.secret").write_text("x" * 64)
     (readable / "group.secret").chmod(0o644)
     with pytest.raises(InputError, match=r"only its owner can read \(600\), not -rw-r--r--"):
-        job_secret({}, readable, create=False, timeout=1)
+        job_secret({}, readable, None, create=False, timeout=1)
 
 
 def test_a_checkpoint_linked_from_outside_the_checkpoint_path_is_never_chosen(tmp_path):
