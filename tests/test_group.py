@@ -186,6 +186,8 @@ def test_a_sealed_value_opens_only_for_its_key_round_and_writer():
     for raw, reason in [
         (sealed.replace("step_4", "step_9"), "signature does not match"),  # the payload changed
         (Signer(b"t" * 32, rank=0).seal("r3/plan", 3, {}), "signature does not match"),  # another job's secret
+        (Signer(b"s" * 32, rank=0, job="job-a").seal("r3/plan", 3, {}), "signature does not match"),  # another job, same secret
+        (SIGNER.for_store("an earlier store").seal("r3/plan", 3, {}), "signature does not match"),  # before node 0 restarted
         (f"{mac} 1 {number} {payload}", "signature does not match"),  # claims another writer
         ("{not json", "not a signed value"),
         ("", "not a signed value"),
@@ -222,6 +224,26 @@ def test_node_0_creates_a_private_secret_once_and_the_others_read_it(tmp_path):
     assert [p.name for p in folder.iterdir()] == ["group.secret"]  # no draft left behind
     forget(path)
     assert job_secret({}, folder, None, create=True, timeout=1)[0] != secret  # the next job gets its own
+
+
+def test_each_job_gets_a_secret_of_its_own_on_the_shared_storage(tmp_path):
+    job_a, path_a = job_secret({}, tmp_path, "volcano-job-a", create=True, timeout=1)
+    job_b, path_b = job_secret({}, tmp_path, "volcano-job-b", create=True, timeout=1)
+    assert job_a != job_b and path_a != path_b  # a secret left behind after a 138 never signs for the next job
+    assert job_secret({}, tmp_path, "volcano-job-a", create=False, timeout=1) == (job_a, path_a)
+
+
+def test_a_secret_another_user_owns_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    folder = tmp_path / "node-0"
+    folder.mkdir()
+    planted = folder / "group.secret"
+    planted.write_text("chosen by someone else" * 3)
+    planted.chmod(0o600)
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(InputError, match="the group secret belongs to user 65534, not to this agent's user 0"):
+        job_secret({}, folder, None, create=True, timeout=1)
 
 
 def test_a_follower_waits_for_the_secret_a_bounded_time(tmp_path):
