@@ -186,6 +186,8 @@ def test_a_sealed_value_opens_only_for_its_key_round_and_writer():
     for raw, reason in [
         (sealed.replace("step_4", "step_9"), "signature does not match"),  # the payload changed
         (Signer(b"t" * 32, rank=0).seal("r3/plan", 3, {}), "signature does not match"),  # another job's secret
+        (Signer(b"s" * 32, rank=0, job="job-a").seal("r3/plan", 3, {}), "signature does not match"),  # another job, same secret
+        (SIGNER.for_store("an earlier store").seal("r3/plan", 3, {}), "signature does not match"),  # before node 0 restarted
         (f"{mac} 1 {number} {payload}", "signature does not match"),  # claims another writer
         ("{not json", "not a signed value"),
         ("", "not a signed value"),
@@ -203,31 +205,51 @@ def test_a_sealed_value_opens_only_for_its_key_round_and_writer():
 def test_the_platforms_secret_wins(tmp_path):
     named = tmp_path / "mounted"
     named.write_text("k" * 40 + "\n")
-    assert job_secret({SECRET_ENV: "e" * 20, SECRET_FILE_ENV: str(named)}, tmp_path, create=True, timeout=1) == (b"e" * 20, None)
-    assert job_secret({SECRET_FILE_ENV: str(named)}, tmp_path, create=True, timeout=1) == (b"k" * 40, None)
+    assert job_secret({SECRET_ENV: "e" * 20, SECRET_FILE_ENV: str(named)}, tmp_path, None, create=True, timeout=1) == (b"e" * 20, None)
+    assert job_secret({SECRET_FILE_ENV: str(named)}, tmp_path, None, create=True, timeout=1) == (b"k" * 40, None)
     assert not (tmp_path / "group.secret").exists()
     with pytest.raises(InputError, match="at least 16"):
-        job_secret({SECRET_ENV: "short"}, tmp_path, create=True, timeout=1)
+        job_secret({SECRET_ENV: "short"}, tmp_path, None, create=True, timeout=1)
     with pytest.raises(InputError, match="cannot read the group secret"):
-        job_secret({SECRET_FILE_ENV: str(tmp_path / "absent")}, tmp_path, create=True, timeout=1)
+        job_secret({SECRET_FILE_ENV: str(tmp_path / "absent")}, tmp_path, None, create=True, timeout=1)
 
 
 def test_node_0_creates_a_private_secret_once_and_the_others_read_it(tmp_path):
     folder = tmp_path / "ckpt" / ".hacfg" / "node-0"
-    secret, path = job_secret({}, folder, create=True, timeout=1)
+    secret, path = job_secret({}, folder, None, create=True, timeout=1)
     assert path == folder / "group.secret" and len(secret) == 64
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert job_secret({}, folder, create=True, timeout=1)[0] == secret  # a restarted node 0 keeps it
-    assert job_secret({}, folder, create=False, timeout=1)[0] == secret
+    assert job_secret({}, folder, None, create=True, timeout=1)[0] == secret  # a restarted node 0 keeps it
+    assert job_secret({}, folder, None, create=False, timeout=1)[0] == secret
     assert [p.name for p in folder.iterdir()] == ["group.secret"]  # no draft left behind
     forget(path)
-    assert job_secret({}, folder, create=True, timeout=1)[0] != secret  # the next job gets its own
+    assert job_secret({}, folder, None, create=True, timeout=1)[0] != secret  # the next job gets its own
+
+
+def test_each_job_gets_a_secret_of_its_own_on_the_shared_storage(tmp_path):
+    job_a, path_a = job_secret({}, tmp_path, "volcano-job-a", create=True, timeout=1)
+    job_b, path_b = job_secret({}, tmp_path, "volcano-job-b", create=True, timeout=1)
+    assert job_a != job_b and path_a != path_b  # a secret left behind after a 138 never signs for the next job
+    assert job_secret({}, tmp_path, "volcano-job-a", create=False, timeout=1) == (job_a, path_a)
+
+
+def test_a_secret_another_user_owns_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    folder = tmp_path / "node-0"
+    folder.mkdir()
+    planted = folder / "group.secret"
+    planted.write_text("chosen by someone else" * 3)
+    planted.chmod(0o600)
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(InputError, match="the group secret belongs to user 65534, not to this agent's user 0"):
+        job_secret({}, folder, None, create=True, timeout=1)
 
 
 def test_a_follower_waits_for_the_secret_a_bounded_time(tmp_path):
     started = time.monotonic()
     with pytest.raises(NoSecret, match=r"no group secret at .*group.secret within 0.5s"):
-        job_secret({}, tmp_path, create=False, timeout=0.5)
+        job_secret({}, tmp_path, None, create=False, timeout=0.5)
     assert time.monotonic() - started < 3
 
 
@@ -239,13 +261,13 @@ def test_a_linked_or_readable_secret_is_refused(tmp_path):
     linked.mkdir()
     (linked / "group.secret").symlink_to(target)
     with pytest.raises(InputError, match="a symlink is refused"):
-        job_secret({}, linked, create=False, timeout=1)
+        job_secret({}, linked, None, create=False, timeout=1)
     readable = tmp_path / "readable"
     readable.mkdir()
     (readable / "group.secret").write_text("x" * 64)
     (readable / "group.secret").chmod(0o644)
     with pytest.raises(InputError, match=r"only its owner can read \(600\), not -rw-r--r--"):
-        job_secret({}, readable, create=False, timeout=1)
+        job_secret({}, readable, None, create=False, timeout=1)
 
 
 def test_a_checkpoint_linked_from_outside_the_checkpoint_path_is_never_chosen(tmp_path):

@@ -35,6 +35,7 @@ class TwoNodes:
     root: Path
     run_for: float = 20.0
     port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)  # what the platform gives every node, beyond the shell's
     agents: dict[int, subprocess.Popen] = field(default_factory=dict)
 
     @property
@@ -45,7 +46,7 @@ class TwoNodes:
         argv = [sys.executable, "-m", "hacfg", "agent", "--nnodes", "2", "--node-rank", str(rank),
                 "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-timeout", "30", "--checkpoint-path", str(self.ckpt),
                 "--no-precheck", "--max-restarts", "3", "--grace", "2", "--", "sh", "-c", SCRIPT]
-        env = {**os.environ, "PYTHONPATH": str(REPO), "NODE_RANK": str(rank), "RUN_FOR": str(self.run_for)}
+        env = {**os.environ, "PYTHONPATH": str(REPO), "NODE_RANK": str(rank), "RUN_FOR": str(self.run_for), **self.env}
         self.agents[rank] = subprocess.Popen(argv, stdout=self.log(rank).open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def log(self, rank: int) -> Path:
@@ -54,9 +55,13 @@ class TwoNodes:
     def output(self, rank: int) -> str:
         return self.log(rank).read_text(errors="replace")
 
-    def attacker(self) -> object:
+    def attacker(self, timeout: float = 30) -> object:
         """A plain TCPStore client, as anyone on the network can open one: no credential asked."""
-        return torch.distributed.TCPStore("127.0.0.1", self.port, None, False, timedelta(seconds=30), wait_for_workers=False)
+        return torch.distributed.TCPStore("127.0.0.1", self.port, None, False, timedelta(seconds=timeout), wait_for_workers=False)
+
+    def record(self, store: object, keys: list[str]) -> dict[str, bytes]:
+        """What an attacker reads of the group's values, to replay them later."""
+        return {key: store.get(key) for key in keys if store.check([key])}
 
     def wait(self, timeout: float = 90) -> dict[int, int]:
         codes = {}
@@ -166,4 +171,93 @@ def test_a_malformed_plan_is_an_event_and_138_never_an_internal_error(tmp_path):
     assert rejected == {("r1/plan", "not a signed value")}
     assert all("rejected the group store's 'r1/plan'" in job.output(rank) for rank in (0, 1))
     assert "resume=" not in job.output(1)  # node 1 started no worker
+    assert_no_internal_error(job)
+
+
+SHARED = {"HACFG_GROUP_SECRET": "one Secret per job name, as Volcano makes it"}
+
+
+def test_a_plan_signed_in_an_earlier_job_with_the_same_secret_is_rejected(tmp_path):
+    earlier = TwoNodes(tmp_path / "a", run_for=3, env={**SHARED, "HACFG_JOB_ID": "train-a"})
+    earlier.root.mkdir()
+    earlier.start(0)
+    earlier.start(1)
+    earlier.wait_for(1, "resume=")
+    recorded = earlier.record(earlier.attacker(), ["r1/plan"])
+    assert earlier.wait() == {0: 0, 1: 0}
+    job = TwoNodes(tmp_path / "b", env={**SHARED, "HACFG_JOB_ID": "train-b"})
+    job.root.mkdir()
+    job.start(0)
+    job.attacker().set("r1/plan", recorded["r1/plan"])  # node 0 waits for node 1: nothing of its own is there yet
+    job.start(1)
+    assert job.wait() == {0: 138, 1: 138}
+    reasons = {(e["key"], e["reason"]) for rank in (0, 1) for e in job.rejected(rank)}
+    assert ("r1/plan", "its signature does not match the job's secret") in reasons
+    for rank in (0, 1):  # never taken for a round this job was in: no restart charged, no worker started
+        assert [e for e in job.events(rank) if e["event"] == "decision" and e["action"] == "proc_restart"] == []
+        assert "resume=" not in job.output(rank)
+    assert_no_internal_error(job)
+
+
+KEPT = ["nonce", "ready", "current", "hello/0", "hello/1", "welcome/1", "r1/join/0", "r1/join/1", "r1/plan"]
+
+
+def test_values_from_before_node_0_restarted_are_rejected(tmp_path):
+    job = TwoNodes(tmp_path, run_for=30, env={"HACFG_JOB_ID": "train-a"})
+    job.start(0)
+    job.start(1)
+    for rank in (0, 1):
+        job.wait_for(rank, "resume=")
+    recorded = job.record(job.attacker(), KEPT)
+    os.killpg(job.agents[0].pid, signal.SIGKILL)  # node 0's agent and its worker; the store goes with them
+    job.agents[0].wait()
+    job.start(0)
+    store = None
+    while store is None and job.agents[0].poll() is None:  # replay them into node 0's new store, over and over
+        try:
+            store = job.attacker(timeout=1)
+        except RuntimeError:
+            continue
+    try:
+        while all(agent.poll() is None for agent in job.agents.values()):
+            for key, value in recorded.items():
+                store.set(key, value)
+            time.sleep(0.01)
+    except RuntimeError:
+        pass  # node 0 is gone, and its store with it
+    assert job.wait() == {0: 138, 1: 138}, (job.output(0), job.output(1))
+    keys = {e["key"] for rank in (0, 1) for e in job.rejected(rank)}
+    assert keys & set(recorded), keys  # and, on a node that took an old nonce, node 0's abort
+    assert_no_internal_error(job)
+
+
+@pytest.mark.parametrize(("key", "run_for"), [("alive/1", 30), ("r1/seq", 4)])
+def test_a_counter_set_to_text_is_a_rejected_value_never_a_lost_store(tmp_path, key, run_for):
+    job = TwoNodes(tmp_path, run_for=run_for)
+    job.start(0)
+    job.start(1)
+    for rank in (0, 1):
+        job.wait_for(rank, "resume=")
+    job.attacker().set(key, "text")
+    assert job.wait() == {0: 138, 1: 138}, (job.output(0), job.output(1))
+    assert key in {e["key"] for rank in (0, 1) for e in job.rejected(rank)}
+    for rank in (0, 1):
+        assert job.output(rank).count("resume=") == 1  # no store rebuilt, no round run again
+        assert [e for e in job.events(rank) if e["event"] == "decision" and e["action"] == "proc_restart"] == []
+        assert "reconnecting" not in job.output(rank)
+    assert_no_internal_error(job)
+
+
+def test_a_group_secret_another_user_owns_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    job = TwoNodes(tmp_path)
+    planted = job.ckpt / ".hacfg" / "node-0" / "group.secret"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("a secret someone else chose" * 3)
+    planted.chmod(0o600)
+    os.chown(planted, 65534, 65534)
+    job.start(0)
+    assert job.wait() == {0: 2}
+    assert f"{planted}: the group secret belongs to user 65534, not to this agent's user 0" in job.output(0)
     assert_no_internal_error(job)

@@ -289,3 +289,63 @@ def test_an_agent_killed_by_sigkill_takes_its_warm_attempt_and_warm_interpreter_
         except AssertionError:
             time.sleep(0.05)
     assert_no_process_left(tmp_path)
+
+
+SECRET = "the job's group secret, forty characters"
+SEES = (  # what the attempt and a process it starts can read of their environment
+    "import os, subprocess, sys\n"
+    "attempt = os.environ['HACFG_ATTEMPT']\n"
+    "child = [sys.executable, '-c', 'import sys; sys.stdout.buffer.write(open(\"/proc/self/environ\", \"rb\").read())']\n"
+    "seen = open(f'/proc/{os.getpid()}/environ', 'rb').read() + repr(dict(os.environ)).encode()\n"
+    "seen += subprocess.run(child, capture_output=True, check=True).stdout\n"
+    "open(f'seen-{attempt}', 'wb').write(seen)\n"
+    "os.kill(os.getpid(), 9) if attempt == '1' else None\n"
+)
+
+
+@pytest.mark.slow
+def test_the_group_secret_reaches_neither_a_cold_nor_a_warm_attempt_nor_what_they_start(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SEES)
+    _, _, found = run_script(tmp_path, script, env={"HACFG_GROUP_SECRET": SECRET})
+    assert [e["start"] for e in attempt_events(found, "attempt_start")] == ["cold", "warm"]
+    for attempt in ("1", "2"):
+        seen = (tmp_path / f"seen-{attempt}").read_bytes()
+        assert b"HACFG_RESUME_FROM" in seen  # the attempt's own variables are there
+        assert SECRET.encode() not in seen and b"HACFG_GROUP_SECRET" not in seen
+
+
+@pytest.mark.slow
+def test_a_preloaded_module_changed_during_the_attempt_starts_the_next_cold_with_todays_code(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    hotfix = site / "hotfix.py"
+    hotfix.write_text("VALUE = 'yesterday'\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, hotfix\nprint('running', hotfix.VALUE, flush=True)\n"
+        "if os.environ['HACFG_ATTEMPT'] == '1':\n"
+        f"    open({str(hotfix)!r}, 'w').write(\"VALUE = 'the fix of today'\\n\")\n"
+        "    os.kill(os.getpid(), 9)\n"
+    )
+    proc, _, found = run_script(tmp_path, script, env={"PYTHONPATH": str(site)})
+    starts = attempt_events(found, "attempt_start")
+    assert [(e["start"], e["start_reason"]) for e in starts][1] == (
+        "cold", f"{hotfix} changed on disk since the warm interpreter imported it")
+    assert re.findall(r"running (.*)", proc.stdout) == ["yesterday", "the fix of today"]
+
+
+@pytest.mark.slow
+def test_a_library_reading_sys_argv_at_import_sees_the_attempts(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "reads_argv.py").write_text("import sys\nAT_IMPORT = (list(sys.argv), list(sys.orig_argv))\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, reads_argv\nprint('argv', reads_argv.AT_IMPORT, flush=True)\n"
+        "os.kill(os.getpid(), 9) if os.environ['HACFG_ATTEMPT'] == '1' else None\n"
+    )
+    proc, _, found = run_script(tmp_path, script, env={"PYTHONPATH": str(site)})
+    assert [e["start"] for e in attempt_events(found, "attempt_start")] == ["cold", "warm"]
+    cold, warm = re.findall(r"argv (.*)", proc.stdout)
+    assert warm == cold == repr(([str(script)], [PY, str(script)]))

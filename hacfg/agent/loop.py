@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from hacfg.agent import checkpoints
 from hacfg.agent.classify import classify
 from hacfg.agent.group.protocol import GroupLost, GroupRejected
+from hacfg.agent.group.signing import without_secret
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.process import leftovers
 from hacfg.agent.process.accelerator import nvml_probe
@@ -148,7 +149,7 @@ class Agent:
         budgets = plan.budgets
         started = time.time()
         env = {
-            **os.environ,
+            **without_secret(os.environ),
             "HACFG_ATTEMPT": str(budgets.attempt),
             "HACFG_RESTART_COUNT": str(budgets.restarts),
             "HACFG_RESUME_FROM": plan.resume_from or "",

@@ -4,7 +4,10 @@ Node 0's agent is the leader: it plans every round and judges it, the others fol
 one resume checkpoint, one set of counters and one verdict per round. Keys in the store:
 
 ==================  ==========================================================================
-``hello/<rank>``    each agent, on connecting: the state it persisted (merged after a restart)
+``nonce``           the leader, on opening the store: the nonce every other value is signed with
+``hello/<rank>``    each agent, on connecting: the state it persisted (merged after a restart),
+                    and a challenge of its own
+``welcome/<rank>``  the leader: node rank's challenge, answered (this store's nonce is not a replay)
 ``ready``           the leader, once every node said hello
 ``current``         the round the leader is in
 ``r<N>/join/<r>``   node r is ready for round N: its workers of round N-1 are stopped
@@ -19,10 +22,15 @@ one resume checkpoint, one set of counters and one verdict per round. Keys in th
 ==================  ==========================================================================
 
 Every value but the two counters (``seq``, ``alive``) is signed with the job's secret
-(:mod:`hacfg.agent.group.signing`) and checked before use: plans, decisions, ``ready`` and ``current``
-only from node 0, a node's own keys only from that node, each for the round it is read in. A value
-that fails its check is never acted on: the node stops its workers, publishes ``abort`` and
-leaves with exit 138, and the others do the same within a second.
+(:mod:`hacfg.agent.group.signing`), for this job and this store's nonce, and checked before use:
+plans, decisions, ``ready`` and ``current`` only from node 0, a node's own keys only from that node,
+each for the round it is read in. A value that fails its check is never acted on: the node stops
+its workers, publishes ``abort`` and leaves with exit 138, and the others do the same within a
+second. A counter that is not a number is such a value too: the store drops the connection of a
+client whose ``add`` meets one, which is told apart from a lost store by reading the counter anew.
+
+A node other than 0 trusts a nonce only once node 0 has answered its own fresh challenge under it:
+a ``nonce`` replayed from an earlier store is never answered, so nothing signed with it is read.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +50,7 @@ from hacfg.agent.checkpoints import within
 from hacfg.agent.group import signing
 from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.group.transport import first_line, listening_socket, network_errors
+from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import NodeState
 from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict
 from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
@@ -54,6 +64,7 @@ KEEPALIVE_TIMEOUT = 15.0  # a node silent this long is lost (torchrun: 3 missed 
 ACK_TIMEOUT = 30.0
 ABORT_EVERY = 1.0  # seconds between looks at the abort key while waiting for another key
 ABORT_LINGER = 3 * ABORT_EVERY  # the leader keeps an aborted store up this long, so every node reads why
+PROBE_TIMEOUT = 2.0  # seconds to reach the store again after it closed a connection
 
 
 class GroupLost(Exception):
@@ -92,6 +103,8 @@ class GroupRounds:
         self.signer: signing.Signer | None = None
         self.secret_file: Path | None = None  # the secret node 0 created, if it did
         self.store: Any = None
+        self.served: Any = None  # on node 0, the store whose server runs in this process
+        self.answered: dict[int, str] = {}  # on node 0, the challenge each node's welcome answers
         self.plan: Plan | None = None
         self.state = NodeState()
         self.number = 0  # the round this node is in
@@ -103,9 +116,10 @@ class GroupRounds:
     def recover(self, state: NodeState) -> Verdict | None:
         """Join the group; the verdict of a round this node was part of and has not applied, if any."""
         self.state = state
+        job = job_identity(self.env)
         try:
             secret, self.secret_file = signing.job_secret(
-                self.env, self.secret_folder, create=self.spec.leader, timeout=self.spec.timeout
+                self.env, self.secret_folder, job, create=self.spec.leader, timeout=self.spec.timeout
             )
         except signing.NoSecret as err:
             raise GroupLost(str(err)) from None
@@ -113,7 +127,7 @@ class GroupRounds:
             raise GroupLost(f"cannot create the group secret in {self.secret_folder}: {err.strerror or err}") from None
         if not self.spec.leader:
             self.secret_file = None  # only node 0 ever removes it
-        self.signer = signing.Signer(secret, self.spec.rank)
+        self.signer = signing.Signer(secret, self.spec.rank, job or "")
         self._connect()
         return self._catch_up()
 
@@ -122,9 +136,10 @@ class GroupRounds:
         while True:
             try:
                 self.store = self._store()
-                self._put(f"hello/{self.spec.rank}", 0, self.state.to_json())
                 if self.spec.leader:
                     self._open()
+                elif not self._greet(deadline):
+                    return  # the same store as before: nothing to say again
                 if self._wait(["ready"], deadline - time.monotonic()):
                     self._take("ready", 0, node=0)
                 return
@@ -147,32 +162,75 @@ class GroupRounds:
                 f"{self.spec.host} is not an address of this machine, or names only its loopback"
             )
         if listen is None:
-            return self.store_class(
+            store = self.store_class(
                 self.spec.host, self.spec.port, None, self.spec.leader, timeout, wait_for_workers=False
             )
-        fd = listen.detach()  # the store owns the socket from here on
-        try:
-            return self.store_class(
-                self.spec.host, self.spec.port, None, True, timeout, wait_for_workers=False, master_listen_fd=fd
-            )
-        except BaseException:
-            os.close(fd)
-            raise
+        else:
+            fd = listen.detach()  # the store owns the socket from here on
+            try:
+                store = self.store_class(
+                    self.spec.host, self.spec.port, None, True, timeout, wait_for_workers=False, master_listen_fd=fd
+                )
+            except BaseException:
+                os.close(fd)
+                raise
+        if self.spec.leader:
+            self.served = store
+        return store
 
     def _reconnect(self, err: BaseException) -> None:
         self.echo(
             f"[hacfg] lost the group's store ({first_line(err)}); reconnecting to {self.spec.host}:{self.spec.port}"
         )
+        if self.served is not None:  # node 0 serves the store itself: a new connection, never a new store
+            self.store = self.served.clone()
+            return
         self.store = None
         self._connect()
 
+    def _greet(self, deadline: float) -> bool:
+        """A node other than 0 on (re)connecting: whether the store is a new one, in which case this
+        node has said hello and taken its nonce, once node 0 answered this node's fresh challenge."""
+        assert self.signer is not None
+        if not self._wait(["nonce"], deadline - time.monotonic()):
+            raise GroupLost(f"node 0 opened no store at {self.spec.host}:{self.spec.port}")
+        nonce = self._take("nonce", 0, node=0, parse=str, signer=self.signer.for_store(""))
+        if nonce == self.signer.store:
+            return False
+        self.signer = self.signer.for_store(nonce)
+        challenge = secrets.token_hex(16)
+        welcome = f"welcome/{self.spec.rank}"
+        self._put(f"hello/{self.spec.rank}", 0, {"state": self.state.to_json(), "challenge": challenge})
+        while self._wait([welcome], deadline - time.monotonic()):
+            if self._take(welcome, 0, node=0, parse=str) == challenge:
+                return True
+            time.sleep(POLL)  # the welcome of this node's previous agent: node 0 answers the new hello soon
+        raise GroupLost(f"node 0 did not answer node {self.spec.rank}'s hello within {self.spec.timeout:g}s")
+
+    def _answer(self, store: Any) -> None:
+        """Node 0 welcomes each new hello with its challenge: the proof the node's nonce is this store's."""
+        for rank in range(1, self.spec.nnodes):
+            key = f"hello/{rank}"
+            if store.check([key]):
+                challenge = self._take(key, 0, node=rank, parse=_challenge, store=store)
+                if self.answered.get(rank) != challenge:
+                    self._put(f"welcome/{rank}", 0, challenge, store)
+                    self.answered[rank] = challenge
+
     def _open(self) -> None:
-        """The leader on a new store: wait for every node, merge what they persisted, and judge a
-        round that the store's restart interrupted."""
+        """The leader on a new store: draw its nonce, wait for every node, merge what they persisted,
+        and judge a round that the store's restart interrupted."""
+        assert self.signer is not None
+        nonce = secrets.token_hex(16)
+        self._put("nonce", 0, nonce, signer=self.signer.for_store(""))  # what every other value is signed with
+        self.signer = self.signer.for_store(nonce)
+        self.answered = {}
+        self._put("hello/0", 0, {"state": self.state.to_json(), "challenge": ""})
         keys = [f"hello/{rank}" for rank in range(self.spec.nnodes)]
         if not self._wait(keys, self.spec.timeout):
             raise GroupLost(f"nodes {self._missing(keys)} did not join within {self.spec.timeout:g}s")
-        hellos = [self._take(key, 0, node=rank, parse=NodeState.from_json) for rank, key in enumerate(keys)]
+        hellos = [self._take(key, 0, node=rank, parse=_state) for rank, key in enumerate(keys)]
+        self._answer(self.store)
         newest = max(hellos, key=lambda s: s.round)
         self.state = NodeState(newest.budgets, newest.round, self.state.running and self.state.round == newest.round)
         interrupted = [rank for rank, s in enumerate(hellos) if s.running and s.round == newest.round]
@@ -309,7 +367,7 @@ class GroupRounds:
                 now = time.monotonic()
                 if now >= beat_at:
                     beat_at = now + KEEPALIVE_EVERY
-                    store.add(alive, 1)
+                    self._count(store, alive, 1)
                     self._check_abort(store)
                     if self.spec.leader and not stopped:
                         self._check_alive(store, number, seen, now)
@@ -332,7 +390,7 @@ class GroupRounds:
     def _check_alive(self, store: Any, number: int, seen: dict[int, tuple[int, float]], now: float) -> None:
         """The leader ends the round for a node whose agent went silent."""
         for rank in range(1, self.spec.nnodes):
-            count = store.add(f"alive/{rank}", 0)
+            count = self._count(store, f"alive/{rank}", 0)
             last = seen.get(rank)
             if last is None or last[0] != count:
                 seen[rank] = (count, now)
@@ -363,7 +421,7 @@ class GroupRounds:
         prefix = f"r{number}"
         if outcome.cause != Ending.SUCCESS:
             self._stop_round(self.store, number, self.spec.rank, outcome.reason)
-        seq = self.store.add(f"{prefix}/seq", 1)
+        seq = self._count(self.store, f"{prefix}/seq", 1)
         report = Outcome(**{**outcome.to_json(), "seq": seq})
         self._put(f"{prefix}/out/{self.spec.rank}", number, report.to_json())
         if self.spec.leader:
@@ -401,7 +459,7 @@ class GroupRounds:
         return outcomes
 
     def _silent(self, rank: int, seen: dict[int, tuple[int, float]]) -> bool:
-        count, now = self.store.add(f"alive/{rank}", 0), time.monotonic()
+        count, now = self._count(self.store, f"alive/{rank}", 0), time.monotonic()
         last = seen.setdefault(rank, (count, now))
         if last[0] != count:
             seen[rank] = (count, now)
@@ -438,13 +496,14 @@ class GroupRounds:
             with contextlib.suppress(*network_errors(), RuntimeError):
                 if self.store.check(["abort"]):
                     time.sleep(ABORT_LINGER)
-        self.store = None
+        self.store = self.served = None
 
     # -- signed values ----------------------------------------------------------------------------
 
-    def _put(self, key: str, number: int, value: Any, store: Any = None) -> None:
-        assert self.signer is not None
-        (store or self.store).set(key, self.signer.seal(key, number, value))
+    def _put(self, key: str, number: int, value: Any, store: Any = None, signer: signing.Signer | None = None) -> None:
+        signer = signer or self.signer
+        assert signer is not None
+        (store or self.store).set(key, signer.seal(key, number, value))
 
     def _take(
         self,
@@ -454,12 +513,14 @@ class GroupRounds:
         node: int | None = None,
         parse: Callable[[Any], T] = lambda value: value,
         store: Any = None,
+        signer: signing.Signer | None = None,
     ) -> T:
         """The checked payload of ``key``, parsed; a value that fails its check is rejected."""
-        assert self.signer is not None
+        signer = signer or self.signer
+        assert signer is not None
         store = store or self.store
         try:
-            signed_round, value = self.signer.open(key, store.get(key), number=number, node=node)
+            signed_round, value = signer.open(key, store.get(key), number=number, node=node)
             if number is None:
                 value = {"round": signed_round, "value": value}
         except signing.Rejected as err:
@@ -482,8 +543,32 @@ class GroupRounds:
             self._put("abort", 0, {"rank": self.spec.rank, "reason": str(rejected)}, store)
         return rejected
 
+    def _count(self, store: Any, key: str, amount: int) -> int:
+        """Add ``amount`` to the counter ``key``. The store drops the connection of a client whose
+        ``add`` meets a value that is not a number: read anew, such a counter is a rejected value,
+        not a lost store."""
+        try:
+            return int(store.add(key, amount))
+        except network_errors() as err:
+            lost = err
+        try:
+            fresh = self.store_class(
+                self.spec.host, self.spec.port, None, False, timedelta(seconds=PROBE_TIMEOUT), wait_for_workers=False
+            )
+            value: bytes = fresh.get(key) if fresh.check([key]) else b"0"
+        except network_errors():
+            raise lost from None  # the store itself is gone
+        if value.strip().lstrip(b"-").isdigit():
+            raise lost
+        if store is self.store:
+            self.store = fresh  # this connection was closed
+        raise self._reject(key, f"a counter that is not a number: {value[:40]!r}", fresh)
+
     def _check_abort(self, store: Any) -> None:
-        """Leave once any node found a value it cannot trust."""
+        """Leave once any node found a value it cannot trust; node 0 also welcomes new hellos here,
+        as it looks at the store while it waits."""
+        if self.spec.leader:
+            self._answer(store)
         if store.check(["abort"]):
             rank, reason = self._take(
                 "abort", 0, parse=lambda found: (int(found["rank"]), str(found["reason"])), store=store
@@ -529,6 +614,14 @@ class GroupRounds:
 
         found = checkpoints.newest_complete(self.policy.checkpoint_path)
         return found.step if found else None
+
+
+def _state(hello: Any) -> NodeState:
+    return NodeState.from_json(hello["state"])
+
+
+def _challenge(hello: Any) -> str:
+    return str(hello["challenge"])
 
 
 def _round_number(current: dict[str, Any]) -> int:

@@ -2,14 +2,18 @@
 agents can sign them.
 
 Every value a node acts on is ``MAC NODE ROUND PAYLOAD``: HMAC-SHA256 with the job's secret over
-the key name, the signing node, the round and the JSON payload. A value is used only if its MAC
-holds, it was signed for the key it was read from and for the round the reader is in, and (for
-plans, decisions and the like) by the node that may write it.
+the job's identity (:func:`hacfg.agent.records.identity.job_identity`), this store's nonce (node 0
+draws one each time it opens a store), the key name, the signing node, the round and the JSON
+payload. A value is used only if its MAC holds, it was signed for this job, this store, the key it
+was read from and the round the reader is in, and (for plans, decisions and the like) by the node
+that may write it. So a value recorded in another job sharing the secret (every resubmission of a
+Volcano job shares its Secret), or in this job before node 0's agent restarted, never verifies.
 
 The secret comes from the platform when it provides one (``HACFG_GROUP_SECRET``, or a file named
 by ``HACFG_GROUP_SECRET_FILE``, such as a mounted Kubernetes Secret); otherwise node 0 creates it,
-mode 0600, on the checkpoint storage every node already shares and trusts, and the others wait for
-it there.
+mode 0600, on the checkpoint storage every node already shares and trusts, in a file named after
+the job (a new job gets a new secret), and the others wait for it there. The agent never passes
+the secret on: no attempt, nor anything it starts, finds it in its environment.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import os
 import secrets
 import stat
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +54,11 @@ class Signer:
 
     secret: bytes
     rank: int
+    job: str = ""  # the job's identity, when the platform names the job
+    store: str = ""  # the nonce of the store the values are for; "" before one is known
+
+    def for_store(self, nonce: str) -> Signer:
+        return replace(self, store=nonce)
 
     def seal(self, key: str, number: int, value: Any) -> str:
         payload = json.dumps(value, separators=(",", ":"))
@@ -74,19 +84,31 @@ class Signer:
             raise Rejected("its payload is not JSON") from None
 
     def _mac(self, key: str, signer: int, number: int, payload: str) -> str:
-        message = f"{key}\n{signer}\n{number}\n{payload}".encode()
+        message = f"{self.job}\n{self.store}\n{key}\n{signer}\n{number}\n{payload}".encode()
         return hmac.new(self.secret, message, hashlib.sha256).hexdigest()
 
 
-def secret_path(shared_folder: Path) -> Path:
-    return shared_folder / SECRET_NAME
+def secret_path(shared_folder: Path, job: str | None) -> Path:
+    """Where node 0 keeps the secret of job ``job``: a file of its own per job, so a secret left by
+    an earlier job (one that ended with 138 keeps it for its restart) never signs for the next."""
+    if job is None:
+        return shared_folder / SECRET_NAME
+    digest = hashlib.sha256(job.encode()).hexdigest()[:16]
+    return shared_folder / SECRET_NAME.replace(".", f".{digest}.", 1)
 
 
-def job_secret(env: dict[str, str], shared_folder: Path, *, create: bool, timeout: float) -> tuple[bytes, Path | None]:
+def without_secret(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a process the agent starts: the trainer and what it starts never hold the key."""
+    return {name: value for name, value in env.items() if name != SECRET_ENV}
+
+
+def job_secret(
+    env: dict[str, str], shared_folder: Path, job: str | None, *, create: bool, timeout: float
+) -> tuple[bytes, Path | None]:
     """The job's secret and, when node 0 keeps it on the shared storage, the file it is in.
 
-    The platform's secret wins; else node 0 (``create``) makes ``shared_folder/group.secret`` once,
-    and every node waits at most ``timeout`` seconds for it to appear.
+    The platform's secret wins; else node 0 (``create``) makes the job's file in ``shared_folder``
+    once, and every node waits at most ``timeout`` seconds for it to appear.
     """
     if env.get(SECRET_ENV):
         return _checked(env[SECRET_ENV].encode(), SECRET_ENV), None
@@ -97,7 +119,7 @@ def job_secret(env: dict[str, str], shared_folder: Path, *, create: bool, timeou
         except OSError as err:
             reason = err.strerror or err
             raise InputError(f"cannot read the group secret ({SECRET_FILE_ENV}): {reason}", file=str(named)) from None
-    path = secret_path(shared_folder)
+    path = secret_path(shared_folder, job)
     if create:
         _create(path)
     deadline = time.monotonic() + timeout
@@ -150,7 +172,8 @@ def _create(path: Path) -> None:
 
 
 def _read_private(path: Path) -> bytes | None:
-    """The secret in ``path``; None while it is not there yet. A link, or a file others may read, is refused."""
+    """The secret in ``path``; None while it is not there yet. A link, a file others may read, or one
+    another user owns (who could have chosen the secret) is refused."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
@@ -164,6 +187,9 @@ def _read_private(path: Path) -> bytes | None:
             mode = stat.filemode(info.st_mode)
             need = "a regular file only its owner can read (600)"
             raise InputError(f"the group secret must be {need}, not {mode}", file=str(path))
+        if info.st_uid != os.geteuid():
+            owner = f"user {info.st_uid}, not to this agent's user {os.geteuid()}"
+            raise InputError(f"the group secret belongs to {owner}: remove it, node 0 makes a new one", file=str(path))
         return _checked(os.read(fd, 4096).strip(), str(path))
     finally:
         os.close(fd)

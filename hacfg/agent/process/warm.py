@@ -107,6 +107,10 @@ def interpreter_env(env: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in env.items() if not key.startswith("HACFG_")}
 
 
+class Stale(Exception):
+    """A module the warm interpreter imported changed on disk: the attempt runs today's code, cold."""
+
+
 class WarmProcess:
     """An attempt forked from a warm interpreter, the agent's child as a cold one is, with
     ``subprocess.Popen``'s face (``pid``, ``stdout``, ``stderr``, ``poll``, ``wait``)."""
@@ -161,7 +165,13 @@ class Server:
     def __init__(self, command: list[str], entry: Entry, preload: list[str] | None, env: dict[str, str], log: Path):
         self.entry, self.env = entry, env
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        config = {"script": entry.script, "module": entry.module, "preload": preload, "agent": os.getpid()}
+        config = {
+            "script": entry.script,
+            "module": entry.module,
+            "args": list(entry.args),
+            "preload": preload,
+            "agent": os.getpid(),
+        }
         log.parent.mkdir(parents=True, exist_ok=True)
         argv = [entry.python, *entry.options, "-c", BOOT, str(SERVER), str(theirs.fileno()), json.dumps(config)]
         argv += ["--", *command]  # names the job in ps, and leaves the room to show it for the attempt
@@ -220,6 +230,10 @@ class Server:
         finally:
             for fd in (out_write, err_write, go_read):
                 os.close(fd)
+        if "changed" in reply:
+            for fd in (out_read, err_read, go_write):
+                os.close(fd)
+            raise Stale(f"{reply['changed']} on disk since the warm interpreter imported it")
         try:
             if "pid" not in reply:
                 raise OSError(reply.get("error") or "no pid")
@@ -314,6 +328,8 @@ class WarmStarts:
         try:
             if reason is None:
                 return Launch(self, Start.WARM, server.describe(), server.fork(self.command, env), spent=server)
+        except Stale as err:
+            reason = str(err)
         except OSError as err:
             reason = f"the warm interpreter failed to fork: {err}"
         return Launch(self, Start.COLD, reason, spent=server)

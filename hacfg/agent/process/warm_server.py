@@ -20,12 +20,17 @@ library only. The agent's side is :mod:`hacfg.agent.process.warm`.
 - **The attempt looks like a fresh ``python script.py``.** Descriptors 0, 1, 2 are the ones the
   agent sent and the ``sys.std*`` objects are made anew as the interpreter makes them at start;
   ``os.environ``, ``sys.argv``, ``sys.orig_argv``, the working directory and ``sys.path[0]`` are
-  the attempt's; ``__main__`` is a new module; random state is fresh (``random`` reseeds itself at
+  the attempt's, and ``sys.argv`` and ``sys.orig_argv`` are already the attempt's while the
+  preloaded modules import; ``__main__`` is a new module; random state is fresh (``random`` reseeds itself at
   fork; numpy's global state and torch's default generators are reseeded from the system); an
   uncaught exception prints its traceback without the frames of this file and exits 1; an
   uncaught ``KeyboardInterrupt`` ends the process by SIGINT, as CPython does. The string hash seed
   is the warm interpreter's own, chosen at its start like any interpreter's, and each warm
-  interpreter serves one attempt only.
+  interpreter serves one attempt only. What a module computed at import (the pid, the time) is the
+  warm interpreter's, as documented in docs/warm-restarts.md.
+- **Today's code, or a cold start.** Before it forks, the interpreter looks again at the size and
+  modification time of every module file it imported; if one changed (a fix copied onto the
+  shared storage during the attempt), it does not fork and says which, and the attempt starts cold.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ def serve() -> None:
     """The warm interpreter's main: ``sys.argv`` is ``['-c', THIS_FILE, SOCKET_FD, CONFIG_JSON, '--', *COMMAND]``."""
     sock = socket.socket(fileno=int(sys.argv[2]))
     config = json.loads(sys.argv[3])
+    sys.orig_argv = sys.argv[sys.argv.index("--") + 1 :]
+    sys.argv = _argv(config)  # what a library that reads it at import sees in a cold start
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != config["agent"]:
@@ -77,6 +84,7 @@ def serve() -> None:
         print(f"warm interpreter {os.getpid()} cannot serve: {failure}", flush=True)
         sock.send(json.dumps({"ready": False, "reason": failure}).encode())
         return
+    imported = _module_files()
     ready = {"ready": True, "preloaded": preloaded, "skipped": skipped, "seconds": round(time.monotonic() - started, 3)}
     print(
         f"warm interpreter {os.getpid()} ready: imported {', '.join(preloaded) or 'nothing'} in {ready['seconds']}s"
@@ -90,10 +98,47 @@ def serve() -> None:
         return
     if not message or len(fds) != 4:
         return  # the agent is done with this interpreter
+    changed = _changed(imported)
+    if changed:
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"changed": changed}).encode())
+        return
     attempt = _fork(json.loads(message), fds, sock, config["agent"])
     if attempt is None:
         os._exit(0)  # served: the next attempt gets a fresh interpreter; nothing here to finalise
     attempt()
+
+
+def _argv(config: dict[str, Any]) -> list[str]:
+    """``sys.argv`` as a cold start has it while the script's imports run: the script as named, or
+    the module's file under ``-m`` (runpy sets it before it runs the module)."""
+    first = config["script"] or _module_source(config["module"]) or "-m"
+    return [first, *config["args"]]
+
+
+def _module_files() -> dict[str, tuple[int, int]]:
+    """The size and modification time of every imported module's file."""
+    found = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path not in found:
+            with contextlib.suppress(OSError):
+                info = os.stat(path)
+                found[path] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+def _changed(imported: dict[str, tuple[int, int]]) -> str | None:
+    """The first imported file that changed or went away since it was imported."""
+    for path, seen in imported.items():
+        try:
+            info = os.stat(path)
+        except OSError:
+            return f"{path} is gone"
+        if (info.st_size, info.st_mtime_ns) != seen:
+            return f"{path} changed"
+    return None
 
 
 def _path0(script: str | None) -> str | None:
