@@ -147,3 +147,18 @@ def test_a_failure_seen_only_as_another_ranks_consequence_counts_once(tmp_path):
     assert (first["cause"], first["action"], first["counted"]) == ("environment", "proc_restart", 1)
     assert result.returncode == 138
 
+
+
+@pytest.mark.slow
+def test_torchruns_start_up_warning_is_no_sign_of_life(tmp_path):
+    """torchrun prints its OMP_NUM_THREADS banner at once; its workers take 3 s to say anything. The
+    initial hang timeout covers them until then; hang.timeout (2 s) only once they have spoken."""
+    script = tmp_path / "train.py"
+    script.write_text("import time\ntime.sleep(3)\nprint('step 1', flush=True)\ntime.sleep(600)\n")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
+    result = _supervise(tmp_path, torchrun, "--hang-timeout", "2s", "--initial-hang-timeout", "120s", "--grace", "1")
+    assert "Setting OMP_NUM_THREADS" in result.stderr  # the banner was there, and did not end the start-up
+    events = [e for e in read_events(tmp_path / "state") if e["event"] in ("first_activity", "hang")]
+    assert [e["event"] for e in events] == ["first_activity", "hang"], result.stderr
+    assert events[0]["after"] >= 3  # the workers' first line, not the launcher's
+    assert events[1]["timeout"] == 2  # hung after the training spoke, not during its start-up
