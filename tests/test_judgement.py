@@ -157,7 +157,8 @@ def test_torchruns_start_up_warning_is_no_sign_of_life(tmp_path):
     script.write_text("import time\ntime.sleep(3)\nprint('step 1', flush=True)\ntime.sleep(600)\n")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
     result = _supervise(tmp_path, torchrun, "--hang-timeout", "2s", "--initial-hang-timeout", "120s", "--grace", "1")
-    assert "Setting OMP_NUM_THREADS" in result.stderr  # the banner was there, and did not end the start-up
+    assert "Setting OMP_NUM_THREADS" in result.stderr  # the banner was there, and did not end the start-up:
+    assert "step 1" in result.stdout  # the workers were not judged hung 2 s after it, before they could speak
     events = [e for e in read_events(tmp_path / "state") if e["event"] in ("first_activity", "hang")]
     assert [e["event"] for e in events] == ["first_activity", "hang"], result.stderr
     assert events[0]["after"] >= 3  # the workers' first line, not the launcher's
