@@ -14,9 +14,8 @@ import tomllib
 import pytest
 
 from conftest import REPO, run_hacfg
-from hacfg.agent.attempt import TAIL_LINES
 from hacfg.agent.classify import classify
-from hacfg.plugin.recovery import Failure
+from hacfg.plugin.recovery import TAIL_LINES, Failure
 
 CORPUS = REPO / "tests" / "data" / "failure-logs"
 EXPECTED = tomllib.loads((CORPUS / "verdicts.toml").read_text())

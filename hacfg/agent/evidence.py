@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hacfg.plugin.recovery import Classification, Failure
 from hacfg.restart.vocabulary import Cause
@@ -119,7 +119,7 @@ def ending(lines: Sequence[str]) -> Ended | None:
         in_root = in_root and not text.startswith("=")  # the table's last rule ends the block
         found = _ended(index, text)
         if found is not None:
-            reports.append(Ended(index, found.exit_code, found.signal, root=True) if in_root else found)
+            reports.append(replace(found, root=True) if in_root else found)
     since_success = reports[max((i + 1 for i, r in enumerate(reports) if r.exit_code == 0), default=0) :]
     if not since_success:
         return reports[-1] if reports else None  # the last word is a clean exit

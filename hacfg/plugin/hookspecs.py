@@ -82,8 +82,9 @@ def hacfg_classify_failure(failure: Failure) -> Classification | None:
     first and all before the platform's own rules (so a site plugin can name its own errors),
     and the first Classification wins: the rest are not asked. None passes to the next; one that
     raises, or returns anything else, is reported as a failure of that plugin and the next is
-    asked; when none answers, the platform's rules judge by precedence of evidence
-    (:mod:`hacfg.agent.evidence`). The cause decides the restart rule: ``environment`` and ``user`` count
+    asked; when none answers, the platform's rules judge by precedence of evidence (how the
+    process ended, then the exception, then the runtime's error lines). The cause decides the
+    restart rule: ``environment`` and ``user`` count
     against ``restart.max``; only ``environment`` restarts without ``restart.unconditional``;
     ``hang`` never counts.
     """
