@@ -81,7 +81,18 @@ class Ended:
     root: bool = False  # torchrun's report of the first worker that failed
 
 
+# Words no report of an ending goes without: a line with none is passed over at the cost of a few
+# substring searches, where the patterns below cost a hundred times more.
+_ENDING_WORDS = (
+    "killed", "terminated", "segmentation", "aborted", "bus error", "floating", "illegal", "fatal python",
+    "out of memory", "oom-kill", "signal", "exitcode", "return code",
+)
+
+
 def _ended(index: int, text: str) -> Ended | None:
+    low = text.lower()
+    if not any(word in low for word in _ENDING_WORDS):
+        return None
     if match := _SHELL.match(text):
         return Ended(index, None, SHELL_SIGNALS[match.group("job") or match.group("bare")])
     if match := _FAULTHANDLER.search(text):
@@ -171,7 +182,7 @@ def exceptions(lines: Sequence[str]) -> list[Raised]:
     frames: dict[str, tuple[str, str]] = {}
     found: list[tuple[str, Raised]] = []
     for index, raw in enumerate(lines):
-        if match := _PREFIXED.match(raw):
+        if ("Traceback" in raw or '  File "' in raw) and (match := _PREFIXED.match(raw)):
             prefixes.add(match.group("prefix"))
         prefix = max((p for p in prefixes if raw.startswith(p)), key=len)
         text = raw[len(prefix) :]
@@ -214,20 +225,36 @@ OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|(?:CUDA|NPU) out of memory|CUDA er
 # An assertion in a kernel (an index out of range, most often): the user's bug, though CUDA reports it.
 _DEVICE_ASSERT = re.compile(r"device-side assert")
 # Never evidence: a line at INFO, DEBUG or TRACE level (not "NCCL_DEBUG=INFO", which names a setting) ...
-_QUIET = re.compile(
-    r"(?<![=\w])(?:INFO|DEBUG|TRACE)\b(?!=)|\[c10d - debug\]|^(?:\[\w+\]:)?\[?[IDV]\d{4} \d\d:\d\d:\d\d"
-)
+_LEVELS = ("INFO", "DEBUG", "TRACE", "c10d - debug")
+_LEVEL = re.compile(r"(?<![=\w])(?:INFO|DEBUG|TRACE)\b(?!=)|\[c10d - debug\]")
+_GLOG_INFO = re.compile(r"(?:\[\w+\]:)?\[?[IDV]\d{4} \d\d:\d\d:\d\d")  # "I1201 15:43:38.705 ...", glog's INFO
 # ... and a setting echoed by a script (``export HCCL_CONNECT_TIMEOUT=1200``, ``+ NCCL_DEBUG=INFO``).
 _SETTING = re.compile(r"^\s*(?:\+\s*)?(?:export\s+|declare -x\s+|setenv\s+)?[A-Za-z_][A-Za-z0-9_]*=")
 # A line that names the runtime without saying it failed: what the old wording wrongly counted.
 _MENTIONS = re.compile(r"NCCL|HCCL|HCCP|RDMA|ibv_|\bXid\b|\bECC\b|CUDA|NVRM|\bE[IJ]\d{4}\b", re.IGNORECASE)
 
 
+# ... and the words no telling line goes without (an error of the runtime, a lost peer, running out
+# of memory, a mention of the runtime), as for the endings above.
+_TELLING_WORDS = (
+    "nccl", "hccl", "hccp", "cuda", "cublas", "cudnn", "xid", "ecc", "npu", "nvrm", "rdma", "ibv_", "fallen",
+    "unhandled", "route", "input/output", "stale file", "peer", "pipe", "econnreset", "gloo", "remote process",
+    "watchdog", "processgroup", "distnetwork", "diststore", "socket", "c10d", "recv", "out of memory", "outofmemory",
+)
+_CODE = re.compile(r"\bE[IJ]\d{4}\b")
+
+
+def telling(text: str) -> bool:
+    """Whether a line could be evidence or worth saying why it is not (a cheap test before the patterns)."""
+    low = text.lower()
+    return any(word in low for word in _TELLING_WORDS) or bool(_CODE.search(text))
+
+
 def quiet(text: str) -> str | None:
     """Why a line is never evidence (an INFO or debug line, an echoed setting), or None."""
     if _SETTING.match(text):
         return "an echoed setting"
-    if _QUIET.search(text):
+    if _GLOG_INFO.match(text) or (any(level in text for level in _LEVELS) and _LEVEL.search(text)):
         return "an INFO or debug line"
     return None
 
@@ -257,12 +284,13 @@ def judge(failure: Failure) -> Classification:
     lines = failure.tail
     report = ending(lines)
     raised = [r for r in exceptions(lines) if r.name not in _WRAPPERS]
-    errors = [i for i, text in enumerate(lines) if _runtime_error(text)]
-    memory = [i for i, text in enumerate(lines) if OUT_OF_MEMORY.search(text) and not quiet(text)]
+    candidates = [i for i, text in enumerate(lines) if telling(text)]
+    errors = [i for i in candidates if _runtime_error(lines[i])]
+    memory = [i for i in candidates if OUT_OF_MEMORY.search(lines[i]) and not quiet(lines[i])]
 
     def verdict(cause: Cause, reason: str, evidence: Sequence[int], by: str, *, peer: bool = False) -> Classification:
         said = tuple(lines[i] for i in evidence)
-        others = _not_counted(lines, evidence, by, {r.index for r in raised})
+        others = _not_counted(lines, candidates, evidence, by, {r.index for r in raised})
         return Classification(cause, reason, peer=peer, evidence=said, not_counted=others)
 
     # 1. how the process ended
@@ -310,34 +338,35 @@ def judge(failure: Failure) -> Classification:
 
 def _runtime_error(text: str) -> bool:
     """An error line of the runtime (or of a lost peer), not the user's assertion in a kernel."""
-    telling = RUNTIME_ERROR.search(text) or PEER.search(text)
-    return bool(telling and not _DEVICE_ASSERT.search(text) and not quiet(text))
+    if quiet(text):
+        return False
+    return bool((RUNTIME_ERROR.search(text) or PEER.search(text)) and not _DEVICE_ASSERT.search(text))
 
 
 # What decided, in the words of the lines it outranked
 ENDED, RAISED, LOGGED = "how the process ended", "the exception that ended the program", "a later error line"
 
 
-def _not_counted(lines: Sequence[str], decisive: Sequence[int], by: str, raised: set[int]) -> tuple[str, ...]:
+def _not_counted(
+    lines: Sequence[str], candidates: Sequence[int], decisive: Sequence[int], by: str, raised: set[int]
+) -> tuple[str, ...]:
     """Why the other telling lines did not count: one entry per reason, with how many and the first."""
     kept = set(decisive)
     why: dict[str, list[str]] = {}
-    for index, text in enumerate(lines):
-        if index in kept:
-            continue
+    for index in sorted({*candidates, *raised} - kept):
+        text = lines[index]
         if index in raised:
             why.setdefault(f"raised an exception, outranked by {by}", []).append(text.strip())
             continue
-        if not (_MENTIONS.search(text) or RUNTIME_ERROR.search(text) or PEER.search(text)):
-            continue
         reason = quiet(text)
-        if reason is None:
-            if not (RUNTIME_ERROR.search(text) or PEER.search(text)):
-                continue  # a word in passing (a path, a version), not a claim
+        if reason is None and (RUNTIME_ERROR.search(text) or PEER.search(text)):
             reason = f"outranked by {by}" if by else "not recognised"
-        why.setdefault(reason, []).append(text.strip())
+        elif reason is not None and not _MENTIONS.search(text):
+            reason = None  # a quiet line that does not even name the runtime: nothing to say
+        if reason is not None:  # else a word in passing (a path, a version), not a claim
+            why.setdefault(reason, []).append(text.strip())
     return tuple(
-        f"{len(found)} {'line' if len(found) == 1 else 'lines'} {reason}: {found[0][:160]!r}"
+        f"{reason} ({len(found)} {'line' if len(found) == 1 else 'lines'}): {found[0][:160]!r}"
         + (" ..." if len(found) > 1 else "")
         for reason, found in why.items()
     )
