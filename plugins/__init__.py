@@ -16,7 +16,6 @@ HOOKS: dict[str, frozenset[str]] = {
     "hacfg.plugins.trainjob": frozenset({"hacfg_targets"}),
     "hacfg.plugins.rules": frozenset({"hacfg_rules"}),
     "hacfg.plugins.prechecks": frozenset({"hacfg_prechecks"}),
-    "hacfg.plugins.classifiers": frozenset({"hacfg_classify_failure"}),
     "hacfg.plugins.layouts": frozenset({"hacfg_checkpoint_layouts"}),
 }
 

@@ -48,7 +48,7 @@ def test_user_error_with_unconditional_restarts_three_in_a_row_then_gives_up(tmp
     assert decisions(tmp_path) == ["proc_restart"] * 3 + ["give_up"]
     keyword = [line for line in result.stderr.splitlines() if "error,exiting" in line]  # the platform's keyword for this case
     assert keyword == [("[hacfg] error,exiting: the job failed after 3 restart(s); last cause: user, exit 1: Python exception in the command: "
-                        "ValueError: learning rate must be positive")], result.stderr
+                        "ValueError: learning rate must be positive (raised in user_error.py, line 5)")], result.stderr
     last = read_events(tmp_path / "state")[-2]
     assert (last["counted"], last["user_streak"], last["reason"]) == (3, 3, "3 unconditional restarts in a row")
 

@@ -1,17 +1,23 @@
-"""How an attempt ended: environment fault, user error or hang. Classifiers are plugins (first answer wins)."""
+"""How an attempt ended: environment fault, user error or hang.
+
+Classifier plugins are asked first, one at a time (the first answer wins), so a site can name its
+own errors; then the platform's own rules, which need no plugin: :func:`hacfg.agent.evidence.judge`.
+"""
 
 from __future__ import annotations
 
+from hacfg.agent.evidence import judge
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import Classification, Failure
-from hacfg.restart.vocabulary import Cause
+
+RULES = "hacfg"  # the classifier named in a verdict of the platform's rules
 
 
 def classify(failure: Failure) -> Classification:
-    """Ask the classifier plugins in turn; an attempt nothing recognises is a user error."""
+    """A plugin's answer, or the platform's rules applied to the evidence."""
     manager = plugin_manager.get()
     for plugin, answer in manager.results("hacfg_classify_failure", failure=failure):
         if isinstance(answer, Classification):
-            return Classification(answer.cause, answer.reason, answer.classifier or plugin, answer.peer)
+            return answer._replace(classifier=answer.classifier or plugin)
         manager.fail(plugin, "hacfg_classify_failure", f"returned {type(answer).__name__}, expected a Classification")
-    return Classification(Cause.USER, f"{failure.describe()}, not recognised as an environment fault", "default")
+    return judge(failure)._replace(classifier=RULES)

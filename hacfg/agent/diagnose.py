@@ -2,14 +2,15 @@
 
 Under ``hacfg agent`` the exit status of an attempt is known; a log downloaded from a job that
 ran without it (a ModelArts job log, torchrun's output, a plain traceback) has to say it in
-words. :func:`exit_status` reads what launchers print: torchrun's failure report, a shell's
-``Killed``, ModelArts' ``Training end with return code``. Failing that, a Python traceback means
-exit 1 (an uncaught exception), and with nothing at all exit 1 is assumed, and said to be.
+words. :func:`exit_status` reads what launchers print (:func:`hacfg.agent.evidence.ending`:
+torchrun's failure report, DeepSpeed's launcher, a shell's ``Killed``, ModelArts' ``Training end
+with return code``). Failing that, a Python traceback means exit 1 (an uncaught exception), and
+with nothing at all exit 1 is assumed, and said to be.
 
-The classifiers (built-in and plugins) then see the log's last lines as they see an attempt's
-output under the agent, through the same :func:`hacfg.agent.classify.classify`. The evidence
-is what the verdict rests on: lines are left out one at a time, and a line stays only when
-leaving it out changes the verdict. That works for any plugin without asking it why.
+The log's last lines then go through the one classifier the agent asks,
+:func:`hacfg.agent.classify.classify`, and the evidence is the lines its verdict names. A
+plugin's verdict that names none is explained by leaving lines out one at a time: a line stays
+only when leaving it out changes the verdict.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal
 
+from hacfg.agent import evidence
 from hacfg.agent.classify import classify
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import TAIL_LINES, Classification, Failure
@@ -35,32 +37,10 @@ LINE_BYTES = 4096  # of each line: an error message fits; a progress bar or a du
 CHUNK_BYTES = 1 << 20
 STDIN = "-"
 
-# What a shell prints when its foreground command dies of a signal ("run.sh: line 3: 9514 Killed
-#   python train.py", "bash: 9514 Segmentation fault ...", or just "Terminated"), and Python's faulthandler.
-_SHELL_SIGNALS = {
-    "Killed": signal.SIGKILL,
-    "Terminated": signal.SIGTERM,
-    "Segmentation fault": signal.SIGSEGV,
-    "Aborted": signal.SIGABRT,
-    "Bus error": signal.SIGBUS,
-    "Floating point exception": signal.SIGFPE,
-    "Illegal instruction": signal.SIGILL,
-}
-_NAMES = "|".join(map(re.escape, _SHELL_SIGNALS))
-_SHELL = re.compile(
-    rf"^(?:\S.*?: (?:line \d+: +)?\d+ +(?P<job>{_NAMES})\b.*|(?P<bare>{_NAMES})(?: \(core dumped\))?)\s*$"
-)
-_FAULTHANDLER = re.compile(rf"Fatal Python error: (?P<name>{_NAMES})")
-_TORCHRUN_EXIT = re.compile(r"\bexitcode\s*:\s*(-?\d+)")  # "exitcode  : -9 (pid: 77)", "failed (exitcode: 1)"
-_TORCHRUN_SIGNAL = re.compile(r"\bSignal (\d+) \(SIG\w+\) received by PID")
-# ModelArts' "[ModelArts Service Log][INFO] Training end with return code: 137", with or without the tags
-_MODELARTS_EXIT = re.compile(r"\bTraining end with return code:\s*(\d+)", re.IGNORECASE)
 # The agent's own lines in the log of a run under ``hacfg agent``: how each attempt ended, and a hang.
 AGENT_PREFIX = "[hacfg] "
 _AGENT_ENDED = re.compile(r"\[hacfg\] attempt (\d+) ended: (?:exit (-?\d+)|killed by (SIG[A-Z0-9]+))")
 _AGENT_HUNG = re.compile(r"\[hacfg\] attempt (\d+) hung: ")
-_KNOWN_SIGNALS = frozenset(s.value for s in signal.Signals)
-_TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
 
 
 @dataclass(frozen=True)
@@ -163,26 +143,15 @@ def _line(number: int, head: bytes, length: int) -> Line:
 
 
 def exit_status(lines: Iterable[Line]) -> ExitStatus:
-    """The exit status the log states; a signal beats a later non-zero code, which wraps it.
+    """The exit status the log states (:func:`hacfg.agent.evidence.ending`), else a traceback's exit 1.
     Under the agent, the agent's line for the last attempt says it, whatever the command printed."""
     lines = list(lines)
     if (told := _agent_status(lines)) is not None:
         return told
-    clues: list[ExitStatus] = []
-    traceback: Line | None = None
-    for line in lines:
-        clue = _clue(line)
-        if clue is not None:
-            clues.append(clue)
-        elif _TRACEBACK.search(line.text):
-            traceback = line
-    since_success = clues[max((i + 1 for i, c in enumerate(clues) if c.exit_code == 0), default=0) :]
-    if since_success:
-        # torchrun, a shell and ModelArts turn a worker's death by signal into their own exit 1 or 137.
-        signalled = [c for c in since_success if c.signal is not None]
-        return (signalled or since_success)[-1]
-    if clues:
-        return clues[-1]  # the last word is a clean exit
+    report = evidence.ending([line.text for line in lines])
+    if report is not None:
+        return ExitStatus(report.exit_code, report.signal, "read", lines[report.index])
+    traceback = next((line for line in reversed(lines) if evidence.TRACEBACK.match(line.text)), None)
     if traceback is not None:
         return ExitStatus(1, None, "inferred", traceback)
     return ExitStatus(1, None, "assumed")
@@ -212,25 +181,6 @@ def attempt_output(lines: tuple[Line, ...], status: ExitStatus) -> tuple[Line, .
     return tuple(line for line in lines[start:end] if AGENT_PREFIX not in line.text)
 
 
-def _clue(line: Line) -> ExitStatus | None:
-    text = line.text
-    if match := _SHELL.match(text):
-        return ExitStatus(None, _SHELL_SIGNALS[match.group("job") or match.group("bare")], "read", line)
-    if match := _FAULTHANDLER.search(text):
-        return ExitStatus(None, _SHELL_SIGNALS[match.group("name")], "read", line)
-    if (match := _TORCHRUN_SIGNAL.search(text)) and int(match.group(1)) in _KNOWN_SIGNALS:
-        return ExitStatus(None, int(match.group(1)), "read", line)
-    if match := _TORCHRUN_EXIT.search(text):
-        code = int(match.group(1))
-        if code >= 0:
-            return ExitStatus(code, None, "read", line)
-        if -code in _KNOWN_SIGNALS:
-            return ExitStatus(None, -code, "read", line)
-    if match := _MODELARTS_EXIT.search(text):
-        return ExitStatus(int(match.group(1)), None, "read", line)
-    return None
-
-
 def diagnose(log: Log, policy: Policy) -> Diagnosis:
     """Classify the log's failure, find the lines the verdict rests on, and apply the restart rules."""
     status = exit_status(log.tail)
@@ -239,20 +189,29 @@ def diagnose(log: Log, policy: Policy) -> Diagnosis:
     output = attempt_output(log.tail, status)
     failure = status.failure._replace(tail=tuple(line.text for line in output))
     verdict = classify(failure)
-    evidence = set(_relied_on(output, failure, verdict))
+    named = _named(output, verdict.evidence) if verdict.evidence else None
+    relied = set(named if named is not None else _relied_on(output, failure, verdict))
     if status.line is not None:
-        evidence.add(status.line)
+        relied.add(status.line)
     return Diagnosis(
         log,
         status,
         verdict,
-        tuple(sorted(evidence, key=lambda line: line.number)),
+        tuple(sorted(relied, key=lambda line: line.number)),
         _decisions(verdict, policy, failure.code),
     )
 
 
+def _named(lines: tuple[Line, ...], texts: tuple[str, ...]) -> list[Line] | None:
+    """The lines a verdict names, each the last with its text; None if one is not in the log."""
+    last = {line.text: line for line in lines}
+    found = [last.get(text) for text in texts]
+    return None if None in found else [line for line in found if line is not None]
+
+
 def _relied_on(lines: tuple[Line, ...], failure: Failure, verdict: Classification) -> list[Line]:
-    """The lines without which the classifiers would say something else."""
+    """The lines without which the classifiers would say something else: for a plugin's verdict
+    that does not name its lines."""
     manager = plugin_manager.get()
     reported = len(manager.failures)
     kept = list(lines)
@@ -302,6 +261,7 @@ def render_text(diagnoses: list[Diagnosis], policy_name: str) -> str:
         out.append("  evidence:" if d.evidence else "  evidence:    none; no line was recognised")
         width = len(str(d.evidence[-1].number)) if d.evidence else 0
         out += [f"    {line.number:>{width}} | {line.text}" for line in d.evidence]
+        out += ["  not counted:"] * bool(verdict.not_counted) + [f"    {why}" for why in verdict.not_counted]
         out.append(f"  restart rules ({policy_name}): {_decision_text(d.decisions[0])}")
         if len(d.decisions) > 1:
             out.append(f"  if it keeps failing this way: {_summary(d.decisions)}")
@@ -343,6 +303,7 @@ def to_json(diagnoses: list[Diagnosis], policy_name: str) -> list[dict[str, Any]
                     "from": line(status.line),
                 },
                 "evidence": [line(item) for item in d.evidence],
+                "not_counted": list(verdict.not_counted) if verdict else [],
                 "policy": policy_name,
                 "decisions": [{"action": x.action, "reason": x.reason, "exit_code": x.exit_code} for x in d.decisions],
             }

@@ -48,6 +48,9 @@ HEARTBEAT_FILE = "heartbeat"
 WARM_LOG = "warm.log"  # the warm interpreters' own output: what they imported, why one could not serve
 # The platform's log keyword for a restarted job that ends in failure (ha-configuration seed).
 FAILED_AFTER_RESTARTS = "error,exiting"
+CANNOT_START = 2  # hacfg's own plugins did not load: an installation to fix, not a job to judge
+# The hooks whose built-in plugins the agent's judgement stands on: pre-checks and checkpoint layouts.
+AGENT_HOOKS = ("hacfg_prechecks", "hacfg_checkpoint_layouts")
 
 
 def _say(line: str) -> None:
@@ -236,6 +239,8 @@ class Agent:
             reason=verdict.reason,
             classifier=verdict.classifier,
             peer=verdict.peer,
+            evidence=[line[-500:] for line in verdict.evidence],
+            not_counted=list(verdict.not_counted),
             **exit_fields,
         )
         return Outcome(self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer)
@@ -416,6 +421,13 @@ def default_state_dir(policy: Policy, node: int) -> Path:
 def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int:
     """Supervise the command on this node: alone, or as one node of a group formed through torch's store."""
     from hacfg.agent.group import discovery, protocol, transport
+
+    try:
+        for hook in AGENT_HOOKS:
+            plugin_manager.get().require_builtins(hook)
+    except plugin_manager.BuiltinPluginError as err:
+        echo(f"[hacfg] cannot supervise: {err}")
+        return CANNOT_START
 
     policy = options.policy
     spec = (

@@ -297,7 +297,7 @@ def agent_command(
         None, "--hang-timeout", metavar="DURATION", help="Overrides hang.timeout (and turns detection on), e.g. 30m."
     ),
     initial_hang_timeout: Optional[str] = typer.Option(
-        None, "--initial-hang-timeout", metavar="DURATION", help="Until the first output or heartbeat (default 2x)."
+        None, "--initial-hang-timeout", metavar="DURATION", help="Until the training first speaks (default 2x)."
     ),
     checkpoint_path: Optional[str] = typer.Option(
         None, "--checkpoint-path", metavar="PATH", help="Overrides checkpoint.path."

@@ -79,10 +79,12 @@ def hacfg_classify_failure(failure: Failure) -> Classification | None:
 
     ``failure`` has the exit code or signal, whether the agent found it hung, and the last
     lines of output. The agent asks the classifiers one at a time, plugins registered later
-    first (so a site plugin can override the built-in patterns), and the first Classification
-    wins: the rest are not asked. None passes to the next; one that raises, or returns anything
-    else, is reported as a failure of that plugin and the next is asked; when none answers, the
-    cause is ``user``. The cause decides the restart rule: ``environment`` and ``user`` count
+    first and all before the platform's own rules (so a site plugin can name its own errors),
+    and the first Classification wins: the rest are not asked. None passes to the next; one that
+    raises, or returns anything else, is reported as a failure of that plugin and the next is
+    asked; when none answers, the platform's rules judge by precedence of evidence (how the
+    process ended, then the exception, then the runtime's error lines). The cause decides the
+    restart rule: ``environment`` and ``user`` count
     against ``restart.max``; only ``environment`` restarts without ``restart.unconditional``;
     ``hang`` never counts.
     """

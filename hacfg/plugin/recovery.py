@@ -45,6 +45,8 @@ class Classification(NamedTuple):
     reason: str
     classifier: str = ""
     peer: bool = False  # the failure follows from another rank's (connection closed by a peer, say)
+    evidence: tuple[str, ...] = ()  # the lines of the tail the verdict rests on
+    not_counted: tuple[str, ...] = ()  # why other telling lines did not count, one entry per reason
 
 
 class Restart(NamedTuple):

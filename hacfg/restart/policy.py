@@ -38,7 +38,7 @@ class Policy:
     pod_reschedules: int = 0
     hang_detect: bool = False
     hang_timeout: float = timedelta(minutes=ma.DEFAULT_HANG_MINUTES).total_seconds()
-    initial_hang_timeout: float | None = None  # until the first output or heartbeat; default 2x
+    initial_hang_timeout: float | None = None  # until the training's first line or heartbeat; default 2x
     checkpoint_path: Path | None = None
     checkpoint_interval: float | None = None  # seconds between saves, as the scenario says; None: not said
     precheck: bool = False

@@ -2,7 +2,9 @@
 
 Each stream is relayed by its own thread (``relay``: splice where both ends allow it, else
 blocking raw reads and writes), keeping the last 64 KiB for the classifiers; the main thread
-only waits, for the child, a deadline or a signal. Time is measured with the monotonic clock, so a
+only waits, for the child, a deadline or a signal. Until the training itself speaks (its first
+heartbeat, or a line that is not a launcher's own: torchrun's start-up banner is not the
+training's), the initial hang timeout applies, counted from the start. Time is measured with the monotonic clock, so a
 wall-clock jump neither fires nor hides a hang. Signals reach the agent through a wakeup pipe
 and are forwarded to the whole process group; after ``grace`` seconds the group gets SIGKILL.
 """
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
+from hacfg.agent.evidence import launcher_line
 from hacfg.agent.process.accelerator import UtilizationProbe
 from hacfg.agent.process.relay import prepare, relay
 from hacfg.plugin.recovery import TAIL_LINES
@@ -122,6 +125,8 @@ class Supervisor:
         self.tails: dict[int, bytearray] = {}  # per stream: interleaving two floods would garble both
         self.tail_lock = threading.Lock()
         self.output_at: float | None = None  # monotonic time of the latest output, set by the pumps
+        self.spoke_at: float | None = None  # ... of the first line of the training's own, not a launcher's
+        self._unread: dict[int, bytes] = {}  # per stream, the unfinished line, until the training speaks
         self.stop_reason: str | None = None
         self.stop_at: float | None = None  # monotonic time of the first stop signal sent
         self._wake: int | None = None
@@ -202,8 +207,9 @@ class Supervisor:
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
             was_active = seen_activity
-            if self.output_at is not None and self.output_at > last_activity:
-                last_activity, seen_activity = self.output_at, True
+            output_at = self.output_at if seen_activity else self.spoke_at  # a launcher's lines are no sign of life
+            if output_at is not None and output_at > last_activity:
+                last_activity, seen_activity = output_at, True
             mtime = self._heartbeat_mtime()
             if mtime != heartbeat_mtime:
                 heartbeat_mtime = mtime
@@ -259,6 +265,16 @@ class Supervisor:
             if len(tail) > 2 * TAIL_BYTES:
                 del tail[:-TAIL_BYTES]
         self.output_at = time.monotonic()
+        if self.spoke_at is None and self._spoke(target, bytes(chunk)):
+            self.spoke_at = self.output_at
+
+    def _spoke(self, target: int, chunk: bytes) -> bool:
+        """Whether ``chunk`` finishes a line of the training's own (a launcher's lines do not count)."""
+        *lines, unfinished = (self._unread.pop(target, b"") + chunk).replace(b"\r", b"\n").split(b"\n")
+        if len(unfinished) > 4096:  # a progress bar without line breaks speaks for itself
+            return True
+        self._unread[target] = unfinished
+        return any(not launcher_line(line.decode("utf-8", errors="replace")) for line in lines)
 
     def tail_lines(self) -> tuple[str, ...]:
         """The last lines of stdout, then of stderr (where errors usually are)."""
