@@ -18,7 +18,8 @@ before the next attempt. Saving a step again keeps the complete copy (as ``step_
 which the agent resumes from too) until the new one is in place, so a kill at any moment leaves a
 complete step N.
 The marker records how long the save took (``{"save_s": 1.234}``): the agent reports it, and
-``hacfg plan --from-events`` plans with it.
+``hacfg plan --from-events`` plans with it. The save runs in the ``checkpoint`` phase of
+:mod:`hacfg.heartbeat`, so the agent applies that phase's hang timeout while it lasts.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hacfg import heartbeat
+
 MARKER = ".complete"
 _TOKEN = 16  # letters: what keeps one writer's folders apart from another's
 _STAGING = re.compile(rf"\.step_\d+\.[a-z]{{{_TOKEN}}}\.tmp")
@@ -43,8 +46,12 @@ _REPLACED = re.compile(rf"(step_\d+)\.replaced-[a-z]{{{_TOKEN}}}")
 
 def save_step(root: str | Path, step: int, write: Callable[[Path], None]) -> Path:
     """Write a checkpoint for ``step`` through ``write(folder)``; returns the final ``step_N`` path."""
+    with heartbeat.phase("checkpoint"):
+        return _save_step(Path(root), step, write)
+
+
+def _save_step(root: Path, step: int, write: Callable[[Path], None]) -> Path:
     started = time.monotonic()
-    root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
     # This writer's alone, on every node sharing the storage; letters only, so that the step stays

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from hacfg import heartbeat
 from hacfg.agent import checkpoints
 from hacfg.agent.classify import classify
 from hacfg.agent.group.protocol import GroupLost, GroupRejected
@@ -186,9 +187,10 @@ class Agent:
             env,
             hang_timeout=self.policy.hang_timeout if detect else None,
             first_hang_timeout=self.policy.first_hang_timeout if detect else None,
+            phase_timeouts=dict(self.policy.phase_timeouts),
             heartbeat=self.heartbeat,
             grace=self.policy.grace,
-            on_hang=lambda tail, idle, timeout: self._hang(budgets, tail, idle, timeout),
+            on_hang=lambda tail, idle, timeout, phase: self._hang(budgets, tail, idle, timeout, phase),
             on_signal=lambda signum: self.events.write(
                 Event.SIGNAL, signal=signal.Signals(signum).name, attempt=budgets.attempt
             ),
@@ -311,13 +313,18 @@ class Agent:
             )
         return state
 
-    def _hang(self, budgets: Budgets, tail: tuple[str, ...], idle: float, timeout: float) -> None:
-        """``timeout`` is the one that fired: the initial one before the first sign of life, else hang.timeout."""
-        self.echo(f"[hacfg] attempt {budgets.attempt} hung: no output and no heartbeat for {timeout:g}s; stopping it")
+    def _hang(self, budgets: Budgets, tail: tuple[str, ...], idle: float, timeout: float, phase: str) -> None:
+        """``timeout`` is the one that fired: the initial one before the first sign of life, else the
+        timeout of the ``phase`` the command last reported (hang.timeout for training)."""
+        within = f" in phase {phase}" if phase != heartbeat.TRAIN else ""
+        self.echo(
+            f"[hacfg] attempt {budgets.attempt} hung{within}: no output and no heartbeat for {timeout:g}s; stopping it"
+        )
         self.events.write(
             Event.HANG,
             attempt=budgets.attempt,
             timeout=timeout,
+            phase=phase,
             idle=round(idle, 3),
             last_output=[line[-500:] for line in tail[-10:]],
         )

@@ -299,6 +299,10 @@ def agent_command(
     initial_hang_timeout: Optional[str] = typer.Option(
         None, "--initial-hang-timeout", metavar="DURATION", help="Until the training first speaks (default 2x)."
     ),
+    phase_timeout: Optional[list[str]] = typer.Option(
+        None, "--phase-timeout", metavar="NAME=DURATION",
+        help="The hang timeout while the command is in a hacfg.heartbeat phase, e.g. checkpoint=30m (repeatable).",
+    ),
     checkpoint_path: Optional[str] = typer.Option(
         None, "--checkpoint-path", metavar="PATH", help="Overrides checkpoint.path."
     ),
@@ -370,6 +374,7 @@ def agent_command(
         hang_retry=hang_retry,
         hang_timeout=hang_timeout,
         initial_hang_timeout=initial_hang_timeout,
+        phase_timeouts=phase_timeout,
         checkpoint_path=checkpoint_path,
         no_precheck=no_precheck,
         grace=grace,

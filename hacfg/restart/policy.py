@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -39,6 +40,7 @@ class Policy:
     hang_detect: bool = False
     hang_timeout: float = timedelta(minutes=ma.DEFAULT_HANG_MINUTES).total_seconds()
     initial_hang_timeout: float | None = None  # until the training's first line or heartbeat; default 2x
+    phase_timeouts: tuple[tuple[str, float], ...] = ()  # (phase, seconds): hacfg.heartbeat phases but training
     checkpoint_path: Path | None = None
     checkpoint_interval: float | None = None  # seconds between saves, as the scenario says; None: not said
     precheck: bool = False
@@ -146,6 +148,17 @@ def policy_from_config(config: HAConfig) -> Policy:
 DURATIONS = ("hang_timeout", "initial_hang_timeout")
 
 
+def _phase_timeout(text: str) -> tuple[str, float]:
+    """``--phase-timeout checkpoint=30m``: a phase of :mod:`hacfg.heartbeat` and its hang timeout."""
+    name, _, duration = text.partition("=")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name) or not duration:
+        raise InputError(f"--phase-timeout: {text!r} is not NAME=DURATION (checkpoint=30m)")
+    try:
+        return name, parse_duration(duration).total_seconds()
+    except ValueError as err:
+        raise InputError(f"--phase-timeout: {err}") from None
+
+
 def load_policy(config: Path | None, presets: Presets, **overrides: Any) -> Policy:
     """The scenario file's policy (the defaults without one), then each override that is not None.
 
@@ -159,6 +172,8 @@ def load_policy(config: Path | None, presets: Presets, **overrides: Any) -> Poli
                 changes[key] = parse_duration(changes[key]).total_seconds()
             except ValueError as err:
                 raise InputError(f"--{key.replace('_', '-')}: {err}") from None
+    if "phase_timeouts" in changes:
+        changes["phase_timeouts"] = (*policy.phase_timeouts, *map(_phase_timeout, changes["phase_timeouts"]))
     if "hang_timeout" in changes:
         changes["hang_detect"] = True
     if "checkpoint_path" in changes:

@@ -20,11 +20,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import IO, Protocol
 
+from hacfg import heartbeat
 from hacfg.agent.evidence import launcher_line
 from hacfg.agent.process.accelerator import UtilizationProbe
 from hacfg.agent.process.relay import prepare, relay
@@ -101,7 +103,8 @@ class Supervisor:
         first_hang_timeout: float | None,
         heartbeat: Path,
         grace: float,
-        on_hang: Callable[[tuple[str, ...], float, float], None] = lambda tail, idle, timeout: None,
+        phase_timeouts: Mapping[str, float] = MappingProxyType({}),  # per phase of hacfg.heartbeat; else hang_timeout
+        on_hang: Callable[[tuple[str, ...], float, float, str], None] = lambda tail, idle, timeout, phase: None,
         on_signal: Callable[[int], object] = lambda signum: None,
         on_first_activity: Callable[[float], object] = lambda after: None,
         on_start: Callable[[int], object] = lambda pid: None,
@@ -114,6 +117,7 @@ class Supervisor:
         self.hang_timeout = hang_timeout
         self.first_hang_timeout = first_hang_timeout
         self.heartbeat = heartbeat
+        self.phase_timeouts = phase_timeouts
         self.grace = grace
         self.on_hang = on_hang
         self.on_signal = on_signal
@@ -195,6 +199,7 @@ class Supervisor:
         last_activity = started
         seen_activity = False
         heartbeat_mtime = self._heartbeat_mtime()
+        phase = heartbeat.TRAIN
         hung = False
         interrupted: int | None = None
         kill_at: float | None = None
@@ -214,6 +219,7 @@ class Supervisor:
             if mtime != heartbeat_mtime:
                 heartbeat_mtime = mtime
                 last_activity, seen_activity = now, True
+                phase = heartbeat.read(self.heartbeat)[1]
             if seen_activity and not was_active:
                 self.on_first_activity(last_activity - started)
             if proc.poll() is not None:
@@ -222,6 +228,8 @@ class Supervisor:
                 if not any(p.is_alive() for p in pumps) or now - exited_at > 0.2:
                     return hung, interrupted, stopped
             timeout = self.hang_timeout if seen_activity else self.first_hang_timeout
+            if timeout is not None and phase in self.phase_timeouts:
+                timeout = self.phase_timeouts[phase]
             if self.accelerator is not None and timeout is not None:
                 self.accelerator.poll()
                 if now >= last_activity + timeout and self.accelerator.changing():
@@ -232,7 +240,7 @@ class Supervisor:
                 kill_at = float("inf")
             elif timeout is not None and kill_at is None and now >= last_activity + timeout:
                 hung = True
-                self.on_hang(self.tail_lines(), now - last_activity, timeout)
+                self.on_hang(self.tail_lines(), now - last_activity, timeout, phase)
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
             # 1 s: sample accelerators, notice an exit with the pipes held open; until the first sign
@@ -298,12 +306,11 @@ class Supervisor:
     def _heartbeat_step(self, since: float) -> int | None:
         """The last step the command reported with ``beat(step=...)`` in this attempt, if any."""
         try:
-            with open(self.heartbeat, "rb") as handle:
-                if os.fstat(handle.fileno()).st_mtime < since:
-                    return None  # the previous attempt's
-                return int(handle.read(32))
-        except (OSError, ValueError):
+            if os.stat(self.heartbeat).st_mtime < since:
+                return None  # the previous attempt's
+        except OSError:
             return None
+        return heartbeat.read(self.heartbeat)[0]
 
 
 def _drain_signals(fd: int) -> list[int]:

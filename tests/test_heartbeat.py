@@ -1,0 +1,91 @@
+"""The heartbeat helper's phases, as the agent reads them, and the per-phase hang timeouts they select."""
+
+import os
+
+import pytest
+
+from conftest import REPO, agent, read_events
+from hacfg import heartbeat
+
+
+@pytest.fixture
+def beating(tmp_path, monkeypatch):
+    path = tmp_path / "heartbeat"
+    monkeypatch.setenv("HACFG_HEARTBEAT_FILE", str(path))
+    monkeypatch.setenv("HACFG_HEARTBEAT_INTERVAL", "3600")  # only forced writes land after the first
+    monkeypatch.setattr(heartbeat, "_last", float("-inf"))
+    monkeypatch.setattr(heartbeat, "_step", None)
+    monkeypatch.setattr(heartbeat, "_phase", heartbeat.TRAIN)
+    monkeypatch.setattr(heartbeat, "_said", False)
+    return path
+
+
+def test_a_bare_beat_only_touches_the_file(beating):
+    heartbeat.beat()
+    assert beating.read_bytes() == b"" and heartbeat.read(beating) == (None, "train")
+
+
+def test_a_phase_is_written_on_entry_and_exit_whatever_the_interval(beating):
+    heartbeat.beat(step=7)
+    assert heartbeat.read(beating) == (7, "train")
+    with heartbeat.phase("eval"):
+        assert heartbeat.read(beating) == (7, "eval")
+        with heartbeat.phase("checkpoint"):
+            assert beating.read_text() == "7 checkpoint\n"
+        assert heartbeat.read(beating) == (7, "eval")
+    assert heartbeat.read(beating) == (7, "train")
+
+
+def test_a_phase_ends_even_when_its_block_raises(beating):
+    with pytest.raises(KeyError), heartbeat.phase("data"):
+        raise KeyError("shard")
+    assert heartbeat.read(beating) == (None, "train")
+
+
+def test_beat_can_name_the_phase_the_loop_is_in(beating):
+    heartbeat.beat(phase="init")
+    assert beating.read_text() == "- init\n"
+    heartbeat.beat(step=1, phase="train")
+    assert heartbeat.read(beating) == (1, "train")
+
+
+def test_a_phase_name_with_spaces_is_refused(beating):
+    with pytest.raises(ValueError, match="phase name"):
+        heartbeat.beat(phase="my eval")
+
+
+def test_save_step_runs_in_the_checkpoint_phase(beating, tmp_path):
+    seen = []
+    from hacfg.checkpoint import save_step
+
+    save_step(tmp_path / "ckpt", 3, lambda folder: seen.append(heartbeat.read(beating)))
+    assert seen == [(None, "checkpoint")] and heartbeat.read(beating) == (None, "train")
+
+
+def test_an_old_or_foreign_file_reads_as_training(tmp_path):
+    (tmp_path / "old").write_text("12\n")
+    (tmp_path / "odd").write_text("x y z\n")
+    assert heartbeat.read(tmp_path / "old") == (12, "train")
+    assert heartbeat.read(tmp_path / "odd") == (None, "train")
+    assert heartbeat.read(tmp_path / "absent") == (None, "train")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase_timeout, hangs", [("checkpoint=10s", False), (None, True)])
+def test_a_save_longer_than_the_hang_timeout_hangs_only_without_its_phase_timeout(tmp_path, phase_timeout, hangs):
+    options = ["--hang-timeout", "1s", "--initial-hang-timeout", "20s"]
+    options += ["--phase-timeout", phase_timeout] if phase_timeout else []
+    env = {"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    result = agent(tmp_path, *options, child="slow_save.py", args=(tmp_path / "ckpt",), env=env)
+    hang = [e for e in read_events(tmp_path / "state") if e["event"] == "hang"]
+    if hangs:
+        assert hang and hang[0]["phase"] == "checkpoint" and hang[0]["timeout"] == 1
+        assert "hung in phase checkpoint" in result.stderr
+    else:
+        assert (result.returncode, result.stdout, hang) == (0, "done\n", [])
+        assert os.path.isdir(tmp_path / "ckpt" / "step_3")
+
+
+def test_a_malformed_phase_timeout_is_one_line_and_exit_2(cli):
+    result = cli("agent", "--phase-timeout", "checkpoint", "--", "true")
+    assert result.code == 2 and "--phase-timeout: 'checkpoint' is not NAME=DURATION" in result.err
