@@ -1,0 +1,202 @@
+"""Which rank hung: a pure function over what every node reported about its ranks.
+
+The evidence, strongest first; the first that singles out ranks of one node names the culprit,
+and ``how`` says which one did:
+
+1. **Stopped.** A rank whose process is stopped (SIGSTOP, a debugger) cannot be waiting for anyone.
+2. **Collective count.** torch's flight recorder numbers the collectives each process group
+   enqueues; a rank that never reached the collective the others wait in has a lower number
+   (the wavefront's missing ranks, as NVIDIA's trace analyzer calls them). This holds for a rank
+   stuck before a collective, busy in Python, or one that skipped a collective.
+3. **Outlier stack.** Ranks grouped by their main thread's stack: when all but a few share one,
+   the few are elsewhere (ByteRobust's aggregation). Needs three ranks or more.
+4. **Oldest step.** The node whose heartbeat reported the oldest step, when every node reported one.
+
+When the evidence is missing for some rank, rules 2-4 say nothing (the missing rank might be
+the one behind), and the verdict is no culprit, with a note that says why: never a guess shown
+as a fact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+_LINE = re.compile(r":\d+\)$")
+STOPPED = "stopped"
+GONE = "gone"
+
+
+@dataclass(frozen=True)
+class RankEvidence:
+    """What one rank's process showed when the hang was declared."""
+
+    rank: int | None  # the global rank, when the process said (or its environment did)
+    pid: int
+    state: str  # running, sleeping, disk, stopped, zombie, gone
+    stack: tuple[str, ...] = ()  # its main thread's frames, innermost first: "func (file:line)"
+    collectives: Mapping[str, int] | None = None  # process group -> newest collective enqueued; None: unknown
+    last_op: str | None = None  # the newest collective's name (gloo:all_reduce)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "pid": self.pid,
+            "state": self.state,
+            "stack": list(self.stack),
+            "collectives": dict(self.collectives) if self.collectives is not None else None,
+            "last_op": self.last_op,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RankEvidence:
+        found = data.get("collectives")
+        return cls(
+            None if data.get("rank") is None else int(data["rank"]),
+            int(data["pid"]),
+            str(data["state"]),
+            tuple(str(frame) for frame in data.get("stack") or ()),
+            {str(group): int(seq) for group, seq in found.items()} if found is not None else None,
+            None if data.get("last_op") is None else str(data["last_op"]),
+        )
+
+
+@dataclass(frozen=True)
+class NodeEvidence:
+    """One node's summary: its ranks, and the last step its heartbeat reported."""
+
+    node: int
+    ranks: tuple[RankEvidence, ...]
+    step: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "step": self.step, "ranks": [rank.to_json() for rank in self.ranks]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NodeEvidence:
+        step = data.get("step")
+        ranks = tuple(RankEvidence.from_json(rank) for rank in data["ranks"])
+        return cls(int(data["node"]), ranks, None if step is None else int(step))
+
+
+@dataclass(frozen=True)
+class Culprit:
+    node: int
+    ranks: tuple[int, ...]
+    how: str
+    stack: tuple[str, ...] = field(default=())  # the culprit's stack top, when it gave one
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "ranks": list(self.ranks), "how": self.how, "stack": list(self.stack)}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    culprit: Culprit | None
+    note: str  # why there is no culprit, or what else was seen
+
+
+def attribute(reports: Sequence[NodeEvidence], nodes: int) -> Attribution:
+    """The culprit of a hang from the summaries of ``nodes`` nodes (missing ones are unknown)."""
+    ranks = [(report.node, rank) for report in reports for rank in report.ranks]
+    missing = sorted(set(range(nodes)) - {report.node for report in reports})
+    stopped = [(node, rank) for node, rank in ranks if rank.state == STOPPED]
+    if stopped:
+        return _named(stopped, f"its process is stopped (state T: SIGSTOP or a debugger), pid {stopped[0][1].pid}")
+    if missing:
+        return Attribution(None, f"no evidence from node {', '.join(map(str, missing))} before the deadline")
+    for check in (_collective_lag, _outlier_stack):
+        if (found := check(ranks)) is not None:
+            return found
+    return _oldest_step(reports) or Attribution(None, _undecided(ranks))
+
+
+def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None:
+    known = [(node, rank) for node, rank in ranks if rank.rank is not None and rank.collectives is not None]
+    if not known or len(known) != len([rank for _, rank in ranks if rank.state != GONE]):
+        return None  # a rank without a count could be the one behind
+    groups = set().union(*(rank.collectives or {} for _, rank in known))
+    for group in sorted(groups):
+        counts = {rank.rank: (rank.collectives or {}).get(group, 0) for _, rank in known}
+        low, high = min(counts.values()), max(counts.values())
+        if low == high:
+            continue
+        behind = [(node, rank) for node, rank in known if counts[rank.rank] == low]
+        others = sorted({count for count in counts.values() if count != low})
+        op = next((rank.last_op for _, rank in known if counts[rank.rank] == high and rank.last_op), None)
+        how = (
+            f"its newest collective on process group {group} is #{low}; the other ranks reached "
+            f"#{'/#'.join(map(str, others))}" + (f" ({op})" if op else "") + " and wait for it"
+        )
+        return _named(behind, how)
+    return _desync(known)
+
+
+def _desync(known: list[tuple[int, RankEvidence]]) -> Attribution | None:
+    """Every rank at the same collective number, but not the same collective: a rank skipped one
+    earlier, and the group paired the wrong calls. The odd ones out are named when they are few."""
+    ops = Counter(rank.last_op for _, rank in known)
+    if len(ops) < 2:
+        return None
+    (common, count), *_ = ops.most_common()
+    odd = [(node, rank) for node, rank in known if rank.last_op != common]
+    said = ", ".join(f"rank {rank.rank} in {rank.last_op}" for _, rank in sorted(known, key=lambda k: k[1].rank or 0))
+    if count <= len(known) / 2:
+        return Attribution(None, f"the ranks wait in different collectives of the same number ({said}): "
+                                 "a skipped collective, but no majority shows whose")
+    return _named(odd, f"it waits in {odd[0][1].last_op} where the other {count} ranks wait in {common}: "
+                       "a skipped collective paired the wrong calls")
+
+
+def _outlier_stack(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None:
+    stacks = [(node, rank) for node, rank in ranks if rank.stack]
+    if len(stacks) < 3 or len(stacks) != len(ranks):
+        return None
+    shapes = Counter(_shape(rank.stack) for _, rank in stacks)
+    (common, count), *rest = shapes.most_common()
+    if not rest or len(shapes) != 2 or count <= len(stacks) / 2:
+        return None
+    odd = [(node, rank) for node, rank in stacks if _shape(rank.stack) != common]
+    return _named(odd, f"its stack differs from the {count} other ranks', which share one ({_top(common)})")
+
+
+def _oldest_step(reports: Sequence[NodeEvidence]) -> Attribution | None:
+    steps = {report.node: report.step for report in reports}
+    if len(steps) < 2 or any(step is None for step in steps.values()):
+        return None
+    low = min(step for step in steps.values() if step is not None)
+    behind = [node for node, step in steps.items() if step == low]
+    if len(behind) != 1:
+        return None
+    others = sorted({step for step in steps.values() if step is not None and step != low})
+    report = next(report for report in reports if report.node == behind[0])
+    how = f"its last reported step is {low}; the other nodes reached {'/'.join(map(str, others))}"
+    return _named([(report.node, rank) for rank in report.ranks], how)
+
+
+def _named(found: Sequence[tuple[int, RankEvidence]], how: str) -> Attribution:
+    nodes = sorted({node for node, _ in found})
+    if len(nodes) != 1:
+        where = ", ".join(map(str, nodes))
+        return Attribution(None, f"ranks on several nodes ({where}) show it: {how}")
+    ranks = tuple(sorted(rank.rank for _, rank in found if rank.rank is not None))
+    stack = next((rank.stack for _, rank in found if rank.stack), ())
+    return Attribution(Culprit(nodes[0], ranks, how, stack[:3]), "")
+
+
+def _shape(stack: tuple[str, ...]) -> tuple[str, ...]:
+    """The frames without their line numbers: ranks in one loop stand at different lines of it."""
+    return tuple(_LINE.sub(")", frame) for frame in stack)
+
+
+def _top(shape: tuple[str, ...]) -> str:
+    return shape[0] if shape else "no frames"
+
+
+def _undecided(ranks: list[tuple[int, RankEvidence]]) -> str:
+    if not any(rank.collectives for _, rank in ranks):
+        return "no rank recorded its collectives, and no stack or step stands out"
+    return "every rank reached the same collective, and no stack or step stands out"

@@ -1,0 +1,184 @@
+"""The agent's side of the evidence: arm the attempt's processes, ask them when a hang is declared,
+and keep what they said under the node's state folder (``evidence/attempt-N/``).
+
+Asking is a signal for the stacks and a write to a pipe for the flight recorder (see :mod:`hook`),
+sent only to processes that armed themselves; a stopped process cannot answer, and /proc says it
+is stopped. Whatever has not answered by the deadline is left out of the summary, whose ranks
+then say what was seen of them, so the verdict can say what it does not know.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from hacfg.agent.culprit import hook
+from hacfg.agent.culprit.analysis import GONE, STOPPED, NodeEvidence, RankEvidence
+from hacfg.fsutil import atomic_write
+
+FOLDER = "evidence"
+SUMMARY = "summary.json"
+SITE = Path(__file__).with_name("site")
+DEADLINE = 2.0  # seconds from the request to the summary, whatever has not answered
+KEEP = 3  # attempts whose evidence is kept
+FRAMES = 8  # of each stack, in the summary sent to node 0
+_STATES = {"R": "running", "S": "sleeping", "D": "disk", "T": STOPPED, "t": STOPPED, "Z": "zombie", "X": GONE}
+_FRAME = re.compile(r'\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)')
+
+
+def folder_for(state_dir: Path, attempt: int) -> Path:
+    """This attempt's evidence folder, fresh; older attempts' beyond the newest few are removed."""
+    root = state_dir / FOLDER
+    folder = root / f"attempt-{attempt}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, mode=0o700)
+    older = sorted((p for p in root.glob("attempt-*") if p != folder), key=lambda p: _number(p.name))
+    for stale in older[: max(0, len(older) - (KEEP - 1))]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return folder
+
+
+def armed(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """The command's environment with the hook armed: every Python process it starts loads it."""
+    path = [str(SITE), *filter(None, [env.get("PYTHONPATH")])]
+    return {**env, hook.ENV: str(folder), "PYTHONPATH": os.pathsep.join(path)}
+
+
+def collect(session: int, folder: Path, node: int, step: int | None, deadline: float = DEADLINE) -> NodeEvidence:
+    """Ask every armed process of the attempt's ``session``; what they and /proc said by the deadline."""
+    until = time.monotonic() + deadline
+    asked_at = time.time()
+    pids = _session(session)
+    asked: dict[int, int] = {}  # pid -> size of its stacks file before the request
+    for pid in pids:
+        if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists():
+            asked[pid] = _size(folder / f"{pid}.stacks")
+            with contextlib.suppress(OSError):
+                os.kill(pid, hook.STACKS_SIGNAL)
+            _poke(folder / f"{pid}.fifo")
+    while time.monotonic() < until and not all(_answered(folder, pid, asked_at, size) for pid, size in asked.items()):
+        time.sleep(0.02)
+    ranks = [_rank(folder, pid, asked.get(pid), asked_at) for pid in pids]
+    evidence = NodeEvidence(node, tuple(rank for rank in ranks if rank is not None), step)
+    with contextlib.suppress(OSError):
+        atomic_write(folder / SUMMARY, json.dumps(evidence.to_json(), indent=1) + "\n")
+    return evidence
+
+
+def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvidence | None:
+    """What one process showed; None for a process that is no rank (a launcher, a shell, a loader)."""
+    state = _state(pid)
+    if size is None and state != STOPPED:
+        return None  # not armed: not Python, or not ours
+    answer = _answer(folder / f"{pid}.json", asked_at)
+    if answer is not None and answer.get("rank") is None and state != STOPPED:
+        return None
+    rank = answer.get("rank") if answer else _environ_rank(pid)
+    stack = _main_stack(_read_from(folder / f"{pid}.stacks", size or 0))
+    collectives, last_op = _collectives(answer.get("flight_recorder") if answer else None)
+    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op)
+
+
+def _collectives(recorder: dict[str, Any] | None) -> tuple[dict[str, int] | None, str | None]:
+    """Per process group, the newest collective enqueued (torch's ``pg_status``), and its name."""
+    if not recorder:
+        return None, None
+    counts = {
+        str(group): int(status.get("last_enqueued_collective", -1))
+        for group, status in (recorder.get("pg_status") or {}).items()
+    }
+    entries = recorder.get("entries") or []
+    return counts, str(entries[-1].get("profiling_name")) if entries else None
+
+
+def _main_stack(dump: str) -> tuple[str, ...]:
+    """The main thread's frames from a faulthandler dump, innermost first: the thread that runs the
+    script's ``<module>``, else the first that is not the hook's."""
+    threads: list[list[str]] = []
+    for line in dump.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            threads.append([])
+        elif (frame := _FRAME.match(line)) and threads:
+            threads[-1].append(f"{frame['func']} ({frame['file']}:{frame['line']})")
+    ours = [thread for thread in threads if thread and not any("_answer (" in frame for frame in thread)]
+    main = next((thread for thread in ours if thread[-1].startswith("<module> ")), ours[0] if ours else [])
+    return tuple(main)
+
+
+def _answered(folder: Path, pid: int, asked_at: float, size: int) -> bool:
+    gone = _state(pid) in (GONE, "zombie")
+    return gone or (_answer(folder / f"{pid}.json", asked_at) is not None and _size(folder / f"{pid}.stacks") > size)
+
+
+def _answer(path: Path, asked_at: float) -> dict[str, Any] | None:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) and found.get("taken", 0) >= asked_at - 1 else None
+
+
+def _poke(fifo: Path) -> None:
+    """Wake the hook's thread: open its pipe for writing, without blocking if no one reads it."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _session(session: int) -> list[int]:
+    return sorted(pid for pid in _pids() if _stat(pid)[3:4] == [str(session)])
+
+
+def _pids() -> Iterable[int]:
+    return (int(entry) for entry in os.listdir("/proc") if entry.isdigit())
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name: state, ppid, pgrp, session, ..."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return []
+    return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
+
+
+def _state(pid: int) -> str:
+    fields = _stat(pid)
+    return _STATES.get(fields[0], fields[0]) if fields else GONE
+
+
+def _environ_rank(pid: int) -> int | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    found = next((entry[5:] for entry in environ if entry.startswith(b"RANK=")), b"")
+    return int(found) if found.isdigit() else None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _number(name: str) -> int:
+    digits = name.rpartition("-")[2]
+    return int(digits) if digits.isdigit() else -1

@@ -1,0 +1,189 @@
+"""Naming the rank behind a hang: the analysis on evidence recorded from real gloo groups and on
+synthetic summaries, and the hook and collector on real processes.
+
+The recordings under tests/data/culprit/ are what ``evidence.collect`` gathered from one emulated
+node per rank of tests/children/gloo_ranks.py on CPU (torch 2.13, gloo), the last rank faulty:
+``stuck`` before a collective, ``skip`` of one collective, ``stop`` by SIGSTOP, ``spin`` in a
+pure-Python busy loop.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CHILDREN
+from hacfg.agent.culprit import evidence, hook
+from hacfg.agent.culprit.analysis import Attribution, NodeEvidence, RankEvidence, attribute
+
+RECORDED = Path(__file__).parent / "data" / "culprit"
+
+
+def recorded(name: str) -> list[NodeEvidence]:
+    return [NodeEvidence.from_json(node) for node in json.loads((RECORDED / f"{name}.json").read_text())]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("kind", ["stuck", "spin", "stop"])
+def test_the_faulty_rank_is_named_from_recorded_evidence(kind, world):
+    found = attribute(recorded(f"{kind}-{world}"), world).culprit
+    assert found is not None and found.node == world - 1
+    assert found.ranks in ((world - 1,), ())  # a stopped process cannot say its rank
+
+
+def test_a_rank_behind_in_collectives_is_named_with_its_stack_top():
+    found = attribute(recorded("stuck-2"), 2).culprit
+    assert found is not None and found.ranks == (1,)
+    assert "#6; the other ranks reached #7 (gloo:all_reduce)" in found.how
+    assert found.stack[0].startswith("fault (") and "gloo_ranks.py" in found.stack[0]
+
+
+def test_a_skipped_collective_among_four_ranks_names_the_odd_one():
+    found = attribute(recorded("skip-4"), 4).culprit
+    assert found is not None and found.node == 3 and "skipped collective" in found.how
+
+
+def test_a_skipped_collective_between_two_ranks_names_no_one():
+    result = attribute(recorded("skip-2"), 2)
+    assert result.culprit is None and "no majority" in result.note
+
+
+def rank(number, *, seq=7, op="gloo:all_reduce", state="sleeping", stack=("all_reduce (d.py:10)", "<module> (t.py:5)")):
+    return RankEvidence(number, 1000 + number, state, stack, {"0": seq} if seq is not None else None, op)
+
+
+def test_a_node_that_sent_nothing_leaves_the_culprit_unknown():
+    result = attribute([NodeEvidence(0, (rank(0),))], 2)
+    assert result == Attribution(None, "no evidence from node 1 before the deadline")
+
+
+def test_a_stopped_rank_is_named_even_when_another_node_is_silent():
+    found = attribute([NodeEvidence(1, (rank(1, state="stopped", seq=None),))], 2).culprit
+    assert found is not None and found.node == 1 and "stopped" in found.how
+
+
+def test_a_rank_without_a_count_keeps_the_lag_from_naming_anyone():
+    nodes = [NodeEvidence(0, (rank(0), rank(1, seq=6))), NodeEvidence(1, (rank(2, seq=None),))]
+    assert attribute(nodes, 2).culprit is None
+
+
+def test_ranks_behind_on_two_nodes_name_no_single_node():
+    nodes = [NodeEvidence(0, (rank(0, seq=6), rank(1))), NodeEvidence(1, (rank(2, seq=6), rank(3)))]
+    result = attribute(nodes, 2)
+    assert result.culprit is None and "several nodes" in result.note
+
+
+def test_the_outlier_stack_names_a_rank_when_collectives_agree():
+    odd = rank(3, stack=("load (data.py:40)", "<module> (t.py:3)"))
+    nodes = [NodeEvidence(0, (rank(0), rank(1, stack=("all_reduce (d.py:10)", "<module> (t.py:9)")))),
+             NodeEvidence(1, (rank(2), odd))]
+    found = attribute(nodes, 2).culprit
+    assert found is not None and (found.node, found.ranks) == (1, (3,)) and "stack differs" in found.how
+
+
+def test_the_oldest_step_names_a_node_when_nothing_else_does():
+    nodes = [NodeEvidence(0, (rank(0),), step=40), NodeEvidence(1, (rank(1),), step=39)]
+    found = attribute(nodes, 2).culprit
+    assert found is not None and found.node == 1 and "last reported step is 39" in found.how
+
+
+def test_identical_evidence_names_no_one():
+    result = attribute([NodeEvidence(0, (rank(0),), 5), NodeEvidence(1, (rank(1),), 5)], 2)
+    assert result.culprit is None and "same collective" in result.note
+
+
+def test_a_summary_survives_its_trip_through_json():
+    node = recorded("stuck-4")[3]
+    assert NodeEvidence.from_json(json.loads(json.dumps(node.to_json()))) == node
+
+
+def armed_child(tmp_path, code):
+    """A Python process armed as the agent arms its command, one rank of a job (``RANK=0``)."""
+    folder = evidence.folder_for(tmp_path / "state", 1)
+    env = evidence.armed({**os.environ, "RANK": "0"}, folder)
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc, folder
+
+
+def test_the_hook_dumps_a_busy_loop_that_holds_the_gil(tmp_path):
+    proc, folder = armed_child(tmp_path, "def spin():\n    print('ready', flush=True)\n    while True: pass\nspin()")
+    try:
+        found = evidence.collect(proc.pid, folder, node=0, step=None)
+    finally:
+        proc.kill()
+        proc.wait()
+    (only,) = found.ranks
+    assert (only.rank, only.pid, only.state) == (0, proc.pid, "running") and only.stack[0] == "spin (<string>:3)"
+    assert only.collectives is None  # no torch.distributed in this process: no counts, not zero counts
+    assert json.loads((folder / evidence.SUMMARY).read_text()) == found.to_json()
+
+
+def test_a_stopped_process_is_seen_stopped_and_not_signalled(tmp_path):
+    proc, folder = armed_child(tmp_path, "import time\nprint('ready', flush=True)\ntime.sleep(60)")
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        found = evidence.collect(proc.pid, folder, node=0, step=None)
+        assert os.waitpid(proc.pid, os.WNOHANG) == (0, 0)  # still there: nothing sent it a fatal signal
+    finally:
+        proc.kill()
+        proc.wait()
+    assert [(r.pid, r.state, r.stack) for r in found.ranks] == [(proc.pid, "stopped", ())]
+
+
+def test_an_unarmed_process_is_left_alone(tmp_path):
+    folder = evidence.folder_for(tmp_path / "state", 1)
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert evidence.collect(proc.pid, folder, node=0, step=None).ranks == ()
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_hook_stays_off_without_its_folder_and_keeps_a_users_sitecustomize(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIRS = True\n")
+    code = "import builtins, sys; print(getattr(builtins, 'THEIRS', False), '_hacfg_evidence' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": f"{evidence.SITE}{os.pathsep}{tmp_path}"}
+    env.pop(hook.ENV, None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out == "True True\n"
+    assert not list(tmp_path.glob("*.fifo"))
+
+
+def test_only_the_newest_attempts_keep_their_evidence(tmp_path):
+    for attempt in range(1, 6):
+        evidence.folder_for(tmp_path, attempt)
+    kept = sorted(p.name for p in (tmp_path / evidence.FOLDER).iterdir())
+    assert kept == [f"attempt-{n}" for n in range(6 - evidence.KEEP, 6)]
+
+
+@pytest.mark.slow
+def test_a_real_gloo_group_names_the_rank_stuck_before_its_collective(tmp_path):
+    procs = []
+    for number in range(2):
+        folder = evidence.folder_for(tmp_path / f"node-{number}", 1)
+        env = evidence.armed({**os.environ}, folder)
+        argv = [sys.executable, str(CHILDREN / "gloo_ranks.py"), str(number), "2", "29391", "stuck", "1"]
+        procs.append((subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE), folder))
+    try:
+        for line in procs[1][0].stdout:
+            if line == b"rank 1 fault stuck\n":
+                break
+        result = Attribution(None, "")
+        for _ in range(100):  # until rank 0 has reached the collective rank 1 never will
+            result = attribute([evidence.collect(p.pid, f, n, None) for n, (p, f) in enumerate(procs)], 2)
+            if result.culprit is not None:
+                break
+            time.sleep(0.2)
+    finally:
+        for proc, _ in procs:
+            proc.kill()
+            proc.wait()
+    assert result.culprit is not None and (result.culprit.node, result.culprit.ranks) == (1, (1,))
