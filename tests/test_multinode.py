@@ -71,7 +71,9 @@ class Job:
                      "--master-addr", "127.0.0.1", "--master-port", str(self.master_port), "--max-restarts", "0", *train]
         return [sys.executable, "-m", "hacfg", "agent", "--nnodes", str(self.nnodes), "--node-rank", str(rank),
                 "--rdzv-endpoint", f"127.0.0.1:{self.rdzv_port}", "--rdzv-timeout", "60", "--checkpoint-path", str(self.ckpt),
-                *(() if self.precheck else ("--no-precheck",)), "--max-restarts", "3", "--grace", "5", "--initial-hang-timeout", "120s", *warm, *self.options,
+                *(() if self.precheck else ("--no-precheck",)), "--max-restarts", "3", "--grace", "5", *warm, *self.options,
+                # the first step waits for every node's start: with hang detection on, allow it 120 s
+                *(("--initial-hang-timeout", "120s") if "--hang-timeout" in self.options else ()),
                 *(("--state-dir", str(self.state_dirs[rank])) if rank in self.state_dirs else ()),
                 "--", sys.executable, *train]
 
@@ -262,6 +264,11 @@ def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference, 
     decisions = assert_recovered(job, job.run(), reference)
     assert [d["cause"] for d in decisions] == ["hang", "success"]
     assert (decisions[0]["counted"], decisions[0]["hang_streak"], decisions[0]["restarts"]) == (0, 1, 1)
+    # the victim, node 0, went quiet first; the culprit, node 1, is named from the flight recorder
+    culprit = decisions[0]["culprit"]
+    assert (culprit["node"], culprit["ranks"]) == (1, [1]) and "newest collective" in culprit["how"]
+    assert culprit["stack"][0].startswith("fire (") and "train_ddp.py" in culprit["stack"][0]
+    assert "the hang's culprit is node 1 rank 1" in job.output(0)
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])

@@ -11,7 +11,10 @@ Faults to demonstrate recovery, ``--fault KIND:RANK:STEP[:ATTEMPT]``, fired on t
 after that step's update, once per job (a marker beside the checkpoints remembers it), or in
 that attempt only when ATTEMPT is given:
   kill           SIGKILL itself
-  hang           go silent forever (no output, no heartbeat)
+  hang           go silent forever (no output, no heartbeat), before the next step's collective
+  stop           SIGSTOP itself
+  spin           a pure-Python busy loop, forever
+  skip           leave out the next step's gradient all-reduce (a desync: the ranks pair the wrong calls)
   collective     print a gloo error as a collective would, then exit 1
   raise          raise a Python exception (a user error)
   kill-in-save   wait until rank 0 is inside the next checkpoint save, then SIGKILL itself
@@ -20,6 +23,7 @@ that attempt only when ATTEMPT is given:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -67,13 +71,16 @@ def main() -> int:
     # starts at step 1 or resumes at step 9; otherwise a resumed run differs in the last bits.
     ddp = DistributedDataParallel(model, find_unused_parameters=True)
     faults = [parse(spec) for spec in args.fault]
+    skip = False
     saving = Path(args.ckpt) / ".saving"  # rank 0 is inside the save a kill-in-save fault waits for
 
     for step in range(start + 1, args.steps + 1):
         data = torch.Generator().manual_seed(step * 1000 + rank)
         inputs, targets = torch.randn(8, 16, generator=data), torch.randn(8, 4, generator=data)
         optimizer.zero_grad()
-        torch.nn.functional.mse_loss(ddp(inputs), targets).backward()
+        with ddp.no_sync() if skip else contextlib.nullcontext():
+            torch.nn.functional.mse_loss(ddp(inputs), targets).backward()
+        skip = False
         optimizer.step()
         say(f"rank {rank} step {step} at {time.time():.3f}")
         time.sleep(args.step_time)
@@ -83,6 +90,7 @@ def main() -> int:
                 fired.parent.mkdir(parents=True, exist_ok=True)
                 fired.touch()
                 say(f"rank {rank} fault {kind} at {time.time():.3f}")
+                skip = skip or kind == "skip"
                 fire(kind, saving)
         if step % args.every == 0:
             if rank == 0:
@@ -122,6 +130,11 @@ def fire(kind: str, saving: Path) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif kind == "hang":
         time.sleep(3600)
+    elif kind == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif kind == "spin":
+        while True:
+            pass
     elif kind == "collective":
         gloo = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534]"
         print(f"RuntimeError: {gloo} Connection closed by peer [127.0.0.1]:4242", file=sys.stderr, flush=True)

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from hacfg import heartbeat
 from hacfg.agent import checkpoints
 from hacfg.agent.classify import classify
+from hacfg.agent.culprit import evidence
+from hacfg.agent.culprit.analysis import NodeEvidence, describe_culprit
 from hacfg.agent.group.protocol import GroupLost, GroupRejected
 from hacfg.agent.group.signing import without_secret
 from hacfg.agent.prechecks import run_prechecks
@@ -52,6 +54,13 @@ FAILED_AFTER_RESTARTS = "error,exiting"
 CANNOT_START = 2  # hacfg's own plugins did not load: an installation to fix, not a job to judge
 # The hooks whose built-in plugins the agent's judgement stands on: pre-checks and checkpoint layouts.
 AGENT_HOOKS = ("hacfg_prechecks", "hacfg_checkpoint_layouts")
+
+
+def _culprit_fields(verdict: Verdict) -> dict[str, Any]:
+    """A hang's decision names its culprit, or says with ``null`` and a note that it cannot."""
+    if verdict.cause != Ending.HANG:
+        return {}
+    return {"culprit": verdict.culprit.to_json() if verdict.culprit else None, "culprit_note": verdict.culprit_note}
 
 
 def _say(line: str) -> None:
@@ -86,6 +95,7 @@ class Agent:
         # inside hacfg_agent_event: its own failures are not told again; per thread, as the save
         # watch writes its event from its own
         self._telling = threading.local()
+        self.session: int | None = None  # the running attempt's session (its leader's pid)
         self.saves = None
         if policy.checkpoint_path is not None and policy.checkpoint_interval:
             self.saves = checkpoints.SaveWatch(policy.checkpoint_path, policy.checkpoint_interval, self._saves_overdue)
@@ -164,6 +174,14 @@ class Agent:
         for doubt in plan.doubts:
             self.echo(f"[hacfg] {doubt}")
             self.events.write(Event.CHECKPOINT_DOUBT, round=plan.round, resume_from=plan.resume_from, detail=doubt)
+        detect = self.policy.hang_detect
+        folder = evidence.folder_for(self.store.directory, budgets.attempt) if detect else None
+        if folder is not None:
+            env = evidence.armed(env, folder)
+
+        def witness() -> NodeEvidence:
+            return self._witness(folder, started)
+
         start = self.warm.start(env)
         self.events.write(
             Event.ATTEMPT_START,
@@ -181,7 +199,6 @@ class Agent:
                 Event.ATTEMPT_EXIT, round=plan.round, cause=Ending.ENVIRONMENT, reason=unseen, exit_code=None
             )
             return Outcome(self.rank, Ending.ENVIRONMENT, unseen, RETRY_ELSEWHERE)
-        detect = self.policy.hang_detect
         supervisor = Supervisor(
             self.command,
             env,
@@ -190,20 +207,20 @@ class Agent:
             phase_timeouts=dict(self.policy.phase_timeouts),
             heartbeat=self.heartbeat,
             grace=self.policy.grace,
-            on_hang=lambda tail, idle, timeout, phase: self._hang(budgets, tail, idle, timeout, phase),
+            on_hang=lambda tail, idle, timeout, phase: self._hang(budgets, tail, idle, timeout, phase, witness),
             on_signal=lambda signum: self.events.write(
                 Event.SIGNAL, signal=signal.Signals(signum).name, attempt=budgets.attempt
             ),
             on_first_activity=lambda after: self.events.write(
                 Event.FIRST_ACTIVITY, round=plan.round, attempt=budgets.attempt, after=round(after, 3)
             ),
-            on_start=self._remember,
+            on_start=self._started,
             accelerator=nvml_probe() if detect and self.policy.accelerator in ("gpu", None) else None,  # None: unknown
             launch=start,
             keep=self.warm.keep,
         )
         try:
-            with self.rounds.watch(supervisor.request_stop):
+            with self.rounds.watch(supervisor.request_stop, witness):
                 result = supervisor.run()
         except OSError as err:  # the command could not be started at all
             self.echo(f"[hacfg] cannot run {self.command[0]!r}: {err.strerror or err}")
@@ -263,6 +280,21 @@ class Agent:
             )
             self.events.write(Event.LEFTOVERS_ENDED, pids=ended)
 
+    def _started(self, pid: int) -> None:
+        self.session = pid
+        self._remember(pid)
+
+    def _witness(self, folder: Path | None, since: float) -> NodeEvidence:
+        """This node's evidence of a hang: what its ranks show now, and the step its heartbeat last said."""
+        try:
+            fresh = self.heartbeat.stat().st_mtime >= since
+        except OSError:
+            fresh = False
+        step = heartbeat.read(self.heartbeat)[0] if fresh else None
+        if folder is None or self.session is None:
+            return NodeEvidence(self.rank, (), step)
+        return evidence.collect(self.session, folder, self.rank, step)
+
     def _remember(self, pid: int) -> None:
         """Record the attempt's session, so an agent after this one can end it however this one dies."""
         try:
@@ -294,7 +326,10 @@ class Agent:
             progressed=verdict.progressed,
             checkpoint=verdict.resume_from,
             **self._counters(verdict.budgets),
+            **_culprit_fields(verdict),
         )
+        if verdict.cause == Ending.HANG:
+            self.echo(f"[hacfg] {describe_culprit(verdict.culprit, verdict.culprit_note)}")
         if verdict.action != Action.SUCCESS:
             where = f" on node {verdict.rank}" if self.events.node is not None else ""
             self.echo(
@@ -313,9 +348,18 @@ class Agent:
             )
         return state
 
-    def _hang(self, budgets: Budgets, tail: tuple[str, ...], idle: float, timeout: float, phase: str) -> None:
+    def _hang(
+        self,
+        budgets: Budgets,
+        tail: tuple[str, ...],
+        idle: float,
+        timeout: float,
+        phase: str,
+        witness: Callable[[], NodeEvidence],
+    ) -> None:
         """``timeout`` is the one that fired: the initial one before the first sign of life, else the
-        timeout of the ``phase`` the command last reported (hang.timeout for training)."""
+        timeout of the ``phase`` the command last reported (hang.timeout for training). Before the
+        stop signal, every node's evidence is gathered, so the verdict can name the culprit."""
         within = f" in phase {phase}" if phase != heartbeat.TRAIN else ""
         self.echo(
             f"[hacfg] attempt {budgets.attempt} hung{within}: no output and no heartbeat for {timeout:g}s; stopping it"
@@ -328,6 +372,7 @@ class Agent:
             idle=round(idle, 3),
             last_output=[line[-500:] for line in tail[-10:]],
         )
+        self.rounds.hung(witness)
 
     def _saves_overdue(self, training: float, newest: SavedCheckpoint | None) -> None:
         path, interval = self.policy.checkpoint_path, self.policy.checkpoint_interval

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from hacfg.agent import checkpoints
+from hacfg.agent.culprit.analysis import Culprit, NodeEvidence, attribute
 from hacfg.agent.records.state import NodeState
 from hacfg.checkpoint import tidy
 from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
@@ -86,14 +87,19 @@ class Verdict:
     exit_code: int | None = None  # set when every agent stops
     progressed: bool = False
     resume_from: str | None = None  # the newest complete checkpoint once the round ended
+    culprit: Culprit | None = None  # of a hang: the rank the evidence names, if it names one
+    culprit_note: str | None = None  # of a hang: why no rank is named, or None
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "budgets": dataclasses.asdict(self.budgets)}
+        culprit = self.culprit.to_json() if self.culprit else None
+        return {**dataclasses.asdict(self), "budgets": dataclasses.asdict(self.budgets), "culprit": culprit}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Verdict:
         budgets = Budgets(**data["budgets"])
-        return cls(**{**data, "cause": Ending(data["cause"]), "action": Action(data["action"]), "budgets": budgets})
+        culprit = Culprit.from_json(data["culprit"]) if data.get("culprit") else None
+        typed = {"cause": Ending(data["cause"]), "action": Action(data["action"]), "budgets": budgets}
+        return cls(**{**data, **typed, "culprit": culprit})
 
 
 def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
@@ -146,6 +152,16 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
     return verdict(Ending(cause), first.reason, first.rank, decision.action, decision.reason, decision.exit_code)
 
 
+def with_culprit(verdict: Verdict, reports: Sequence[NodeEvidence], nodes: int, refused: Sequence[str] = ()) -> Verdict:
+    """A hang's verdict with the rank the nodes' evidence names (or why none); others unchanged.
+    ``refused`` says which evidence could not be used (a summary that failed its check)."""
+    if verdict.cause != Ending.HANG:
+        return verdict
+    found = attribute(reports, nodes)
+    note = "; ".join(filter(None, [found.note, *refused])) or None
+    return dataclasses.replace(verdict, culprit=found.culprit, culprit_note=note)
+
+
 def precheck_verdict(number: int, budgets: Budgets, policy: Policy, reason: str, rank: int = 0) -> Verdict:
     """A failed pre-check: this hardware is not fit, so the job is retried elsewhere (exit 138)."""
     action = Action.POD_RESCHEDULE if policy.pod_reschedules else Action.JOB_RESCHEDULE
@@ -181,7 +197,16 @@ class Rounds(Protocol):
 
     def begin(self, state: NodeState, precheck_failure: str | None = None) -> Plan | Verdict: ...
 
-    def watch(self, stop: Callable[[str], None]) -> contextlib.AbstractContextManager[None]: ...
+    def watch(
+        self, stop: Callable[[str], None], witness: Callable[[], NodeEvidence]
+    ) -> contextlib.AbstractContextManager[None]:
+        """While the workers run: ``stop(reason)`` once the round ends elsewhere, and for a hang
+        elsewhere, ``witness()`` (this node's evidence) first, before anything is stopped."""
+        ...
+
+    def hung(self, witness: Callable[[], NodeEvidence]) -> None:
+        """This node's workers hung: gather the evidence of every node, before any stop signal."""
+        ...
 
     def end(self, outcome: Outcome) -> Verdict: ...
 
@@ -195,6 +220,7 @@ class SingleNodeRounds:
         self.policy = policy
         self.in_place = in_place  # False: several nodes but no group, so every restart is the platform's
         self.plan: Plan | None = None
+        self.evidence: NodeEvidence | None = None
 
     def recover(self, state: NodeState) -> Verdict | None:
         """The last agent stopped mid-attempt (a pod restart): an environment fault, counted as one."""
@@ -212,12 +238,17 @@ class SingleNodeRounds:
         return self.plan
 
     @contextlib.contextmanager
-    def watch(self, stop: Callable[[str], None]) -> Iterator[None]:
+    def watch(self, stop: Callable[[str], None], witness: Callable[[], NodeEvidence]) -> Iterator[None]:
+        self.evidence = None
         yield  # nothing else can end a one-node round
+
+    def hung(self, witness: Callable[[], NodeEvidence]) -> None:
+        self.evidence = witness()
 
     def end(self, outcome: Outcome) -> Verdict:
         assert self.plan is not None
-        return self._local(judge(self.plan, [outcome], self.policy))
+        verdict = judge(self.plan, [outcome], self.policy)
+        return self._local(with_culprit(verdict, [self.evidence] if self.evidence else [], 1))
 
     def _local(self, verdict: Verdict) -> Verdict:
         return verdict if self.in_place else without_in_place_restart(verdict, "no group store for the nodes")

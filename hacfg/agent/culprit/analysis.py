@@ -11,6 +11,7 @@ and ``how`` says which one did:
 3. **Outlier stack.** Ranks grouped by their main thread's stack: when all but a few share one,
    the few are elsewhere (ByteRobust's aggregation). Needs three ranks or more.
 4. **Oldest step.** The node whose heartbeat reported the oldest step, when every node reported one.
+5. **The only one.** A job of one node names that node, and its rank when it has one.
 
 When the evidence is missing for some rank, rules 2-4 say nothing (the missing rank might be
 the one behind), and the verdict is no culprit, with a note that says why: never a guess shown
@@ -92,6 +93,11 @@ class Culprit:
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "ranks": list(self.ranks), "how": self.how, "stack": list(self.stack)}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Culprit:
+        ranks = tuple(int(rank) for rank in data["ranks"])
+        return cls(int(data["node"]), ranks, str(data["how"]), tuple(str(frame) for frame in data.get("stack") or ()))
+
 
 @dataclass(frozen=True)
 class Attribution:
@@ -111,7 +117,7 @@ def attribute(reports: Sequence[NodeEvidence], nodes: int) -> Attribution:
     for check in (_collective_lag, _outlier_stack):
         if (found := check(ranks)) is not None:
             return found
-    return _oldest_step(reports) or Attribution(None, _undecided(ranks))
+    return _oldest_step(reports) or _only_node(reports, nodes) or Attribution(None, _undecided(ranks))
 
 
 def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None:
@@ -177,6 +183,16 @@ def _oldest_step(reports: Sequence[NodeEvidence]) -> Attribution | None:
     return _named([(report.node, rank) for rank in report.ranks], how)
 
 
+def _only_node(reports: Sequence[NodeEvidence], nodes: int) -> Attribution | None:
+    """A job of one node: the node is certain, and its rank too when it has only one."""
+    if nodes != 1 or len(reports) != 1:
+        return None
+    (report,) = reports
+    if len(report.ranks) == 1:
+        return _named([(report.node, report.ranks[0])], "the job's only rank")
+    return Attribution(Culprit(report.node, (), "the job's only node; its ranks do not show which of them"), "")
+
+
 def _named(found: Sequence[tuple[int, RankEvidence]], how: str) -> Attribution:
     nodes = sorted({node for node, _ in found})
     if len(nodes) != 1:
@@ -200,3 +216,15 @@ def _undecided(ranks: list[tuple[int, RankEvidence]]) -> str:
     if not any(rank.collectives for _, rank in ranks):
         return "no rank recorded its collectives, and no stack or step stands out"
     return "every rank reached the same collective, and no stack or step stands out"
+
+
+def describe_culprit(culprit: Culprit | Mapping[str, Any] | None, note: str | None) -> str:
+    """The verdict in words, for the agent's log and ``hacfg events``."""
+    if culprit is None:
+        return f"the hang's culprit is unknown: {note or 'no evidence'}"
+    if not isinstance(culprit, Culprit):
+        culprit = Culprit.from_json(culprit)
+    ranks = ", ".join(map(str, culprit.ranks))
+    who = f"node {culprit.node}" + (f" rank {ranks}" if ranks else "")
+    where = f"; stack top: {culprit.stack[0]}" if culprit.stack else ""
+    return f"the hang's culprit is {who}: {culprit.how}{where}"

@@ -12,7 +12,9 @@ one resume checkpoint, one set of counters and one verdict per round. Keys in th
 ``current``         the round the leader is in
 ``r<N>/join/<r>``   node r is ready for round N: its workers of round N-1 are stopped
 ``r<N>/plan``       the leader: attempt, counters and resume checkpoint, or a final verdict
-``r<N>/stop``       anyone: round N is over, stop your workers (the first failure seen)
+``r<N>/stop``       anyone: round N is over, stop your workers (the first failure seen);
+                    for a hang, every node first sends its evidence
+``r<N>/evidence/<r>``  node r's evidence of a hang: its ranks' states, stacks and collectives
 ``r<N>/seq``        a counter that orders the reports
 ``r<N>/out/<r>``    how node r's workers ended
 ``r<N>/decision``   the leader: the round's verdict
@@ -47,12 +49,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hacfg.agent.checkpoints import within
+from hacfg.agent.culprit.analysis import NodeEvidence
+from hacfg.agent.culprit.evidence import DEADLINE
 from hacfg.agent.group import signing
 from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.group.transport import first_line, listening_socket, network_errors
 from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import NodeState
-from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict
+from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict, with_culprit
 from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
 from hacfg.restart.vocabulary import Action, Ending
 
@@ -110,6 +114,8 @@ class GroupRounds:
         self.number = 0  # the round this node is in
         self.lost: GroupLost | None = None  # what the monitor found while the workers ran
         self.said_exposed = False
+        self._testifying = threading.Lock()  # the monitor and the main thread may both be asked
+        self._testified = 0  # the round whose hang this node sent evidence of
 
     # -- connecting ---------------------------------------------------------------------------
 
@@ -337,13 +343,14 @@ class GroupRounds:
         return plan
 
     @contextlib.contextmanager
-    def watch(self, stop: Callable[[str], None]) -> Iterator[None]:
-        """While the workers run: call ``stop(reason)`` once the round ends elsewhere (or the group is lost)."""
+    def watch(self, stop: Callable[[str], None], witness: Callable[[], NodeEvidence]) -> Iterator[None]:
+        """While the workers run: call ``stop(reason)`` once the round ends elsewhere (or the group is
+        lost); when it ended by a hang, send this node's evidence (``witness()``) first."""
         assert self.plan is not None
         self.lost = None
         done = threading.Event()
         monitor = threading.Thread(
-            target=self._monitor, args=(self.plan.round, stop, done), daemon=True, name="hacfg-group"
+            target=self._monitor, args=(self.plan.round, stop, witness, done), daemon=True, name="hacfg-group"
         )
         monitor.start()
         try:
@@ -352,7 +359,44 @@ class GroupRounds:
             done.set()
             monitor.join(timeout=5)
 
-    def _monitor(self, number: int, stop: Callable[[str], None], done: threading.Event) -> None:
+    def hung(self, witness: Callable[[], NodeEvidence]) -> None:
+        """This node's workers hung: end the round as a hang, so every node sends its evidence before
+        stopping anything, and send this node's."""
+        assert self.plan is not None
+        number = self.plan.round
+        try:
+            self._stop_round(self.store, number, self.spec.rank, "hang", hang=True)
+            self._testify(self.store, number, witness)
+        except network_errors():
+            pass  # the store is gone: the round ends without the group's evidence, as it would have
+
+    def _testify(self, store: Any, number: int, witness: Callable[[], NodeEvidence]) -> None:
+        """Send this node's evidence of round ``number``'s hang, once, whoever asks first."""
+        with self._testifying:
+            if self._testified == number:
+                return
+            self._testified = number
+        self._put(f"r{number}/evidence/{self.spec.rank}", number, witness().to_json(), store)
+
+    def _evidence(self, number: int) -> tuple[list[NodeEvidence], list[str]]:
+        """The nodes' evidence of a hang, as much as arrived in time; and what could not be used."""
+        keys = [f"r{number}/evidence/{rank}" for rank in range(self.spec.nnodes)]
+        self._wait(keys, DEADLINE + POLL)
+        found, refused = [], []
+        assert self.signer is not None
+        for rank, key in enumerate(keys):
+            if not self.store.check([key]):
+                continue
+            try:
+                _, value = self.signer.open(key, self.store.get(key), number=number, node=rank)
+                found.append(NodeEvidence.from_json(value))
+            except (signing.Rejected, KeyError, TypeError, ValueError) as err:
+                refused.append(f"node {rank}'s evidence was refused ({err})")
+        return found, refused
+
+    def _monitor(
+        self, number: int, stop: Callable[[str], None], witness: Callable[[], NodeEvidence], done: threading.Event
+    ) -> None:
         try:
             store = self.store.clone()  # a connection of its own: the main thread may call the store too
         except network_errors():
@@ -372,11 +416,17 @@ class GroupRounds:
                     if self.spec.leader and not stopped:
                         self._check_alive(store, number, seen, now)
                 if not stopped and store.check([stop_key]):
-                    rank, reason = self._take(
-                        stop_key, number, parse=lambda ended: (int(ended["rank"]), str(ended["reason"])), store=store
+                    rank, reason, hang = self._take(
+                        stop_key,
+                        number,
+                        parse=lambda ended: (int(ended["rank"]), str(ended["reason"]), ended.get("hang") is True),
+                        store=store,
                     )
                     stopped = True
-                    stop(f"round {number} ended by node {rank}: {reason}")
+                    if hang:
+                        self._testify(store, number, witness)
+                    if rank != self.spec.rank:  # this node's own hang is being stopped already
+                        stop(f"round {number} ended by node {rank}: {reason}")
             except GroupLost as err:
                 self.lost = err
                 if not stopped:
@@ -426,6 +476,9 @@ class GroupRounds:
         self._put(f"{prefix}/out/{self.spec.rank}", number, report.to_json())
         if self.spec.leader:
             verdict = judge(self.plan, self._outcomes(number), self.policy)
+            if verdict.cause == Ending.HANG:
+                reports, refused = self._evidence(number)
+                verdict = with_culprit(verdict, reports, self.spec.nnodes, refused)
             self._put(f"{prefix}/decision", number, verdict.to_json())
             self._linger(verdict)
             return verdict
@@ -575,12 +628,11 @@ class GroupRounds:
             )
             raise GroupLost(f"node {rank} {reason}")
 
-    def _stop_round(self, store: Any, number: int, rank: int, reason: str) -> None:
+    def _stop_round(self, store: Any, number: int, rank: int, reason: str, *, hang: bool = False) -> None:
         """End round ``number`` on every node, unless a report already did (the first one is kept)."""
         assert self.signer is not None
-        store.compare_set(
-            f"r{number}/stop", "", self.signer.seal(f"r{number}/stop", number, {"rank": rank, "reason": reason})
-        )
+        ended = {"rank": rank, "reason": reason, **({"hang": True} if hang else {})}
+        store.compare_set(f"r{number}/stop", "", self.signer.seal(f"r{number}/stop", number, ended))
 
     # -- store helpers ----------------------------------------------------------------------------
 

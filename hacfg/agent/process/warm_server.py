@@ -291,6 +291,9 @@ def _attempt(request: dict[str, Any], fds: list[int], agent: int) -> Callable[[]
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    hook = sys.modules.get("_hacfg_evidence")  # loaded at this interpreter's start when the agent arms it
+    if hook is not None:
+        hook.install()  # this attempt's evidence folder, from its environment
     sys.orig_argv = list(request["command"])
     _show_command(request["command"])
     path0 = _path0(request["script"])
