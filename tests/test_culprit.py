@@ -187,3 +187,39 @@ def test_a_real_gloo_group_names_the_rank_stuck_before_its_collective(tmp_path):
             proc.kill()
             proc.wait()
     assert result.culprit is not None and (result.culprit.node, result.culprit.ranks) == (1, (1,))
+
+
+JOB = RECORDED / "job"  # the state folders of a real two-node run of train_ddp.py --fault hang:1:6:1
+
+
+def test_events_say_the_culprit_in_words_with_its_stack_top(cli):
+    result = cli("events", *sorted(JOB.glob("node-*/events.jsonl")))
+    decisions = [line for line in result.out.splitlines() if " decision " in line and "hang on node" in line]
+    assert len(decisions) == 2  # one per node, the same verdict
+    assert all("the hang's culprit is node 1 rank 1: its newest collective on process group 0 is #16" in line for line in decisions)
+    assert all(line.endswith("stack top: fire (/work/wt/culprit/examples/resumable-training/train_ddp.py:132)") for line in decisions)
+
+
+def test_diagnose_reads_the_evidence_the_agents_kept(cli):
+    result = cli("diagnose", JOB)
+    lines = result.out.splitlines()
+    assert result.code == 0 and lines[0].startswith(f"{JOB}: attempt-1: the hang's culprit is node 1 rank 1: ")
+    assert "  node 0 rank 0: sleeping, pid 11003, collective #18 on group 0, gloo:all_reduce" in lines
+    assert lines[lines.index("  node 1 rank 1: sleeping, pid 11005, collective #16 on group 0, gloo:all_reduce") + 1].startswith("    fire (")
+
+
+def test_diagnose_of_a_folder_without_evidence_is_one_line_and_exit_2(cli, tmp_path):
+    result = cli("diagnose", tmp_path)
+    assert result.code == 2 and result.err.strip().endswith("no hang evidence (evidence/attempt-N/summary.json) under it")
+
+
+@pytest.mark.slow
+def test_a_single_node_hang_names_its_only_rank_with_its_stack(tmp_path):
+    from conftest import agent, read_events
+
+    result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "30s", child="silent.py", env={"RANK": "0"})
+    (decision,) = [e for e in read_events(tmp_path / "state") if e["event"] == "decision"]
+    culprit = decision["culprit"]
+    assert (culprit["node"], culprit["ranks"], culprit["how"]) == (0, [0], "the job's only rank")
+    assert "silent.py" in culprit["stack"][-1] and "the hang's culprit is node 0 rank 0" in result.stderr
+    assert (tmp_path / "state" / "evidence" / "attempt-1" / evidence.SUMMARY).exists()

@@ -309,3 +309,27 @@ def to_json(diagnoses: list[Diagnosis], policy_name: str) -> list[dict[str, Any]
             }
         )
     return rows
+
+
+def render_evidence(folder: Path) -> str:
+    """What the agents gathered of each hang under ``folder``, and the culprit it names."""
+    from hacfg.agent.culprit.analysis import attribute, describe_culprit
+    from hacfg.agent.culprit.evidence import read_summaries
+
+    hangs = read_summaries(folder)
+    if not hangs:
+        raise InputError(f"{folder}: no hang evidence (evidence/attempt-N/summary.json) under it")
+    lines = []
+    for attempt, reports in hangs.items():
+        found = attribute(reports, max(report.node for report in reports) + 1)
+        lines.append(f"{folder}: {attempt}: {describe_culprit(found.culprit, found.note)}")
+        for report in sorted(reports, key=lambda r: r.node):
+            step = f", last step {report.step}" if report.step is not None else ""
+            if not report.ranks:
+                lines.append(f"  node {report.node}{step}: no rank answered")
+            for rank in report.ranks:
+                counts = ", ".join(f"#{seq} on group {group}" for group, seq in (rank.collectives or {}).items())
+                shown = [rank.state, f"pid {rank.pid}", counts and f"collective {counts}", rank.last_op or ""]
+                lines.append(f"  node {report.node} rank {rank.rank}{step}: {', '.join(filter(None, shown))}")
+                lines += [f"    {frame}" for frame in rank.stack[:3]]
+    return "\n".join(lines) + "\n"

@@ -166,6 +166,12 @@ def run_diagnose(logs: Sequence[Path], config: str | None = None, fmt: Literal["
     from hacfg.agent import diagnose
     from hacfg.plugin import provided
 
+    folders = [path for path in logs if path.is_dir()]  # a state folder: the hangs' evidence
+    if folders:
+        write("".join(diagnose.render_evidence(folder) for folder in folders), None)
+    logs = [path for path in logs if not path.is_dir()]
+    if not logs:
+        return EXIT_OK
     policy = _agent_policy(provided.preset_or_path(config) if config else None)
     label = diagnose.policy_label(policy, config)
     results = [diagnose.diagnose(diagnose.read_log(path), policy) for path in logs]

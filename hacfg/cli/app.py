@@ -465,7 +465,11 @@ def plan_command(
 @app.command("diagnose")
 def diagnose_command(
     logs: list[Path] = typer.Argument(
-        ..., readable=False, metavar="LOG", help="Training logs (a job's downloaded log, torchrun output); - is stdin."
+        ...,
+        readable=False,
+        metavar="LOG",
+        help="Training logs (a job's downloaded log, torchrun output); - is stdin. A folder (a node's state"
+        " folder, a job's .hacfg): the evidence its agents gathered of each hang, and the culprit it names.",
     ),
     config: Optional[str] = typer.Option(
         None, "--config", "-c", help="Scenario file or preset whose restart rules apply (default: no restarts)."

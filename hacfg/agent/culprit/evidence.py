@@ -182,3 +182,16 @@ def _read_from(path: Path, offset: int) -> str:
 def _number(name: str) -> int:
     digits = name.rpartition("-")[2]
     return int(digits) if digits.isdigit() else -1
+
+
+def read_summaries(folder: Path) -> dict[str, list[NodeEvidence]]:
+    """Every hang's summaries under ``folder`` (a job's ``.hacfg``, a node's state folder, one
+    attempt's evidence), by attempt folder name; a summary that cannot be read is skipped."""
+    found: dict[str, list[NodeEvidence]] = {}
+    for path in sorted(folder.rglob(SUMMARY), key=lambda p: (_number(p.parent.name), str(p))):
+        try:
+            evidence = NodeEvidence.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        found.setdefault(path.parent.name, []).append(evidence)
+    return found

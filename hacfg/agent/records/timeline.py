@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hacfg.agent.culprit.analysis import describe_culprit
 from hacfg.fsutil import write_figure
 from hacfg.restart.vocabulary import Action, Event
 
@@ -20,7 +21,8 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
     ).strip(),
     Event.ATTEMPT_START: lambda e: f"resume from {e.get('resume_from') or '(nothing)'}",
     Event.FIRST_ACTIVITY: lambda e: f"first output or heartbeat after {e.get('after')}s",
-    Event.HANG: lambda e: f"no output or heartbeat for {e.get('idle', e.get('timeout'))}s",
+    Event.HANG: lambda e: f"no output or heartbeat for {e.get('idle', e.get('timeout'))}s"
+    + (f" in phase {e['phase']}" if e.get("phase") not in (None, "train") else ""),
     Event.SIGNAL: lambda e: f"agent received {e.get('signal')}",
     Event.ATTEMPT_EXIT: lambda e: " ".join(
         part
@@ -41,6 +43,7 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
             if "cause_node" in e and e.get("action") != Action.SUCCESS
             else ""
         )
+        + (f"; {describe_culprit(e['culprit'], e.get('culprit_note'))}" if "culprit" in e else "")
     ),
     Event.AGENT_EXIT: lambda e: f"exit {e.get('exit_code')}",
     Event.STATE_RECOVERED: lambda e: str(e.get("detail")),
