@@ -318,7 +318,7 @@ def render_evidence(folder: Path) -> str:
 
     hangs = read_summaries(folder)
     if not hangs:
-        raise InputError(f"{folder}: no hang evidence (evidence/attempt-N/summary.json) under it")
+        raise InputError("no hang evidence (evidence/attempt-N/summary.json) under it", file=str(folder))
     lines = []
     for attempt, reports in hangs.items():
         found = attribute(reports, max(report.node for report in reports) + 1)
