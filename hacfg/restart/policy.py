@@ -136,6 +136,7 @@ def policy_from_config(config: HAConfig) -> Policy:
         pod_reschedules=config.restart.pod_reschedules,
         hang_detect=config.hang.detect,
         hang_timeout=config.hang.timeout.total_seconds(),
+        phase_timeouts=tuple((name, limit.total_seconds()) for name, limit in config.hang.phases.items()),
         checkpoint_path=Path(path) if path and "://" not in path else None,
         checkpoint_interval=config.checkpoint.interval.total_seconds() if config.checkpoint.interval else None,
         precheck=config.precheck and config.restart.max > 0,

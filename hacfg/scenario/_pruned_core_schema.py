@@ -314,6 +314,26 @@ SCHEMA = {
                             },
                         },
                     },
+                    {
+                        'name': 'phases',
+                        'default_factory': dict,
+                        'schema': {
+                            'type': 'dict',
+                            'keys_schema': {
+                                'type': 'str',
+                                'pattern': '^[A-Za-z0-9_.-]{1,64}$',
+                                'compiled': re.compile('^[A-Za-z0-9_.-]{1,64}$'),
+                            },
+                            'values_schema': {
+                                'type': 'function-before',
+                                'function': model.parse_duration,
+                                'info': False,
+                                'schema': {
+                                    'type': 'timedelta',
+                                },
+                            },
+                        },
+                    },
                 ],
             },
         },

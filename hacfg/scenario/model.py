@@ -181,6 +181,16 @@ class Hang:
         # The description inside: WithJsonSchema replaces what a Field would add.
         WithJsonSchema({**DURATION_JSON_SCHEMA, "description": "MA_HANG_DETECT_TIME, in whole minutes."}),
     ] = timedelta(minutes=ma.DEFAULT_HANG_MINUTES)
+    phases: Annotated[
+        dict[
+            Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")],
+            Annotated[timedelta, BeforeValidator(parse_duration), WithJsonSchema(DURATION_JSON_SCHEMA)],
+        ],
+        Field(
+            description="The agent's hang timeout in each phase of hacfg.heartbeat (checkpoint, eval, init, data, "
+            "or your own): a save or an evaluation may be quiet this long. timeout stays the training's."
+        ),
+    ] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
