@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 TRAIN = "train"  # the phase outside any other: the agent's hang.timeout applies
+INIT = "init"  # start-up: unless declared, the agent's initial hang timeout applies, as before any beat
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 _last = float("-inf")

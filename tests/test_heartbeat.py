@@ -106,3 +106,14 @@ def test_a_phase_name_the_heartbeat_could_not_write_is_a_finding(cli, tmp_path):
     config.write_text("version: 1\nscenario: single-node\nhang:\n  phases: {my eval: 30m}\n")
     result = cli("lint", "--select", "HA102", config)
     assert result.code == 1 and result.out.startswith(f"{config}:4:") and "(got 'my eval')" in result.out
+
+
+@pytest.mark.slow
+def test_the_init_phase_has_the_initial_hang_timeout_unless_declared(tmp_path):
+    env = {"PYTHONPATH": str(REPO)}
+    result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "20s", child="slow_init.py", env=env)
+    assert (result.returncode, result.stdout) == (0, "done\n")
+    (tmp_path / "declared").mkdir()
+    declared = agent(tmp_path / "declared", "--hang-timeout", "1s", "--initial-hang-timeout", "20s",
+                     "--phase-timeout", "init=1s", child="slow_init.py", env=env)
+    assert "hung in phase init" in declared.stderr

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from hacfg import heartbeat
 from hacfg.checkpoint import save_step
 
 
@@ -54,22 +55,25 @@ def main() -> int:
     rank = int(os.environ.get("RANK", os.environ.get("NODE_RANK", "0")))
     world = int(os.environ["WORLD_SIZE"])
     attempt = int(os.environ.get("HACFG_ATTEMPT") or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    start = 0
-    resume = os.environ["HACFG_RESUME_FROM"] if "HACFG_RESUME_FROM" in os.environ else newest_step(Path(args.ckpt))
-    if resume:
-        state = torch.load(Path(resume) / "state.pt", weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start = state["step"]
-    say(f"rank {rank} attempt {attempt} resumed {start} from {resume or '-'} at {time.time():.3f}")
-    # No bucket rebuild after the first step (it happens only without find_unused_parameters): the
-    # gradient buckets, and so the order of the sums over 4+ ranks, are the same whether a run
-    # starts at step 1 or resumes at step 9; otherwise a resumed run differs in the last bits.
-    ddp = DistributedDataParallel(model, find_unused_parameters=True)
+    # Start-up waits for the slowest rank (imports, the checkpoint's load, DDP's first broadcast):
+    # its own phase, so --phase-timeout init=... covers it instead of the training's hang timeout.
+    with heartbeat.phase("init"):
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        start = 0
+        resume = os.environ["HACFG_RESUME_FROM"] if "HACFG_RESUME_FROM" in os.environ else newest_step(Path(args.ckpt))
+        if resume:
+            state = torch.load(Path(resume) / "state.pt", weights_only=True)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            start = state["step"]
+        say(f"rank {rank} attempt {attempt} resumed {start} from {resume or '-'} at {time.time():.3f}")
+        # No bucket rebuild after the first step (it happens only without find_unused_parameters): the
+        # gradient buckets, and so the order of the sums over 4+ ranks, are the same whether a run
+        # starts at step 1 or resumes at step 9; otherwise a resumed run differs in the last bits.
+        ddp = DistributedDataParallel(model, find_unused_parameters=True)
     faults = [parse(spec) for spec in args.fault]
     skip = False
     saving = Path(args.ckpt) / ".saving"  # rank 0 is inside the save a kill-in-save fault waits for

@@ -103,7 +103,7 @@ class Supervisor:
         first_hang_timeout: float | None,
         heartbeat: Path,
         grace: float,
-        phase_timeouts: Mapping[str, float] = MappingProxyType({}),  # per phase of hacfg.heartbeat; else hang_timeout
+        phase_timeouts: Mapping[str, float] = MappingProxyType({}),  # per hacfg.heartbeat phase; init: first_hang_timeout
         on_hang: Callable[[tuple[str, ...], float, float, str], None] = lambda tail, idle, timeout, phase: None,
         on_signal: Callable[[int], object] = lambda signum: None,
         on_first_activity: Callable[[float], object] = lambda after: None,
@@ -227,7 +227,7 @@ class Supervisor:
                 # a grandchild may hold the pipes open: drain briefly, then stop waiting
                 if not any(p.is_alive() for p in pumps) or now - exited_at > 0.2:
                     return hung, interrupted, stopped
-            timeout = self.hang_timeout if seen_activity else self.first_hang_timeout
+            timeout = self.hang_timeout if seen_activity and phase != heartbeat.INIT else self.first_hang_timeout
             if timeout is not None and phase in self.phase_timeouts:
                 timeout = self.phase_timeouts[phase]
             if self.accelerator is not None and timeout is not None:
