@@ -103,7 +103,7 @@ class Supervisor:
         first_hang_timeout: float | None,
         heartbeat: Path,
         grace: float,
-        phase_timeouts: Mapping[str, float] = MappingProxyType({}),  # per hacfg.heartbeat phase; init: first_hang_timeout
+        phase_timeouts: Mapping[str, float] = MappingProxyType({}),  # per heartbeat phase; init: first_hang_timeout
         on_hang: Callable[[tuple[str, ...], float, float, str], None] = lambda tail, idle, timeout, phase: None,
         on_signal: Callable[[int], object] = lambda signum: None,
         on_first_activity: Callable[[float], object] = lambda after: None,
