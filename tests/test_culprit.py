@@ -263,3 +263,21 @@ def test_evidence_that_fails_its_check_leaves_its_node_unknown_and_says_so(tmp_p
     judged = with_culprit(hang, reports, 2, refused)
     assert judged.culprit is None
     assert judged.culprit_note == "no evidence from node 0 before the deadline; node 0's evidence was refused (not a signed value)"
+
+
+@pytest.mark.slow
+def test_a_warm_attempt_is_armed_as_a_cold_one(tmp_path):
+    """Attempt 1 starts cold and hangs once the warm interpreter is ready; attempt 2 is forked from
+    it and hangs too: both verdicts name the rank with the frame it hangs in."""
+    from conftest import agent, read_events
+
+    ready_then = CHILDREN / "warm" / "ready_then.py"
+    options = ("--hang-timeout", "2s", "--initial-hang-timeout", "120s", "--hang-retry", "--grace", "2")
+    result = agent(tmp_path, *options, child=str(ready_then), args=(CHILDREN / "hang_until_third.py",),
+                   env={"RANK": "0"}, timeout=240)
+    found = read_events(tmp_path / "state")
+    assert [e["start"] for e in found if e["event"] == "attempt_start"][:2] == ["cold", "warm"], result.stderr
+    hangs = [e for e in found if e["event"] == "decision" and e["cause"] == "hang"]
+    assert len(hangs) == 2
+    for decision in hangs:
+        assert decision["culprit"]["ranks"] == [0] and decision["culprit"]["stack"][0].startswith("wait_here (")
