@@ -1,9 +1,9 @@
 """Who hung? The culprit a hang's verdict names, against the rank that was made to hang.
 
-Two emulated nodes on 127.0.0.1 run ``examples/resumable-training/train_ddp.py`` (torch DDP over
+Two emulated nodes (BENCH_NODES) on 127.0.0.1 run ``examples/resumable-training/train_ddp.py`` (torch DDP over
 gloo, CPU) under ``hacfg agent``, as docs/multi-node.md starts them, with a 3 s hang timeout. In
 each run one rank misbehaves at step 6 of the first attempt (``--fault KIND:RANK:6:1``), on node
-0 or node 1 in turn:
+0, node 1, ... in turn:
 
   hang    stuck before its next collective
   skip    leaves out one gradient all-reduce (a desync)
@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
 KINDS = ("hang", "skip", "stop", "spin")
 RUNS = int(os.environ.get("BENCH_RUNS", "2"))
-NODES = 2
+NODES = int(os.environ.get("BENCH_NODES", "2"))
 
 
 def free_port() -> int:
@@ -82,19 +83,24 @@ def main() -> int:
     for kind in kinds:
         for number in range(RUNS):
             faulty = number % NODES
-            with tempfile.TemporaryDirectory() as folder:
-                started = time.monotonic()
-                decision = run(kind, faulty, Path(folder))
-                took = time.monotonic() - started
-                if decision is None:
-                    outcome, said = "no hang", "-"
-                elif decision.get("culprit") is None:
-                    outcome, said = "unknown", decision.get("culprit_note") or "-"
-                else:
-                    right = decision["culprit"]["node"] == faulty
-                    outcome, said = "right" if right else "wrong", decision["culprit"]["how"]
-                tally[kind][outcome] += 1
-                print(f"{kind:5} faulty node {faulty}: {outcome:7} {took:5.1f}s  {said[:110]}", flush=True)
+            folder = Path(tempfile.mkdtemp(prefix=f"culprit-{kind}-"))
+            started = time.monotonic()
+            decision = run(kind, faulty, folder)
+            took = time.monotonic() - started
+            if decision is None:
+                outcome, said = "no hang", "-"
+            elif decision.get("culprit") is None:
+                outcome, said = "unknown", decision.get("culprit_note") or "-"
+            else:
+                right = decision["culprit"]["node"] == faulty
+                outcome, said = "right" if right else "wrong", decision["culprit"]["how"]
+            tally[kind][outcome] += 1
+            kept = ""
+            if outcome == "right":
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                kept = f" (kept: {folder})"  # the events and the evidence, to see why
+            print(f"{kind:5} faulty node {faulty}: {outcome:7} {took:5.1f}s  {said[:110]}{kept}", flush=True)
     print()
     print(f"{'kind':6} {'runs':>4} {'right':>5} {'unknown':>7} {'wrong':>5} {'no hang':>7}")
     total = Counter()
