@@ -18,20 +18,19 @@ Nothing runs until the agent asks: the steady-state cost is one parked thread an
 
 from __future__ import annotations
 
-import contextlib
 import faulthandler
+import io
 import json
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Any
 
 ENV = "HACFG_EVIDENCE_DIR"
 STACKS_SIGNAL = signal.SIGRTMIN + 4  # unlikely to be taken: SIGUSR1/2 often are (SLURM, elastic agents)
 ENTRIES = 16  # the flight recorder's newest entries kept: enough to show where each rank stopped
-_stacks: Any = None  # the open stacks file: faulthandler writes to its descriptor
+_stacks: io.TextIOWrapper | None = None  # the open stacks file: faulthandler writes to its descriptor
 
 
 def install() -> None:
@@ -45,7 +44,7 @@ def install() -> None:
         _stacks = open(os.path.join(folder, f"{pid}.stacks"), "w")  # noqa: SIM115  # lives with the process
         faulthandler.register(STACKS_SIGNAL, file=_stacks, all_threads=True, chain=False)
         fifo = os.path.join(folder, f"{pid}.fifo")
-        with contextlib.suppress(FileExistsError):
+        if not os.path.exists(fifo):
             os.mkfifo(fifo, 0o600)
     except (OSError, ValueError, RuntimeError):
         return  # evidence is a help, never a reason for training to fail
@@ -68,9 +67,9 @@ def _answer(fifo: str, out: str) -> None:
             return
 
 
-def collective_state() -> dict[str, Any]:
+def collective_state() -> dict[str, object]:
     """This rank's place in its job and the newest entries of torch's flight recorder."""
-    state: dict[str, Any] = {"pid": os.getpid(), "taken": time.time(), "rank": _env_int("RANK"), "world": None}
+    state: dict[str, object] = {"pid": os.getpid(), "taken": time.time(), "rank": _env_int("RANK"), "world": None}
     dist = sys.modules.get("torch.distributed")  # never imported here: only if the script did
     try:
         if dist is None or not dist.is_available() or not dist.is_initialized():
