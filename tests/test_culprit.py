@@ -281,3 +281,8 @@ def test_a_warm_attempt_is_armed_as_a_cold_one(tmp_path):
     assert len(hangs) == 2
     for decision in hangs:
         assert decision["culprit"]["ranks"] == [0] and decision["culprit"]["stack"][0].startswith("wait_here (")
+
+
+def test_a_rank_that_exited_before_it_was_asked_leaves_the_culprit_unknown_and_says_where():
+    nodes = [NodeEvidence(0, (rank(0, seq=16),)), NodeEvidence(1, (RankEvidence(None, 1001, "gone"),))]
+    assert attribute(nodes, 2) == Attribution(None, "a process on node 1 exited before it could be asked")

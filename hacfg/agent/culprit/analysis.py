@@ -215,6 +215,9 @@ def _top(shape: tuple[str, ...]) -> str:
 def _undecided(ranks: list[tuple[int, RankEvidence]]) -> str:
     if not ranks:
         return "no rank answered: none had started its process group, or none runs Python"
+    gone = sorted({node for node, rank in ranks if rank.state == GONE})
+    if gone:
+        return f"a process on node {', '.join(map(str, gone))} exited before it could be asked"
     if not any(rank.collectives for _, rank in ranks):
         return "no rank recorded its collectives, and no stack or step stands out"
     return "every rank reached the same collective, and no stack or step stands out"

@@ -371,12 +371,17 @@ class GroupRounds:
             pass  # the store is gone: the round ends without the group's evidence, as it would have
 
     def _testify(self, store: Any, number: int, witness: Callable[[], NodeEvidence]) -> None:
-        """Send this node's evidence of round ``number``'s hang, once, whoever asks first."""
+        """Send this node's evidence of round ``number``'s hang, once, whoever asks first; then wait
+        (at most the evidence deadline) for every other node's. A node that stopped its workers
+        sooner would end its peers' too (their collectives fail), before they could be asked."""
         with self._testifying:
             if self._testified == number:
                 return
             self._testified = number
         self._put(f"r{number}/evidence/{self.spec.rank}", number, witness().to_json(), store)
+        keys = [f"r{number}/evidence/{rank}" for rank in range(self.spec.nnodes)]
+        with contextlib.suppress(RuntimeError):  # DistStoreError: a node did not answer in time
+            store.wait(keys, timedelta(seconds=DEADLINE + POLL))
 
     def _evidence(self, number: int) -> tuple[list[NodeEvidence], list[str]]:
         """The nodes' evidence of a hang, as much as arrived in time; and what could not be used."""
