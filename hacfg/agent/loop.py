@@ -32,7 +32,7 @@ from hacfg.agent.group.signing import without_secret
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.process import leftovers
 from hacfg.agent.process.accelerator import nvml_probe
-from hacfg.agent.process.attempt import Supervisor, become_subreaper
+from hacfg.agent.process.attempt import Supervisor, become_subreaper, reported_step
 from hacfg.agent.process.warm import WarmStarts
 from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import EventLog, NodeState, StateStore, refuse_links, stamp
@@ -199,6 +199,7 @@ class Agent:
                 Event.ATTEMPT_EXIT, round=plan.round, cause=Ending.ENVIRONMENT, reason=unseen, exit_code=None
             )
             return Outcome(self.rank, Ending.ENVIRONMENT, unseen, RETRY_ELSEWHERE)
+        self.session = None
         supervisor = Supervisor(
             self.command,
             env,
@@ -286,11 +287,7 @@ class Agent:
 
     def _witness(self, folder: Path | None, since: float) -> NodeEvidence:
         """This node's evidence of a hang: what its ranks show now, and the step its heartbeat last said."""
-        try:
-            fresh = self.heartbeat.stat().st_mtime >= since
-        except OSError:
-            fresh = False
-        step = heartbeat.read(self.heartbeat)[0] if fresh else None
+        step = reported_step(self.heartbeat, since)
         if folder is None or self.session is None:
             return NodeEvidence(self.rank, (), step)
         return evidence.collect(self.session, folder, self.rank, step)

@@ -188,7 +188,7 @@ class Supervisor:
             tail=self.tail_lines(),
             duration=ended - started,
             stopping=ended - self.stop_at if self.stop_at is not None else None,
-            step=self._heartbeat_step(since=started_wall),
+            step=reported_step(self.heartbeat, since=started_wall),
         )
 
     def _watch(
@@ -303,14 +303,16 @@ class Supervisor:
         except OSError:
             return None
 
-    def _heartbeat_step(self, since: float) -> int | None:
-        """The last step the command reported with ``beat(step=...)`` in this attempt, if any."""
-        try:
-            if os.stat(self.heartbeat).st_mtime < since:
-                return None  # the previous attempt's
-        except OSError:
-            return None
-        return heartbeat.read(self.heartbeat)[0]
+
+
+def reported_step(path: Path, since: float) -> int | None:
+    """The last step the command reported with ``beat(step=...)`` since ``since`` (wall clock), if any."""
+    try:
+        if os.stat(path).st_mtime < since:
+            return None  # the previous attempt's
+    except OSError:
+        return None
+    return heartbeat.read(path)[0]
 
 
 def _drain_signals(fd: int) -> list[int]:
