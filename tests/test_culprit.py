@@ -286,3 +286,13 @@ def test_a_warm_attempt_is_armed_as_a_cold_one(tmp_path):
 def test_a_rank_that_exited_before_it_was_asked_leaves_the_culprit_unknown_and_says_where():
     nodes = [NodeEvidence(0, (rank(0, seq=16),)), NodeEvidence(1, (RankEvidence(None, 1001, "gone"),))]
     assert attribute(nodes, 2) == Attribution(None, "a process on node 1 exited before it could be asked")
+
+
+def test_a_rank_outside_a_subgroup_is_not_behind_in_it():
+    def member(number, counts):
+        return RankEvidence(number, 1000 + number, "sleeping", (), counts, "gloo:all_reduce")
+
+    # ranks 0 and 1 form subgroup "1"; rank 2 is not in it, and is behind in the default group
+    nodes = [NodeEvidence(0, (member(0, {"0": 9, "1": 4}), member(1, {"0": 9, "1": 4}))), NodeEvidence(1, (member(2, {"0": 8}),))]
+    found = attribute(nodes, 2).culprit
+    assert found is not None and (found.node, found.ranks) == (1, (2,)) and "process group 0 is #8" in found.how

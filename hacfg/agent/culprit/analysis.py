@@ -122,17 +122,19 @@ def attribute(reports: Sequence[NodeEvidence], nodes: int) -> Attribution:
 
 def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None:
     known = [(node, rank) for node, rank in ranks if rank.rank is not None and rank.collectives is not None]
-    if not known or len(known) != len([rank for _, rank in ranks if rank.state != GONE]):
+    if not known or len(known) != len(ranks):
         return None  # a rank without a count could be the one behind
     groups = set().union(*(rank.collectives or {} for _, rank in known))
     for group in sorted(groups):
-        counts = {rank.rank: (rank.collectives or {}).get(group, 0) for _, rank in known}
+        # only the group's members: a rank outside a subgroup has no count for it, not count 0
+        members = [(node, rank) for node, rank in known if group in (rank.collectives or {})]
+        counts = {rank.rank: (rank.collectives or {})[group] for _, rank in members}
         low, high = min(counts.values()), max(counts.values())
         if low == high:
             continue
-        behind = [(node, rank) for node, rank in known if counts[rank.rank] == low]
+        behind = [(node, rank) for node, rank in members if counts[rank.rank] == low]
         others = sorted({count for count in counts.values() if count != low})
-        op = next((rank.last_op for _, rank in known if counts[rank.rank] == high and rank.last_op), None)
+        op = next((rank.last_op for _, rank in members if counts[rank.rank] == high and rank.last_op), None)
         how = (
             f"its newest collective on process group {group} is #{low}; the other ranks reached "
             f"#{'/#'.join(map(str, others))}" + (f" ({op})" if op else "") + " and wait for it"
