@@ -292,7 +292,7 @@ def test_a_rank_outside_a_subgroup_is_not_behind_in_it():
     def member(number, counts):
         return RankEvidence(number, 1000 + number, "sleeping", (), counts, "gloo:all_reduce")
 
-    # ranks 0 and 1 form subgroup "1"; rank 2 is not in it, and is behind in the default group
-    nodes = [NodeEvidence(0, (member(0, {"0": 9, "1": 4}), member(1, {"0": 9, "1": 4}))), NodeEvidence(1, (member(2, {"0": 8}),))]
+    # ranks 0 and 1 form subgroup "1", where rank 1 is behind; rank 2 is not in it at all
+    nodes = [NodeEvidence(0, (member(0, {"0": 9, "1": 4}),)), NodeEvidence(1, (member(1, {"0": 9, "1": 3}), member(2, {"0": 9})))]
     found = attribute(nodes, 2).culprit
-    assert found is not None and (found.node, found.ranks) == (1, (2,)) and "process group 0 is #8" in found.how
+    assert found is not None and (found.node, found.ranks) == (1, (1,)) and "process group 1 is #3" in found.how
