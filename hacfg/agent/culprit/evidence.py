@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ SITE = Path(__file__).with_name("site")
 DEADLINE = 2.0  # seconds from the request to the summary, whatever has not answered
 KEEP = 3  # attempts whose evidence is kept
 FRAMES = 8  # of each stack, in the summary sent to node 0
+SETTLE = 0.05  # seconds for the hook's thread to park again between its answer and the stacks signal
 _STATES = {"R": "running", "S": "sleeping", "D": "disk", "T": STOPPED, "t": STOPPED, "Z": "zombie", "X": GONE}
 _FRAME = re.compile(r'\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)')
 
@@ -56,15 +57,19 @@ def collect(session: int, folder: Path, node: int, step: int | None, deadline: f
     until = time.monotonic() + deadline
     asked_at = time.time()
     pids = _session(session)
-    asked: dict[int, int] = {}  # pid -> size of its stacks file before the request
-    for pid in pids:
-        if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists():
-            asked[pid] = _size(folder / f"{pid}.stacks")
-            with contextlib.suppress(OSError):
-                os.kill(pid, hook.STACKS_SIGNAL)
-            _poke(folder / f"{pid}.fifo")
-    while time.monotonic() < until and not all(_answered(folder, pid, asked_at, size) for pid, size in asked.items()):
-        time.sleep(0.02)
+    armed = [pid for pid in pids if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
+    asked = {pid: _size(folder / f"{pid}.stacks") for pid in armed}  # the stacks files' sizes before
+    # The flight recorder first, the stacks after: faulthandler walks every thread's frames from a
+    # signal handler, safe only for threads that stand still, and the hook's thread runs while it
+    # answers (a rank was seen to crash that way). Once it has answered, it parks again at once.
+    for pid in armed:
+        _poke(folder / f"{pid}.fifo")
+    _wait_until(lambda: all(_recorded(folder, pid, asked_at) for pid in armed), time.monotonic() + deadline / 2)
+    time.sleep(SETTLE if armed else 0)
+    for pid in armed:
+        with contextlib.suppress(OSError):
+            os.kill(pid, hook.STACKS_SIGNAL)
+    _wait_until(lambda: all(_dumped(folder, pid, size) for pid, size in asked.items()), until)
     ranks = [_rank(folder, pid, asked.get(pid), asked_at) for pid in pids]
     evidence = NodeEvidence(node, tuple(rank for rank in ranks if rank is not None), step)
     with contextlib.suppress(OSError):
@@ -112,9 +117,17 @@ def _main_stack(dump: str) -> tuple[str, ...]:
     return tuple(main)
 
 
-def _answered(folder: Path, pid: int, asked_at: float, size: int) -> bool:
-    gone = _state(pid) in (GONE, "zombie")
-    return gone or (_answer(folder / f"{pid}.json", asked_at) is not None and _size(folder / f"{pid}.stacks") > size)
+def _wait_until(done: Callable[[], bool], until: float) -> None:
+    while not done() and time.monotonic() < until:
+        time.sleep(0.02)
+
+
+def _recorded(folder: Path, pid: int, asked_at: float) -> bool:
+    return _state(pid) in (GONE, "zombie") or _answer(folder / f"{pid}.json", asked_at) is not None
+
+
+def _dumped(folder: Path, pid: int, size: int) -> bool:
+    return _state(pid) in (GONE, "zombie") or _size(folder / f"{pid}.stacks") > size
 
 
 def _answer(path: Path, asked_at: float) -> dict[str, Any] | None:
