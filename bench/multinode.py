@@ -38,7 +38,7 @@ TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
 # hacfg-warm: attempt 1 waits until its warm interpreter is ready (a real job fails after minutes, not
 # within the second it takes to import torch), so that the recovery is a warm restart
 READY_THEN = REPO / "tests" / "children" / "warm" / "ready_then.py"
-PRELOAD = "torch,torch.distributed,torch.nn.parallel,hacfg.checkpoint"  # what train_ddp.py imports
+PRELOAD = "torch,torch.distributed,torch.nn.parallel,torch._dynamo,hacfg.checkpoint"  # what train_ddp.py imports; torch.optim imports torch._dynamo on first use
 LAUNCHERS = ("hacfg", "hacfg-warm", "torchrun")
 FAULTS = {"worker killed": "kill:1:6", "collective error": "collective:0:6", "kill during a save": "kill-in-save:1:8"}
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
