@@ -339,7 +339,7 @@ def test_event_logs_of_any_type_are_one_line_and_exit_2(tmp_path_factory, exampl
     from hypothesis import HealthCheck, given, settings
     from test_fuzz import run_in_process
 
-    from hacfg.agent.vocabulary import Event
+    from hacfg.restart.vocabulary import Event
 
     folder = tmp_path_factory.mktemp("hostile-events")
     plan = folder / "ha.yaml"

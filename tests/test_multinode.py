@@ -240,6 +240,9 @@ def test_several_nodes_logs_make_one_job_timeline(tmp_path, reference, cli):
     assert times == sorted(times)
     decisions = [row for row in rows if " decision " in f" {row} " and "proc_restart" in row]
     assert len(decisions) == 2 and all("environment on node 1" in row for row in decisions)
+    stages = result.out.split("recovery after round 1 (environment on node 1): ")[1].splitlines()[1:4]
+    assert stages[0].split() == ["node", "stop", "decision", "start", "total"]  # where the recovery went, per node
+    assert [row.split()[0] for row in stages[1:]] == ["0", "1"]
     svg = tmp_path / "job.svg"
     assert cli("events", *logs, "--plot", svg).code == 0
     labels = "".join(ElementTree.parse(svg).getroot().itertext())

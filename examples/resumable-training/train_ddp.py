@@ -55,10 +55,12 @@ def main() -> int:
     rank = int(os.environ.get("RANK", os.environ.get("NODE_RANK", "0")))
     world = int(os.environ["WORLD_SIZE"])
     attempt = int(os.environ.get("HACFG_ATTEMPT") or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1)
+    say(f"rank {rank} attempt {attempt} started at {time.time():.3f}")
     # Start-up waits for the slowest rank (imports, the checkpoint's load, DDP's first broadcast):
     # its own phase, so --phase-timeout init=... covers it instead of the training's hang timeout.
     with heartbeat.phase("init"):
         dist.init_process_group("gloo", rank=rank, world_size=world)
+        say(f"rank {rank} attempt {attempt} grouped at {time.time():.3f}")
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

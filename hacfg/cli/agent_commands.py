@@ -119,6 +119,7 @@ def run_events(
     import dataclasses
     import json
 
+    from hacfg.agent.records import recovery
     from hacfg.agent.records.calibration import measure
     from hacfg.agent.records.goodput import breakdown, report
     from hacfg.agent.records.timeline import read_logs, table
@@ -130,11 +131,18 @@ def run_events(
     )
     result = breakdown(records)
     measured = measure(records)
+    recoveries = recovery.recoveries(records)
     if fmt == "json":
-        document = {"goodput": result.to_json(), "measured": dataclasses.asdict(measured), "events": records}
+        document = {
+            "goodput": result.to_json(),
+            "measured": dataclasses.asdict(measured),
+            "recoveries": [found.to_json() for found in recoveries],
+            "events": records,
+        }
         write(json.dumps(document, indent=2) + "\n", None)
     else:
-        write(f"{table(records)}\n{report(result)}\n{measured.summary()}", None)
+        stages = f"\n{recovery.report(recoveries)}" if recoveries else ""
+        write(f"{table(records)}\n{report(result)}{stages}\n{measured.summary()}", None)
     if plot is not None:
         from hacfg.agent.records.timeline import plot as draw
 
