@@ -128,7 +128,7 @@ def test_a_signal_to_a_worker_under_torchrun_is_an_environment_fault():
     )
     verdict = classify(Failure(1, None, tail))
     assert (verdict.cause, verdict.peer) == ("environment", False)
-    assert "signal 9" in verdict.reason
+    assert "SIGKILL" in verdict.reason
 
 
 def test_a_python_exception_under_torchrun_stays_a_user_error():

@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import json
 import shlex
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -313,7 +315,7 @@ def test_the_pods_agents_form_their_group_from_the_completion_index(cli, tmp_pat
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    here = {"/etc/hacfg/ha.yaml": str(tmp_path / "pod-ha.yaml"), "t-node-0-0.t": f"127.0.0.1:{port}", "hacfg": str(REPO / ".venv/bin/hacfg")}
+    here = {"/etc/hacfg/ha.yaml": str(tmp_path / "pod-ha.yaml"), "t-node-0-0.t": f"127.0.0.1:{port}", "hacfg": str(Path(sys.executable).with_name("hacfg"))}
     argv = [here.get(word, word) for word in container["command"]]
     assert argv[4:6] == ["--rdzv-endpoint", f"127.0.0.1:{port}"]  # the manifest named node 0's hostname there
     env = {key: value for key, value in os.environ.items() if key not in ("NODE_RANK", "VC_TASK_INDEX", "GROUP_RANK", "MASTER_ADDR")}

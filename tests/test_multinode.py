@@ -342,7 +342,7 @@ def test_under_torchrun_a_killed_worker_is_an_environment_fault(tmp_path, refere
     job = Job(tmp_path, 2, faults=("kill:1:6",), torchrun=True)
     decisions = assert_recovered(job, job.run(), reference)
     assert [(d["action"], d["cause"], d["cause_node"]) for d in decisions] == [("proc_restart", "environment", 1), ("success", "success", 0)]
-    assert "signal 9" in decisions[0]["cause_reason"]
+    assert "SIGKILL" in decisions[0]["cause_reason"]
 
 
 def test_a_node_that_cannot_see_the_chosen_checkpoint_fails_the_round_instead_of_training_from_another(tmp_path):

@@ -57,16 +57,17 @@ _SHELL = re.compile(
 )
 _FAULTHANDLER = re.compile(rf"Fatal Python error: (?P<name>{_NAMES})")
 # torchrun: "exitcode  : -9 (pid: 77)" in its table, "failed (exitcode: 1) local_rank: 0" when the first worker fails
-_TORCHRUN_EXIT = re.compile(r"\bexitcode\s*:\s*(-?\d+)")
+# Exit codes are small: a longer number is not a launcher's report, and its int() could fail.
+_TORCHRUN_EXIT = re.compile(r"\bexitcode\s*:\s*(-?\d{1,4})\b")
 _TORCHRUN_FIRST = re.compile(r"\bfailed \(exitcode: -?\d+\) local_rank")
 _TORCHRUN_ROOT = re.compile(r"^Root Cause \(first observed failure\):")
 _TORCHRUN_SIGNAL = re.compile(r"\bSignal (\d{1,3}) \(SIG\w+\) received by PID")
 _TORCHRUN_SIGNALLED = re.compile(r"\bSignalException: Process \d+ got signal: (\d{1,3})")  # torchrun itself
 _CAUGHT_SIGNAL = re.compile(r"\bCaught signal (\d{1,2}) \(")  # UCX's handler, as NCCL over UCX prints it
 # DeepSpeed's launcher: "[ERROR] [launch.py:434:sigkill_handler] ['python', ...] exits with return code = -9"
-_DEEPSPEED_EXIT = re.compile(r"\bexits with return code = (-?\d+)")
+_DEEPSPEED_EXIT = re.compile(r"\bexits with return code = (-?\d{1,4})\b")
 # ModelArts' "[ModelArts Service Log][INFO] Training end with return code: 137", with or without the tags
-_MODELARTS_EXIT = re.compile(r"\bTraining end with return code:\s*(\d+)", re.IGNORECASE)
+_MODELARTS_EXIT = re.compile(r"\bTraining end with return code:\s*(\d{1,4})\b", re.IGNORECASE)
 # The kernel's OOM killer, as dmesg prints it: "Out of memory: Killed process 7899 (python) ..."
 _OOM_KILLER = re.compile(r"\bOut of memory: Killed process \d+|\boom-kill:|\binvoked oom-killer\b")
 
