@@ -14,7 +14,7 @@ timeout, at most 1 s), so calling it every step costs a clock read. With ``step`
 the step (replaced atomically), so the agent's goodput accounting knows when progress stopped,
 not only when the process went quiet. Outside the agent it does nothing.
 
-A phase (``"checkpoint"``, ``"eval"``, ``"init"``, ``"data"`` or a name of your own) tells the agent
+A phase (``"checkpoint"``, ``"eval"``, ``"init"``, ``"data"``, ``"shutdown"`` or a name of your own) tells the agent
 which hang timeout applies: a save or an evaluation may be silent for longer than a training step
 without being a hang. Entering and leaving a phase is written at once, whatever the interval;
 ``beat(phase=...)`` names the phase the loop is in until the next beat says otherwise. The file
@@ -31,6 +31,10 @@ from contextlib import contextmanager
 
 TRAIN = "train"  # the phase outside any other: the agent's hang.timeout applies
 INIT = "init"  # start-up: unless declared, the agent's initial hang timeout applies, as before any beat
+# Tearing down (the process group's last barrier, the interpreter's exit) waits for the slowest rank
+# as start-up does: unless declared, the initial hang timeout applies to it too.
+SHUTDOWN = "shutdown"
+AS_START_UP = frozenset({INIT, SHUTDOWN})
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 _last = float("-inf")

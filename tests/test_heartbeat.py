@@ -117,3 +117,14 @@ def test_the_init_phase_has_the_initial_hang_timeout_unless_declared(tmp_path):
     declared = agent(tmp_path / "declared", "--hang-timeout", "1s", "--initial-hang-timeout", "20s",
                      "--phase-timeout", "init=1s", child="slow_init.py", env=env)
     assert "hung in phase init" in declared.stderr
+
+
+@pytest.mark.slow
+def test_the_shutdown_phase_has_the_initial_hang_timeout_unless_declared(tmp_path):
+    env = {"PYTHONPATH": str(REPO)}
+    result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "20s", child="slow_shutdown.py", env=env)
+    assert (result.returncode, result.stdout) == (0, "trained\n")
+    (tmp_path / "declared").mkdir()
+    declared = agent(tmp_path / "declared", "--hang-timeout", "1s", "--initial-hang-timeout", "20s",
+                     "--phase-timeout", "shutdown=1s", child="slow_shutdown.py", env=env)
+    assert "hung in phase shutdown" in declared.stderr

