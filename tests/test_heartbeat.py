@@ -109,22 +109,12 @@ def test_a_phase_name_the_heartbeat_could_not_write_is_a_finding(cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_init_phase_has_the_initial_hang_timeout_unless_declared(tmp_path):
+@pytest.mark.parametrize(("phase", "child", "says"), [("init", "slow_init.py", "done\n"), ("shutdown", "slow_shutdown.py", "trained\n")])
+def test_start_up_and_tear_down_have_the_initial_hang_timeout_unless_declared(tmp_path, phase, child, says):
     env = {"PYTHONPATH": str(REPO)}
-    result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "20s", child="slow_init.py", env=env)
-    assert (result.returncode, result.stdout) == (0, "done\n")
+    result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "20s", child=child, env=env)
+    assert (result.returncode, result.stdout) == (0, says)
     (tmp_path / "declared").mkdir()
     declared = agent(tmp_path / "declared", "--hang-timeout", "1s", "--initial-hang-timeout", "20s",
-                     "--phase-timeout", "init=1s", child="slow_init.py", env=env)
-    assert "hung in phase init" in declared.stderr
-
-
-@pytest.mark.slow
-def test_the_shutdown_phase_has_the_initial_hang_timeout_unless_declared(tmp_path):
-    env = {"PYTHONPATH": str(REPO)}
-    result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "20s", child="slow_shutdown.py", env=env)
-    assert (result.returncode, result.stdout) == (0, "trained\n")
-    (tmp_path / "declared").mkdir()
-    declared = agent(tmp_path / "declared", "--hang-timeout", "1s", "--initial-hang-timeout", "20s",
-                     "--phase-timeout", "shutdown=1s", child="slow_shutdown.py", env=env)
-    assert "hung in phase shutdown" in declared.stderr
+                     "--phase-timeout", f"{phase}=1s", child=child, env=env)
+    assert f"hung in phase {phase}" in declared.stderr
