@@ -1,6 +1,8 @@
 """The heartbeat helper's phases, as the agent reads them, and the per-phase hang timeouts they select."""
 
 import os
+import sys
+import time
 
 import pytest
 
@@ -118,3 +120,24 @@ def test_start_up_and_tear_down_have_the_initial_hang_timeout_unless_declared(tm
     declared = agent(tmp_path / "declared", "--hang-timeout", "1s", "--initial-hang-timeout", "20s",
                      "--phase-timeout", f"{phase}=1s", child=child, env=env)
     assert f"hung in phase {phase}" in declared.stderr
+
+
+def test_a_phase_declared_before_the_watch_begins_still_counts(tmp_path):
+    """A warm fork runs at once: its init phase may be on disk before the agent starts watching."""
+    from hacfg.agent.process.attempt import Supervisor, start_cold
+
+    beat = tmp_path / "heartbeat"
+    beat.write_text("16 train\n")  # the previous attempt's
+    script = "from hacfg import heartbeat\nimport time\nwith heartbeat.phase('init'):\n print('started', flush=True)\n time.sleep(1.5)\n"
+
+    def fast_start(argv: list[str], env: dict[str, str]):
+        proc = start_cold(argv, env)
+        while heartbeat.read(beat)[1] != "init":
+            time.sleep(0.01)
+        return proc
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HACFG_HEARTBEAT_FILE": str(beat)}
+    supervisor = Supervisor([sys.executable, "-c", script], env, hang_timeout=0.3, first_hang_timeout=20,
+                            heartbeat=beat, grace=1, launch=fast_start)
+    result = supervisor.run()
+    assert (result.hung, result.exit_code) == (False, 0)

@@ -152,6 +152,8 @@ class Supervisor:
         previous = {sig: signal.signal(sig, lambda *_: None) for sig in (*FORWARDED, signal.SIGCHLD)}
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
         self._wake = wake_write
+        # Taken before the launch: a warm fork may declare its phase before the watch below begins.
+        heartbeat_stamp = self._heartbeat_stamp()
         try:
             proc = self.launch(self.argv, self.env)
             assert proc.stdout is not None and proc.stderr is not None
@@ -164,7 +166,7 @@ class Supervisor:
             for pump in pumps:
                 pump.start()
             try:
-                hung, interrupted, stopped = self._watch(proc, pumps, wake_read, started)
+                hung, interrupted, stopped = self._watch(proc, pumps, wake_read, started, heartbeat_stamp)
             finally:
                 _kill_group(proc.pid)
                 code = proc.wait()
@@ -192,13 +194,17 @@ class Supervisor:
         )
 
     def _watch(
-        self, proc: Process, pumps: list[threading.Thread], wake_read: int, started: float
+        self,
+        proc: Process,
+        pumps: list[threading.Thread],
+        wake_read: int,
+        started: float,
+        heartbeat_stamp: tuple[int, int] | None,
     ) -> tuple[bool, int | None, bool]:
         """Wait for the child to end, watching for hangs, signals and stop requests;
         (hung, signal received, stopped on request)."""
         last_activity = started
         seen_activity = False
-        heartbeat_mtime = self._heartbeat_mtime()
         phase = heartbeat.TRAIN
         hung = False
         interrupted: int | None = None
@@ -215,9 +221,9 @@ class Supervisor:
             output_at = self.output_at if seen_activity else self.spoke_at  # a launcher's lines are no sign of life
             if output_at is not None and output_at > last_activity:
                 last_activity, seen_activity = output_at, True
-            mtime = self._heartbeat_mtime()
-            if mtime != heartbeat_mtime:
-                heartbeat_mtime = mtime
+            stamp = self._heartbeat_stamp()
+            if stamp != heartbeat_stamp:
+                heartbeat_stamp = stamp
                 last_activity, seen_activity = now, True
                 phase = heartbeat.read(self.heartbeat)[1]
             if seen_activity and not was_active:
@@ -298,11 +304,14 @@ class Supervisor:
         self.stop_at = self.stop_at or now
         _signal_group(pid, signum)
 
-    def _heartbeat_mtime(self) -> int | None:
+    def _heartbeat_stamp(self) -> tuple[int, int] | None:
+        """Changes with each beat: a touch moves the time, a phase or step replaces the file (a new inode)
+        even within one tick of the file system's clock."""
         try:
-            return os.stat(self.heartbeat).st_mtime_ns
+            status = os.stat(self.heartbeat)
         except OSError:
             return None
+        return status.st_mtime_ns, status.st_ino
 
 
 
