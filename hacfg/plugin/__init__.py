@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from hacfg.restart.vocabulary import Cause
     from hacfg.scenario import kubernetes, modelarts
     from hacfg.scenario.config import deep_merge
-    from hacfg.scenario.model import HAConfig, format_duration, scenario_document
+    from hacfg.scenario.model import HAConfig, format_duration, parse_duration, scenario_document
     from hacfg.scenario.names import Kind, Platform, Scenario, Severity
     from hacfg.scenario.passthrough import passthrough_overrides
     from hacfg.scenario.source import Document, LogicalPath, did_you_mean, lookup
@@ -75,6 +75,7 @@ __all__ = [
     "deep_merge",
     "dump_yaml",
     "format_duration",
+    "parse_duration",
     "scenario_document",
     "schema_file",
     # what rules and targets read
@@ -126,7 +127,7 @@ _HOME = {
     "hacfg.plan.forecast": ("Forecast", "forecast_config"),
     "hacfg.restart.vocabulary": ("Cause",),
     "hacfg.scenario.config": ("deep_merge",),
-    "hacfg.scenario.model": ("HAConfig", "format_duration", "scenario_document"),
+    "hacfg.scenario.model": ("HAConfig", "format_duration", "parse_duration", "scenario_document"),
     "hacfg.scenario.names": ("Kind", "Platform", "Scenario", "Severity"),
     "hacfg.scenario.passthrough": ("passthrough_overrides",),
     "hacfg.scenario.source": ("Document", "LogicalPath", "did_you_mean", "lookup"),
