@@ -211,3 +211,37 @@ def test_a_minute_count_that_is_not_whole_gets_no_fix(cli, tmp_path):
     path.write_text("version: 1\nscenario: single-node\njob:\n  environment:\n    MA_HANG_DETECT_TIME: 90s\n")
     [finding] = findings(cli, path, "--select", "HA043")
     assert finding.get("fix") is None
+
+
+WAITS = """\
+version: 1
+scenario: single-node
+job:
+  accelerator: npu
+  environment: {{HCCL_EXEC_TIMEOUT: "{exec}"}}
+checkpoint: {{save_time: {save}}}
+hang:
+  timeout: 10m
+  phases: {{eval: 20m, checkpoint: 45m}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("exec_seconds", "save", "named"),
+    [
+        (
+            "900",
+            "5m",
+            "the agent's checkpoint timeout (45m) can name the culprit",
+        ),  # cuts both phases short: names the longer
+        ("2800", "50m", "a save (50m, checkpoint.save_time) completes"),
+        ("2800", "5m", None),
+    ],
+)
+def test_one_finding_per_watchdog_names_the_longest_wait_it_cuts_short(cli, tmp_path, exec_seconds, save, named):
+    path = tmp_path / "ha.yaml"
+    path.write_text(WAITS.format(exec=exec_seconds, save=save))
+    found = findings(cli, path, "--select", "HA040")
+    assert [f["line"] for f in found] == ([5] if named else [])
+    if named:
+        assert named in found[0]["message"]

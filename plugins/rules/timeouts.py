@@ -185,9 +185,13 @@ def _minutes(duration: timedelta) -> str:
     return f"{duration.total_seconds() / 60:g}"
 
 
-def _judged_first(judge: _Judge, env: _Environment, accelerator: str | None) -> Iterator[Problem]:
+def _judged_first(judges: list[_Judge], env: _Environment, accelerator: str | None) -> Iterator[Problem]:
+    """One finding per watchdog that fires before any of ``judges``, naming the longest it beats: raising the
+    watchdog above that one settles them all."""
     for watchdog in _watchdogs(env, accelerator):
-        if watchdog.timeout < judge.timeout:
+        beaten = [judge for judge in judges if watchdog.timeout < judge.timeout]
+        if beaten:
+            judge = max(beaten, key=lambda judge: judge.timeout)
             over = f"{watchdog.fix} above {_seconds(judge.timeout)} s, or {judge.shorten}"
             yield Problem(
                 watchdog.at or judge.at,
@@ -197,12 +201,13 @@ def _judged_first(judge: _Judge, env: _Environment, accelerator: str | None) -> 
 
 @rule("HA040", "watchdog-before-hang-timeout", "warning")
 def watchdog_before_hang_timeout(ctx: ScenarioContext) -> Iterator[Problem]:
-    """A collective watchdog ends a stuck job before the hang timeout can judge it.
+    """A collective watchdog ends a stuck job before the hang timeout can judge it, or a save can end.
 
     ## What it does
-    Compares the agent's `hang.timeout` (in a request body: the platform's
-    `MA_HANG_DETECT_TIME`, 30 minutes by default) with the timers of the collective library
-    that end a stuck process by themselves:
+    Compares the agent's timeouts (`hang.timeout`, then each of `hang.phases`; in a request
+    body, the platform's `MA_HANG_DETECT_TIME`, 30 minutes by default) and
+    `checkpoint.save_time` with the timers of the collective library that end a stuck process
+    by themselves:
 
     - GPU: `TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC` (torch's default 480 s, with
       `TORCH_NCCL_ENABLE_MONITORING` on, its default); and the process group's timeout, where
@@ -213,7 +218,7 @@ def watchdog_before_hang_timeout(ctx: ScenarioContext) -> Iterator[Problem]:
     - NPU: `HCCL_EXEC_TIMEOUT`, 1836 s when unset (CANN environment variable reference,
       envref_07_0078; 0 means never).
 
-    Fires when the watchdog's time is the shorter. hacfg cannot see the `timeout=` a script
+    Fires, once per watchdog, when its time is the shorter. hacfg cannot see the `timeout=` a script
     passes, so on GPU it speaks only where the file sets the NCCL variables; torch's own
     default mode (`TORCH_NCCL_ASYNC_ERROR_HANDLING=3`) does tear down at the group's timeout.
 
@@ -221,7 +226,9 @@ def watchdog_before_hang_timeout(ctx: ScenarioContext) -> Iterator[Problem]:
     The watchdog aborts the stuck ranks first. The round then ends as a crash with an NCCL or
     HCCL error: the agent never gets to name the rank that hung, the restart counts against
     `restart.max` like any environment fault, and the platform's restart upon suspension
-    never applies.
+    never applies. A save that outlasts the watchdog fails the same way: while one rank
+    writes, the others wait for it in the next collective, which is what `HCCL_EXEC_TIMEOUT`
+    bounds (CANN's reference names the case).
 
     ## Example
     ```yaml
@@ -233,18 +240,36 @@ def watchdog_before_hang_timeout(ctx: ScenarioContext) -> Iterator[Problem]:
     Give the watchdog more time than the hang timeout (`HCCL_EXEC_TIMEOUT: "2400"`), or
     shorten the hang timeout and give the quiet phases their own (`hang.phases`).
     """
-    hang = ctx.config.hang
-    if not hang.detect:
-        return
-    judge = _Judge(
-        f"the agent's hang timeout ({format_duration(hang.timeout)})",
-        "can name the culprit",
-        hang.timeout,
-        ctx.first_present(("hang", "timeout"), ("hang",), ("scenario",)),
-        "the round is a crash, counted against restart.max, not a hang",
-        "shorten hang.timeout",
-    )
-    yield from _judged_first(judge, _Environment(ctx.environment, ctx.ENVIRONMENT), ctx.config.job.accelerator)
+    config = ctx.config
+    crash = "the round is a crash, counted against restart.max, not a hang"
+    judges = []
+    if config.hang.detect:
+        timeouts = [("hang timeout", ("hang", "timeout"), config.hang.timeout)]
+        timeouts += [(f"{phase} timeout", ("hang", "phases", phase), t) for phase, t in config.hang.phases.items()]
+        judges = [
+            _Judge(
+                f"the agent's {name} ({format_duration(timeout)})",
+                "can name the culprit",
+                timeout,
+                ctx.first_present(at, ("hang",), ("scenario",)),
+                crash,
+                f"shorten {'.'.join(at)}",
+            )
+            for name, at, timeout in timeouts
+        ]
+    if config.checkpoint.save_time:
+        judges.append(
+            _Judge(
+                f"a save ({format_duration(config.checkpoint.save_time)}, checkpoint.save_time)",
+                "completes",
+                config.checkpoint.save_time,
+                ("checkpoint", "save_time"),
+                "the ranks that wait for the saving one in a collective time out, the save is lost and the crash"
+                " counts against restart.max",
+                "save from every rank at once (a distributed checkpoint)",
+            )
+        )
+    yield from _judged_first(judges, _Environment(ctx.environment, ctx.ENVIRONMENT), config.job.accelerator)
 
 
 @watchdog_before_hang_timeout.job
@@ -265,7 +290,7 @@ def watchdog_before_hang_timeout_in_body(ctx: JobContext) -> Iterator[Problem]:
         f"the job fails instead, {ma.HANG_RETRY} never applies and {ma.JOB_RETRY_NUM} pays for it",
         f"lower {ma.HANG_DETECT_TIME}",
     )
-    yield from _judged_first(judge, env, ctx.body.accelerator)
+    yield from _judged_first([judge], env, ctx.body.accelerator)
 
 
 def _platform_hang_minutes(ctx: ScenarioContext) -> tuple[int, LogicalPath]:
