@@ -408,13 +408,14 @@ def save_outlasts_hang_timeout(ctx: ScenarioContext) -> Iterator[Problem]:
 
 @rule("HA043", "timeout-unreadable", "error")
 def timeout_unreadable(ctx: ScenarioContext) -> Iterator[Problem]:
-    """A timeout in the job's environment that its reader cannot read.
+    """A timeout or watchdog switch in the job's environment that its reader cannot read.
 
     ## What it does
     Fires for `TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`, `HCCL_EXEC_TIMEOUT`, `HCCL_CONNECT_TIMEOUT`
-    (seconds), `TORCH_NCCL_ASYNC_ERROR_HANDLING` (a mode, 0 to 3), `TORCH_NCCL_ENABLE_MONITORING`
-    and `TORCH_NCCL_BLOCKING_WAIT` (switches), and, in a scenario file, `MA_HANG_DETECT_TIME`
-    (whole minutes; in a request body HA016 reads it), when the value is not one of those.
+    (seconds; HCCL's connect default is 120 s), `TORCH_NCCL_ASYNC_ERROR_HANDLING` (a mode,
+    0 to 3), `TORCH_NCCL_ENABLE_MONITORING` and `TORCH_NCCL_BLOCKING_WAIT` (switches), and, in
+    a scenario file, `MA_HANG_DETECT_TIME` (whole minutes; in a request body HA016 reads it),
+    when the value is not one of those.
 
     ## Why is this bad?
     torch reads these with C++'s `std::stoi`, which takes `10m` as 10 seconds and refuses
