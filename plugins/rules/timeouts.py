@@ -244,8 +244,11 @@ def watchdog_before_hang_timeout(ctx: ScenarioContext) -> Iterator[Problem]:
     crash = "the round is a crash, counted against restart.max, not a hang"
     judges = []
     if config.hang.detect:
-        timeouts = [("hang timeout", ("hang", "timeout"), config.hang.timeout)]
-        timeouts += [(f"{phase} timeout", ("hang", "phases", phase), t) for phase, t in config.hang.phases.items()]
+        hang = config.hang
+        timeouts: list[tuple[str, LogicalPath, str, timedelta]] = [
+            ("hang timeout", ("hang", "timeout"), "hang.timeout", hang.timeout)
+        ]
+        timeouts += [(f"{p} timeout", ("hang", "phases", p), f"hang.phases.{p}", t) for p, t in hang.phases.items()]
         judges = [
             _Judge(
                 f"the agent's {name} ({format_duration(timeout)})",
@@ -253,9 +256,9 @@ def watchdog_before_hang_timeout(ctx: ScenarioContext) -> Iterator[Problem]:
                 timeout,
                 ctx.first_present(at, ("hang",), ("scenario",)),
                 crash,
-                f"shorten {'.'.join(at)}",
+                f"shorten {key}",
             )
-            for name, at, timeout in timeouts
+            for name, at, key, timeout in timeouts
         ]
     if config.checkpoint.save_time:
         judges.append(
