@@ -7,7 +7,6 @@ with no platform key becomes a note on stderr rather than an invented key.
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 from hacfg.plugin import Build, HAConfig, Target, deep_merge, format_duration, hookimpl, lookup, schema_file
@@ -99,7 +98,7 @@ class ModelArts(Target):
         hang = config.hang
         if watched and hang.detect:
             seconds = hang.timeout.total_seconds()
-            minutes = max(1, math.ceil(seconds / 60))
+            minutes = ma.hang_minutes(hang.timeout)
             if seconds % 60:
                 built.notes.append(
                     f"hang.timeout {format_duration(hang.timeout)} rounded up to {minutes}m: "

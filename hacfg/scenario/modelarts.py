@@ -6,7 +6,9 @@ configuration pages (Huawei Cloud) and the Open Telekom Cloud mirror, which allo
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import timedelta
 
 # Where a request body holds the annotations and the training command's variables.
 ANNOTATIONS_AT = ("metadata", "annotations")
@@ -48,6 +50,11 @@ HANG_DETECT_TIME = "MA_HANG_DETECT_TIME"  # minutes, platform default 30
 PRECHECK_SWITCH = "MA_DETECT_TRAIN_INJECT_CODE"  # "0" turns the pre-check off
 SETTABLE_PLATFORM_VARIABLES = (HANG_DETECT_TIME, PRECHECK_SWITCH)
 DEFAULT_HANG_MINUTES = 30
+
+
+def hang_minutes(timeout: timedelta) -> int:
+    """``MA_HANG_DETECT_TIME`` for a hang timeout: the platform counts whole minutes, so round up."""
+    return max(1, math.ceil(timeout.total_seconds() / 60))
 
 # Flavors, as the SDK's SpecResource.flavor_id documents them: public ones name their family
 # (modelarts.vm.gpu.t4u8, modelarts.vm.cpu.8u, Ascend's ...snt9b...); a dedicated pool's

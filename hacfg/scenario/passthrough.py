@@ -8,7 +8,6 @@ only repeats the scenario, so that whether a rule is enabled changes nothing els
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +82,6 @@ def _scenario_says(config: HAConfig) -> dict[str, str]:
         ma.HANG_RETRY: switch(restart.on_hang),
         ma.POD_RETRY_NUM: str(restart.pod_reschedules),
         ma.HCCL_OP_RETRY: switch(config.operator_retry),
-        ma.HANG_DETECT_TIME: str(max(1, math.ceil(config.hang.timeout.total_seconds() / 60))),
+        ma.HANG_DETECT_TIME: str(ma.hang_minutes(config.hang.timeout)),
         ma.PRECHECK_SWITCH: "1" if config.precheck else "0",
     }

@@ -9,7 +9,6 @@ the culprit and counts a hang as a hang; the rules here say when another one spe
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -299,7 +298,7 @@ def watchdog_before_hang_timeout_in_body(ctx: JobContext) -> Iterator[Problem]:
 def _platform_hang_minutes(ctx: ScenarioContext) -> tuple[int, LogicalPath]:
     """The ``MA_HANG_DETECT_TIME`` a built job carries, and where the file says it: the modelarts target
     writes ``hang.timeout`` in whole minutes over ``job.environment`` unless it is the platform's default."""
-    minutes = max(1, math.ceil(ctx.config.hang.timeout.total_seconds() / 60))
+    minutes = ma.hang_minutes(ctx.config.hang.timeout)
     env = _Environment(ctx.environment, ctx.ENVIRONMENT)
     if minutes == ma.DEFAULT_HANG_MINUTES and ma.HANG_DETECT_TIME in env.values:
         written = _read(_PLATFORM_MINUTES, env.values[ma.HANG_DETECT_TIME])
