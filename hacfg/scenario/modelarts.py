@@ -56,6 +56,7 @@ def hang_minutes(timeout: timedelta) -> int:
     """``MA_HANG_DETECT_TIME`` for a hang timeout: the platform counts whole minutes, so round up."""
     return max(1, math.ceil(timeout.total_seconds() / 60))
 
+
 # Flavors, as the SDK's SpecResource.flavor_id documents them: public ones name their family
 # (modelarts.vm.gpu.t4u8, modelarts.vm.cpu.8u, Ascend's ...snt9b...); a dedicated pool's
 # modelarts.pool.visual.{,2,4,8}xlarge are GPU *or* Ascend cards, whichever the pool has, and
