@@ -74,12 +74,14 @@ def run(root: Path, stuck_at: int, chatty: bool) -> dict:
     script.write_text(LOOP)
     argv = [
         sys.executable, "-m", "hacfg", "agent", "--state-dir", str(state), "--hang-timeout", "60s",
-        "--learn-hang-timeouts", "--learn-floor", f"{FLOOR}s", "--phase-timeout", f"eval={20 * STEP}s", "--grace", "1",
+        "--learn-hang-timeouts", "--learn-floor", f"{FLOOR:g}s", "--phase-timeout", f"eval={20 * STEP:g}s", "--grace", "1",
         "--", sys.executable, str(script), str(root / "ckpt"), str(STEP), str(stuck_at), "1" if chatty else "0",
         str(record),
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=root)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=root)
+    if not (state / "events.jsonl").exists():
+        raise SystemExit(f"the agent did not run: {done.stderr.strip()}")
     events = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
     return {"hangs": [e for e in events if e["event"] == "hang"], **json.loads(record.read_text())}
 

@@ -71,6 +71,19 @@ def test_a_phase_whose_start_was_not_seen_or_whose_end_never_came_is_no_sample()
     assert learned.samples == {}
 
 
+def test_a_declared_timeout_wins_and_training_is_judged_by_a_learned_one_only_once_steps_are_reported(tmp_path):
+    from hacfg.agent.process.attempt import Limit, Supervisor
+
+    learned = Learned(floor=1, samples={"train": [0.2, 0.3, 0.4], "checkpoint": [9.0, 9.0, 9.0]})
+    supervisor = Supervisor(["true"], {}, hang_timeout=30, first_hang_timeout=60, heartbeat=tmp_path / "beat",
+                            grace=1, phase_timeouts={"eval": 600}, learned=learned)
+    assert supervisor._limit("train", steady=True, stepping=True) == Limit(2.0, "learned")
+    assert supervisor._limit("train", steady=True, stepping=False) == Limit(30, "hang.timeout")
+    assert supervisor._limit("checkpoint", steady=True, stepping=True) == Limit(30, "learned")  # 45 s, capped
+    assert supervisor._limit("eval", steady=True, stepping=True) == Limit(600, "hang.phases")
+    assert supervisor._limit("init", steady=False, stepping=False) == Limit(60, "initial")
+
+
 def test_what_was_learned_survives_in_the_state_and_a_damaged_record_of_it_is_not_fatal():
     state = NodeState(learned={"train": [0.5, 0.7], "checkpoint": [30.0]})
     assert NodeState.from_json(json.loads(json.dumps(state.to_json()))) == state

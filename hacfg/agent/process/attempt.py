@@ -7,8 +7,9 @@ heartbeat, or a line that is not a launcher's own: torchrun's start-up banner is
 training's), the initial hang timeout applies, counted from the start. Once the attempt has
 reported a step (``beat(step=N)``), only progress proves life in training: a new step or a new
 phase, not output, which a loop stuck without progress may go on printing. Time is measured with
-the monotonic clock, so a wall-clock jump neither fires nor hides a hang. Signals reach the agent through a wakeup pipe
-and are forwarded to the whole process group; after ``grace`` seconds the group gets SIGKILL.
+the monotonic clock, so a wall-clock jump neither fires nor hides a hang. Signals reach the agent
+through a wakeup pipe and are forwarded to the whole process group; after ``grace`` seconds the
+group gets SIGKILL.
 """
 
 from __future__ import annotations
@@ -235,18 +236,19 @@ class Supervisor:
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
             was_active = seen_activity
-            following = stepping and intervals.phase == heartbeat.TRAIN  # progress, not output
-            output_at = self.output_at if seen_activity else self.spoke_at  # a launcher's lines are no sign of life
-            if output_at is not None and output_at > last_activity and not following:
-                last_activity, seen_activity = output_at, True
             stamp = self._heartbeat_stamp()
             if stamp is not None and stamp != heartbeat_stamp:
                 heartbeat_stamp = stamp
+                following = stepping and intervals.phase == heartbeat.TRAIN
                 step, phase = heartbeat.read(self.heartbeat)
                 if intervals.write(stamp[0], step, phase) or not following:
                     last_activity, seen_activity = now, True
                 stepping = stepping or step is not None
             phase = intervals.phase
+            following = stepping and phase == heartbeat.TRAIN  # progress proves life, output does not
+            output_at = self.output_at if seen_activity else self.spoke_at  # a launcher's lines are no sign of life
+            if output_at is not None and output_at > last_activity and not following:
+                last_activity, seen_activity = output_at, True
             if seen_activity and not was_active:
                 self.on_first_activity(last_activity - started)
             if proc.poll() is not None:
@@ -264,12 +266,10 @@ class Supervisor:
             if kill_at is not None and now >= kill_at:
                 _kill_group(proc.pid)
                 kill_at = float("inf")
-            elif timeout is not None and kill_at is None and now >= last_activity + timeout:
+            elif limit is not None and kill_at is None and now >= last_activity + limit.seconds:
                 hung = True
-                assert limit is not None
                 if limit.source == "learned" and self.learned is not None:
                     self.learned.forget(phase)  # judged by the declared timeout next time: a learned one never loops
-                following = stepping and phase == heartbeat.TRAIN
                 self.on_hang(self.tail_lines(), now - last_activity, limit, phase, following)
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
