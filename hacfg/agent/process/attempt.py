@@ -242,7 +242,10 @@ class Supervisor:
                 following = stepping and intervals.phase == heartbeat.TRAIN
                 step, phase = heartbeat.read(self.heartbeat)
                 if intervals.write(stamp[0], step, phase) or not following:
-                    last_activity, seen_activity = now, True
+                    # from when it was written, not seen: a hang is caught within its timeout of the last
+                    # beat (the file's time moves with the wall clock: at most one look is taken back)
+                    late = min(max(0.0, time.time() - stamp[0] / 1e9), self._look)
+                    last_activity, seen_activity = max(last_activity, now - late), True
                 stepping = stepping or step is not None
             phase = intervals.phase
             following = stepping and phase == heartbeat.TRAIN  # progress proves life, output does not
