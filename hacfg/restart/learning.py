@@ -9,8 +9,9 @@ attempt against it: a job restarted every 30 minutes, forever (its pull request 
 - only a phase seen to end is a sample: a phase cut by a kill, a hang or the attempt's end never is,
   and each attempt's clocks start anew (:class:`Intervals`);
 - start-up and tear-down are not learned: a resume loads a checkpoint the first attempt did not have;
-- a learned timeout that fired is forgotten, so the next attempt is judged by the declared one: a phase
-  that became slower (another node, a bigger checkpoint) is learned again, not killed again and again.
+- a learned timeout that fired is forgotten, so the next attempt is judged by the timeout that applies
+  without learning: a phase that became slower (another node, a bigger checkpoint) is learned again,
+  not killed again and again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from hacfg import heartbeat
 
 FACTOR = 5
 WINDOW = 200  # samples kept per phase, the newest
-ENOUGH = 3  # samples before a phase's learned timeout applies: fewer, and the declared one does
+ENOUGH = 3  # samples before a phase's learned timeout applies: with fewer, the one without learning does
 
 
 @dataclass

@@ -134,7 +134,8 @@ class Supervisor:
         self.heartbeat = heartbeat
         self.phase_timeouts = phase_timeouts
         self.learned = learned
-        self._look = min(1.0, float(env.get("HACFG_HEARTBEAT_INTERVAL", 1))) if learned is not None else 1.0
+        # when learning, twice per interval between beats: each step report is seen, none is merged into the next
+        self._look = min(1.0, float(env.get("HACFG_HEARTBEAT_INTERVAL", 1)) / 2) if learned is not None else 1.0
         self.grace = grace
         self.on_hang = on_hang
         self.on_signal = on_signal
@@ -272,13 +273,12 @@ class Supervisor:
             elif limit is not None and kill_at is None and now >= last_activity + limit.seconds:
                 hung = True
                 if limit.source == "learned" and self.learned is not None:
-                    self.learned.forget(phase)  # judged by the declared timeout next time: a learned one never loops
+                    self.learned.forget(phase)  # next time, the timeout without learning: a learned one cannot loop
                 self.on_hang(self.tail_lines(), now - last_activity, limit, phase, following)
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
             # 1 s: sample accelerators, notice an exit with the pipes held open; until the first sign
-            # of life, 50 ms, so the start-up time is measured from it, not from the next look; when
-            # learning, as often as the command may beat, so that each step report is seen
+            # of life, 50 ms, so the start-up time is measured from it, not from the next look
             waits = [0.05 if exited_at or not seen_activity else self._look]
             waits += [
                 t - now
