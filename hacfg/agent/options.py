@@ -54,12 +54,13 @@ class RunOptions:
             )
         learning = policy.hang_detect and policy.learn
         if learning and policy.learn_floor <= 0:
-            raise InputError("--learn-floor must be longer than 0s: a learned timeout would fire at once")
+            raise InputError("the floor of learned timeouts must be longer than 0s: one would fire at once")
         if learning and not policy.learn_beyond_timeout and policy.learn_floor > policy.hang_timeout:
             raise InputError(
                 f"the floor of learned timeouts ({_duration(policy.learn_floor)}) is longer than the hang timeout"
-                f" ({_duration(policy.hang_timeout)}) they stay under: nothing could be learned; lower --learn-floor"
-                " or let them go beyond with --learn-beyond-hang-timeout"
+                f" ({_duration(policy.hang_timeout)}) they stay under: nothing could be learned; lower the floor"
+                " (hang.learn_floor, --learn-floor) or let them go beyond it (hang.learn_beyond_timeout,"
+                " --learn-beyond-hang-timeout)"
             )
         if self.metrics_linger < 0:
             raise InputError("--metrics-linger cannot be negative")
