@@ -12,7 +12,8 @@
 at most once per ``HACFG_HEARTBEAT_INTERVAL`` seconds (the agent picks a quarter of its hang
 timeout, at most 1 s), so calling it every step costs a clock read. With ``step``, the file holds
 the step (replaced atomically), so the agent's goodput accounting knows when progress stopped,
-not only when the process went quiet. Outside the agent it does nothing.
+not only when the process went quiet; and from the first step reported, a new step (or phase) is
+what proves the loop alive in training, not output. Outside the agent it does nothing.
 
 A phase (``"checkpoint"``, ``"eval"``, ``"init"``, ``"data"``, ``"shutdown"`` or a name of your own) tells the agent
 which hang timeout applies: a save or an evaluation may be silent for longer than a training step

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -32,7 +32,7 @@ from hacfg.agent.group.signing import without_secret
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.process import leftovers
 from hacfg.agent.process.accelerator import nvml_probe
-from hacfg.agent.process.attempt import Supervisor, become_subreaper, reported_step
+from hacfg.agent.process.attempt import Limit, Supervisor, become_subreaper, reported_step
 from hacfg.agent.process.warm import WarmStarts
 from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import EventLog, NodeState, StateStore, refuse_links, stamp
@@ -40,6 +40,7 @@ from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict,
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.precheck import PrecheckContext, PrecheckSettings
 from hacfg.plugin.recovery import Failure, Restart, SavedCheckpoint
+from hacfg.restart.learning import Learned
 from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.restart.vocabulary import Action, Cause, Ending, Event
 
@@ -96,6 +97,8 @@ class Agent:
         # watch writes its event from its own
         self._telling = threading.local()
         self.session: int | None = None  # the running attempt's session (its leader's pid)
+        # what the phases took so far, kept in the job's state (taken over in _run)
+        self.learned = Learned(policy.learn_floor, policy.learn_beyond_timeout)
         self.saves = None
         if policy.checkpoint_path is not None and policy.checkpoint_interval:
             self.saves = checkpoints.SaveWatch(policy.checkpoint_path, policy.checkpoint_interval, self._saves_overdue)
@@ -123,6 +126,7 @@ class Agent:
 
     def _run(self) -> int:
         state = self.store.load()
+        self.learned.samples = state.learned
         if self.store.recovered:
             self.echo(f"[hacfg] {self.store.recovered}")
             self.events.write(Event.STATE_RECOVERED, detail=self.store.recovered)
@@ -168,7 +172,7 @@ class Agent:
             "HACFG_RESTART_COUNT": str(budgets.restarts),
             "HACFG_RESUME_FROM": plan.resume_from or "",
             "HACFG_HEARTBEAT_FILE": str(self.heartbeat),
-            "HACFG_HEARTBEAT_INTERVAL": f"{min(1.0, self.policy.hang_timeout / 4):g}",
+            "HACFG_HEARTBEAT_INTERVAL": f"{self._beat_interval():g}",
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
         }
         for doubt in plan.doubts:
@@ -206,9 +210,12 @@ class Agent:
             hang_timeout=self.policy.hang_timeout if detect else None,
             first_hang_timeout=self.policy.first_hang_timeout if detect else None,
             phase_timeouts=dict(self.policy.phase_timeouts),
+            learned=self.learned if detect and self.policy.learn else None,
             heartbeat=self.heartbeat,
             grace=self.policy.grace,
-            on_hang=lambda tail, idle, timeout, phase: self._hang(budgets, tail, idle, timeout, phase, witness),
+            on_hang=lambda tail, idle, limit, phase, steps: self._hang(
+                budgets, tail, idle, limit, phase, steps, witness
+            ),
             on_signal=lambda signum: self.events.write(
                 Event.SIGNAL, signal=signal.Signals(signum).name, attempt=budgets.attempt
             ),
@@ -265,8 +272,15 @@ class Agent:
         )
         return Outcome(self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer)
 
+    def _beat_interval(self) -> float:
+        """How often the command's heartbeat is written at most: four times in the shortest timeout."""
+        shortest = min(self.policy.hang_timeout, self.policy.learn_floor if self.policy.learn else float("inf"))
+        return min(1.0, shortest / 4)
+
     def _save(self, state: NodeState, *, ended: str | None = None) -> None:
-        """Persist the counters; a full or read-only disk is said once, and the agent goes on from memory."""
+        """Persist the counters and what was learned; a full or read-only disk is said once, and the
+        agent goes on from memory."""
+        state = replace(state, learned=self.learned.samples)
         try:
             self.store.save(state, ended=ended)
         except OSError as err:
@@ -350,21 +364,28 @@ class Agent:
         budgets: Budgets,
         tail: tuple[str, ...],
         idle: float,
-        timeout: float,
+        limit: Limit,
         phase: str,
+        steps: bool,
         witness: Callable[[], NodeEvidence],
     ) -> None:
-        """``timeout`` is the one that fired: the initial one before the first sign of life, else the
-        timeout of the ``phase`` the command last reported (hang.timeout for training). Before the
-        stop signal, every node's evidence is gathered, so the verdict can name the culprit."""
+        """``limit`` is the timeout that fired: the initial one before the first sign of life, else the
+        one of the ``phase`` the command last reported, declared, learned or hang.timeout; ``steps``:
+        the command reported steps, so only progress counted. Before the stop signal, every node's
+        evidence is gathered, so the verdict can name the culprit."""
         within = f" in phase {phase}" if phase != heartbeat.TRAIN else ""
+        quiet = "no step progress" if steps else "no output and no heartbeat"
+        learned = " (learned)" if limit.source == "learned" else ""
         self.echo(
-            f"[hacfg] attempt {budgets.attempt} hung{within}: no output and no heartbeat for {timeout:g}s; stopping it"
+            f"[hacfg] attempt {budgets.attempt} hung{within}: {quiet} for {limit.seconds:g}s{learned}; stopping it"
         )
         self.events.write(
             Event.HANG,
             attempt=budgets.attempt,
-            timeout=timeout,
+            timeout=round(limit.seconds, 3),
+            timeout_from=limit.source,
+            learned=limit.source == "learned",
+            progress=steps,
             phase=phase,
             idle=round(idle, 3),
             last_output=[line[-500:] for line in tail[-10:]],

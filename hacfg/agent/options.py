@@ -52,6 +52,16 @@ class RunOptions:
                 f" hang timeout ({_duration(policy.hang_timeout)}): it covers start-up and the first step,"
                 " so it is at least as long"
             )
+        learning = policy.hang_detect and policy.learn
+        if learning and policy.learn_floor <= 0:
+            raise InputError("the floor of learned timeouts must be longer than 0s: one would fire at once")
+        if learning and not policy.learn_beyond_timeout and policy.learn_floor > policy.hang_timeout:
+            raise InputError(
+                f"the floor of learned timeouts ({_duration(policy.learn_floor)}) is longer than the hang timeout"
+                f" ({_duration(policy.hang_timeout)}) they stay under: nothing could be learned; lower the floor"
+                " (hang.learn_floor, --learn-floor) or let them go beyond it (hang.learn_beyond_timeout,"
+                " --learn-beyond-hang-timeout)"
+            )
         if self.metrics_linger < 0:
             raise InputError("--metrics-linger cannot be negative")
 

@@ -303,6 +303,16 @@ def agent_command(
         None, "--phase-timeout", metavar="NAME=DURATION",
         help="The hang timeout while the command is in a hacfg.heartbeat phase, e.g. checkpoint=30m (repeatable).",
     ),
+    learn_hang_timeouts: Optional[bool] = typer.Option(
+        None, "--learn-hang-timeouts/--no-learn-hang-timeouts",
+        help="Learn each phase's timeout, 5x the p99 of its durations (overrides hang.learn).",
+    ),
+    learn_floor: Optional[str] = typer.Option(
+        None, "--learn-floor", metavar="DURATION", help="No learned timeout is shorter (default 60s)."
+    ),
+    learn_beyond_hang_timeout: Optional[bool] = typer.Option(
+        None, "--learn-beyond-hang-timeout", help="A learned timeout may be longer than the hang timeout."
+    ),
     checkpoint_path: Optional[str] = typer.Option(
         None, "--checkpoint-path", metavar="PATH", help="Overrides checkpoint.path."
     ),
@@ -375,6 +385,9 @@ def agent_command(
         hang_timeout=hang_timeout,
         initial_hang_timeout=initial_hang_timeout,
         phase_timeouts=phase_timeout,
+        learn=learn_hang_timeouts,
+        learn_floor=learn_floor,
+        learn_beyond_timeout=learn_beyond_hang_timeout,
         checkpoint_path=checkpoint_path,
         no_precheck=no_precheck,
         grace=grace,

@@ -41,6 +41,9 @@ class Policy:
     hang_timeout: float = timedelta(minutes=ma.DEFAULT_HANG_MINUTES).total_seconds()
     initial_hang_timeout: float | None = None  # until the training's first line or heartbeat; default 2x
     phase_timeouts: tuple[tuple[str, float], ...] = ()  # (phase, seconds): hacfg.heartbeat phases but training
+    learn: bool = False  # learn each phase's timeout (hacfg.restart.learning); a declared one wins
+    learn_floor: float = 60.0
+    learn_beyond_timeout: bool = False
     checkpoint_path: Path | None = None
     checkpoint_interval: float | None = None  # seconds between saves, as the scenario says; None: not said
     precheck: bool = False
@@ -137,6 +140,9 @@ def policy_from_config(config: HAConfig) -> Policy:
         hang_detect=config.hang.detect,
         hang_timeout=config.hang.timeout.total_seconds(),
         phase_timeouts=tuple((name, limit.total_seconds()) for name, limit in config.hang.phases.items()),
+        learn=config.hang.learn,
+        learn_floor=config.hang.learn_floor.total_seconds(),
+        learn_beyond_timeout=config.hang.learn_beyond_timeout,
         checkpoint_path=Path(path) if path and "://" not in path else None,
         checkpoint_interval=config.checkpoint.interval.total_seconds() if config.checkpoint.interval else None,
         precheck=config.precheck and config.restart.max > 0,
@@ -146,7 +152,7 @@ def policy_from_config(config: HAConfig) -> Policy:
     )
 
 
-DURATIONS = ("hang_timeout", "initial_hang_timeout")
+DURATIONS = ("hang_timeout", "initial_hang_timeout", "learn_floor")
 
 
 def _phase_timeout(text: str) -> tuple[str, float]:

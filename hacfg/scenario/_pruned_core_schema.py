@@ -334,6 +334,32 @@ SCHEMA = {
                             },
                         },
                     },
+                    {
+                        'name': 'learn',
+                        'default': False,
+                        'schema': {
+                            'type': 'bool',
+                        },
+                    },
+                    {
+                        'name': 'learn_floor',
+                        'default': timedelta(seconds=60.0),
+                        'schema': {
+                            'type': 'function-before',
+                            'function': model.parse_duration,
+                            'info': False,
+                            'schema': {
+                                'type': 'timedelta',
+                            },
+                        },
+                    },
+                    {
+                        'name': 'learn_beyond_timeout',
+                        'default': False,
+                        'schema': {
+                            'type': 'bool',
+                        },
+                    },
                 ],
             },
         },

@@ -191,6 +191,22 @@ class Hang:
             "or your own): a save or an evaluation may be quiet this long. timeout stays the training's."
         ),
     ] = field(default_factory=dict)
+    learn: Annotated[
+        StrictBool,
+        Field(
+            description="The agent learns each phase's timeout, 5x the p99 of its durations (training: of the time "
+            "between step reports), kept across restarts; a timeout in phases wins over a learned one."
+        ),
+    ] = False
+    learn_floor: Annotated[
+        timedelta,
+        BeforeValidator(parse_duration),
+        WithJsonSchema({**DURATION_JSON_SCHEMA, "description": "No learned timeout is shorter."}),
+    ] = timedelta(seconds=60)
+    learn_beyond_timeout: Annotated[
+        StrictBool,
+        Field(description="A learned timeout may be longer than timeout (than the initial one for start-up)."),
+    ] = False
 
 
 @dataclass(frozen=True, kw_only=True)

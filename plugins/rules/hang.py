@@ -104,10 +104,13 @@ def hang_timeout_short(ctx: ScenarioContext) -> Iterator[Problem]:
     ## Why is this bad?
     Long steps, evaluation passes and large checkpoint saves go quiet for minutes; a short
     timeout kills healthy jobs. The platform counts whole minutes only, so `90s` becomes 2.
-    A short timeout is safe for the agent once the quiet parts are phases of their own
-    (`hacfg.heartbeat.phase("eval")`; `save_step` runs in `checkpoint` by itself) with timeouts
-    in `hang.phases`: then the rule stays quiet about the length, and a hang in training is
-    caught in minutes instead of half an hour.
+    A short timeout for training is safe for the agent once the quiet parts are phases of their
+    own (`hacfg.heartbeat.phase("eval")`; `save_step` runs in `checkpoint` by itself), declared
+    or learned. Declared, in `hang.phases`: then the rule stays quiet about the length. Learned
+    (`hang.learn: true`): `timeout` stays long, as the platform's own detector needs (it knows no
+    phases), and the agent judges training by 5 x the p99 of the time between step reports (at
+    least `learn_floor`), each save and evaluation by what its phase took before. Either way a
+    hang in training is caught in minutes instead of half an hour.
 
     ## Example
     ```yaml
@@ -115,8 +118,9 @@ def hang_timeout_short(ctx: ScenarioContext) -> Iterator[Problem]:
     ```
 
     ## Fix
-    10 minutes or more, whole minutes: `hang: {timeout: 30m}`; or keep it short and declare
-    the quiet phases: `hang: {timeout: 5m, phases: {checkpoint: 30m, eval: 20m}}`.
+    10 minutes or more, whole minutes, and let the agent learn the short ones:
+    `hang: {timeout: 30m, learn: true}`; or keep it short and declare the quiet phases:
+    `hang: {timeout: 5m, phases: {checkpoint: 30m, eval: 20m}}`.
     """
     hang = ctx.config.hang
     if not hang.detect:
@@ -124,8 +128,8 @@ def hang_timeout_short(ctx: ScenarioContext) -> Iterator[Problem]:
     if hang.timeout < MIN_HANG_TIMEOUT and "checkpoint" not in hang.phases:
         yield Problem(
             ("hang", "timeout"),
-            f"hang.timeout under 10m {_KILLS_HEALTHY_JOBS}: use 10m or more,"
-            " or give the quiet phases their own: hang.phases: {checkpoint: 30m}",
+            f"hang.timeout under 10m {_KILLS_HEALTHY_JOBS}: use 10m or more and let the agent learn shorter"
+            " ones (hang.learn: true), or give the quiet phases their own: hang.phases: {checkpoint: 30m}",
         )
     elif hang.timeout.total_seconds() % 60:
         yield Problem(

@@ -4,9 +4,12 @@ Each stream is relayed by its own thread (``relay``: splice where both ends allo
 blocking raw reads and writes), keeping the last 64 KiB for the classifiers; the main thread
 only waits, for the child, a deadline or a signal. Until the training itself speaks (its first
 heartbeat, or a line that is not a launcher's own: torchrun's start-up banner is not the
-training's), the initial hang timeout applies, counted from the start. Time is measured with the monotonic clock, so a
-wall-clock jump neither fires nor hides a hang. Signals reach the agent through a wakeup pipe
-and are forwarded to the whole process group; after ``grace`` seconds the group gets SIGKILL.
+training's), the initial hang timeout applies, counted from the start. Once the attempt has
+reported a step (``beat(step=N)``), only progress proves life in training: a new step or a new
+phase, not output, which a loop stuck without progress may go on printing. Time is measured with
+the monotonic clock, so a wall-clock jump neither fires nor hides a hang. Signals reach the agent
+through a wakeup pipe and are forwarded to the whole process group; after ``grace`` seconds the
+group gets SIGKILL.
 """
 
 from __future__ import annotations
@@ -31,11 +34,21 @@ from hacfg.agent.evidence import launcher_line
 from hacfg.agent.process.accelerator import UtilizationProbe
 from hacfg.agent.process.relay import prepare, relay
 from hacfg.plugin.recovery import TAIL_LINES
+from hacfg.restart.learning import Intervals, Learned
 
 TAIL_BYTES = 64 * 1024
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The hang timeout in force, and where it comes from: ``initial`` (before the first sign of life,
+    and in start-up and tear-down), ``hang.timeout``, ``hang.phases`` (declared) or ``learned``."""
+
+    seconds: float
+    source: str
 
 
 @dataclass
@@ -104,7 +117,9 @@ class Supervisor:
         heartbeat: Path,
         grace: float,
         phase_timeouts: Mapping[str, float] = MappingProxyType({}),  # per heartbeat phase; init: first_hang_timeout
-        on_hang: Callable[[tuple[str, ...], float, float, str], None] = lambda tail, idle, timeout, phase: None,
+        learned: Learned | None = None,  # learns from this attempt's phases and steps; None: not learning
+        # told the output's tail, the seconds quiet, the timeout that fired, the phase, whether steps were followed
+        on_hang: Callable[[tuple[str, ...], float, Limit, str, bool], None] = lambda *hang: None,
         on_signal: Callable[[int], object] = lambda signum: None,
         on_first_activity: Callable[[float], object] = lambda after: None,
         on_start: Callable[[int], object] = lambda pid: None,
@@ -118,6 +133,9 @@ class Supervisor:
         self.first_hang_timeout = first_hang_timeout
         self.heartbeat = heartbeat
         self.phase_timeouts = phase_timeouts
+        self.learned = learned
+        # when learning, twice per interval between beats: each step report is seen, none is merged into the next
+        self._look = min(1.0, float(env.get("HACFG_HEARTBEAT_INTERVAL", 1)) / 2) if learned is not None else 1.0
         self.grace = grace
         self.on_hang = on_hang
         self.on_signal = on_signal
@@ -205,7 +223,8 @@ class Supervisor:
         (hung, signal received, stopped on request)."""
         last_activity = started
         seen_activity = False
-        phase = heartbeat.TRAIN
+        intervals = Intervals(self.learned or Learned(floor=0))  # not learning: nothing keeps what is observed
+        stepping = False  # the attempt reported a step: in training, only progress proves life
         hung = False
         interrupted: int | None = None
         kill_at: float | None = None
@@ -218,14 +237,22 @@ class Supervisor:
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
             was_active = seen_activity
-            output_at = self.output_at if seen_activity else self.spoke_at  # a launcher's lines are no sign of life
-            if output_at is not None and output_at > last_activity:
-                last_activity, seen_activity = output_at, True
             stamp = self._heartbeat_stamp()
-            if stamp != heartbeat_stamp:
+            if stamp is not None and stamp != heartbeat_stamp:
                 heartbeat_stamp = stamp
-                last_activity, seen_activity = now, True
-                phase = heartbeat.read(self.heartbeat)[1]
+                following = stepping and intervals.phase == heartbeat.TRAIN
+                step, phase = heartbeat.read(self.heartbeat)
+                if intervals.write(stamp[0], step, phase) or not following:
+                    # from when it was written, not seen: a hang is caught within its timeout of the last
+                    # beat (the file's time moves with the wall clock: at most one look is taken back)
+                    late = min(max(0.0, time.time() - stamp[0] / 1e9), self._look)
+                    last_activity, seen_activity = max(last_activity, now - late), True
+                stepping = stepping or step is not None
+            phase = intervals.phase
+            following = stepping and phase == heartbeat.TRAIN  # progress proves life, output does not
+            output_at = self.output_at if seen_activity else self.spoke_at  # a launcher's lines are no sign of life
+            if output_at is not None and output_at > last_activity and not following:
+                last_activity, seen_activity = output_at, True
             if seen_activity and not was_active:
                 self.on_first_activity(last_activity - started)
             if proc.poll() is not None:
@@ -233,10 +260,8 @@ class Supervisor:
                 # a grandchild may hold the pipes open: drain briefly, then stop waiting
                 if not any(p.is_alive() for p in pumps) or now - exited_at > 0.2:
                     return hung, interrupted, stopped
-            steady = seen_activity and phase not in heartbeat.AS_START_UP
-            timeout = self.hang_timeout if steady else self.first_hang_timeout
-            if timeout is not None and phase in self.phase_timeouts:
-                timeout = self.phase_timeouts[phase]
+            limit = self._limit(phase, steady=seen_activity and phase not in heartbeat.AS_START_UP, stepping=stepping)
+            timeout = limit.seconds if limit is not None else None
             if self.accelerator is not None and timeout is not None:
                 self.accelerator.poll()
                 if now >= last_activity + timeout and self.accelerator.changing():
@@ -245,14 +270,16 @@ class Supervisor:
             if kill_at is not None and now >= kill_at:
                 _kill_group(proc.pid)
                 kill_at = float("inf")
-            elif timeout is not None and kill_at is None and now >= last_activity + timeout:
+            elif limit is not None and kill_at is None and now >= last_activity + limit.seconds:
                 hung = True
-                self.on_hang(self.tail_lines(), now - last_activity, timeout, phase)
+                if limit.source == "learned" and self.learned is not None:
+                    self.learned.forget(phase)  # next time, the timeout without learning: a learned one cannot loop
+                self.on_hang(self.tail_lines(), now - last_activity, limit, phase, following)
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
             # 1 s: sample accelerators, notice an exit with the pipes held open; until the first sign
             # of life, 50 ms, so the start-up time is measured from it, not from the next look
-            waits = [0.05 if exited_at or not seen_activity else 1.0]
+            waits = [0.05 if exited_at or not seen_activity else self._look]
             waits += [
                 t - now
                 for t in (kill_at, last_activity + timeout if timeout and kill_at is None else None)
@@ -266,6 +293,20 @@ class Supervisor:
                         self.on_signal(signum)
                         self._stop(proc.pid, signum, time.monotonic())
                         kill_at = time.monotonic() + self.grace
+
+    def _limit(self, phase: str, *, steady: bool, stepping: bool) -> Limit | None:
+        """The hang timeout for ``phase``: a declared one, else a learned one (in training, once the
+        attempt reports steps), else the hang timeout (the initial one before a sign of life)."""
+        base = self.hang_timeout if steady else self.first_hang_timeout
+        if base is None:
+            return None
+        if phase in self.phase_timeouts:
+            return Limit(self.phase_timeouts[phase], "hang.phases")
+        if self.learned is not None and steady and (stepping or phase != heartbeat.TRAIN):
+            learned = self.learned.limit(phase, base)
+            if learned is not None:
+                return Limit(learned, "learned")
+        return Limit(base, "hang.timeout" if steady else "initial")
 
     def _pump(self, source: IO[bytes], target: int, wake: int) -> None:
         """Relay one stream, keeping its tail and noting the time; wake the watcher at its end."""

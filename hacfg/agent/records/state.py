@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.fsutil import atomic_write
+from hacfg.restart.learning import samples_from_json
 from hacfg.restart.policy import Budgets
 from hacfg.restart.vocabulary import Event
 from hacfg.scenario.source import InputError, Span
@@ -38,14 +39,19 @@ class NodeState:
     budgets: Budgets = field(default_factory=Budgets)
     round: int = 0  # the last round this node started (0: none yet)
     running: bool = False  # its workers were running in ``round`` when the state was written
+    # seconds each heartbeat phase took, per phase (hacfg.restart.learning): only what ended
+    learned: dict[str, list[float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self.budgets), "round": self.round, "running": self.running}
+        return {
+            **dataclasses.asdict(self.budgets), "round": self.round, "running": self.running, "learned": self.learned
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> NodeState:
         budgets = Budgets(**{f.name: int(data[f.name]) for f in dataclasses.fields(Budgets)})
-        return cls(budgets, int(data.get("round", budgets.attempt)), bool(data.get("running", False)))
+        running = bool(data.get("running", False))
+        return cls(budgets, int(data.get("round", budgets.attempt)), running, samples_from_json(data.get("learned")))
 
 
 class StateStore:

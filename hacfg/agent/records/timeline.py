@@ -21,8 +21,10 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
     ).strip(),
     Event.ATTEMPT_START: lambda e: f"resume from {e.get('resume_from') or '(nothing)'}",
     Event.FIRST_ACTIVITY: lambda e: f"first output or heartbeat after {e.get('after')}s",
-    Event.HANG: lambda e: f"no output or heartbeat for {e.get('idle', e.get('timeout'))}s"
-    + (f" in phase {e['phase']}" if e.get("phase") not in (None, "train") else ""),
+    Event.HANG: lambda e: ("no step progress" if e.get("progress") else "no output or heartbeat")
+    + f" for {e.get('idle', e.get('timeout'))}s"
+    + (f" in phase {e['phase']}" if e.get("phase") not in (None, "train") else "")
+    + (f" (learned timeout {e.get('timeout')}s)" if e.get("learned") else ""),
     Event.SIGNAL: lambda e: f"agent received {e.get('signal')}",
     Event.ATTEMPT_EXIT: lambda e: " ".join(
         part
