@@ -14,17 +14,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from test_multinode import free_port
 
-torch = pytest.importorskip("torch")
+from conftest import REPO
 
-from test_multinode import free_port  # noqa: E402
-
-from conftest import REPO  # noqa: E402
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_spec("torch") is None, reason="torch is not installed")]
 SCRIPT = 'echo "rank $NODE_RANK resume=$HACFG_RESUME_FROM"; sleep "$RUN_FOR"; echo "rank $NODE_RANK finished"'
 
 
@@ -57,6 +55,8 @@ class TwoNodes:
 
     def attacker(self, timeout: float = 30) -> object:
         """A plain TCPStore client, as anyone on the network can open one: no credential asked."""
+        import torch.distributed
+
         return torch.distributed.TCPStore("127.0.0.1", self.port, None, False, timedelta(seconds=timeout), wait_for_workers=False)
 
     def record(self, store: object, keys: list[str]) -> dict[str, bytes]:
