@@ -7,8 +7,8 @@ before rank 0's new worker listens sleeps a fixed second before it tries again. 
 Node 0's agent serves one on ``MASTER_PORT``, a fresh one for each round, opened once every node
 has stopped its workers of the last round and before the round's plan is published: no key of an
 earlier attempt is ever read in a later one, and a worker of an earlier attempt, whose connection
-went with its store, cannot join a later one (torch opens one store per attempt in this mode and
-prefixes nothing).
+went with its store, cannot join a later one (torch's client adds no per-attempt prefix in this
+mode: it expects a new store each attempt).
 
 Only for a Python command with ``MASTER_ADDR`` and ``MASTER_PORT`` set: torchrun, or a shell
 script, rendezvous by themselves. ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (torchrun's own switch)
