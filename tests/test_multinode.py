@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_spec("torch") is None, r
 
 TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
 READY_THEN = REPO / "tests" / "children" / "warm" / "ready_then.py"
+STORE_ROUNDS = REPO / "tests" / "children" / "store_rounds.py"
 PRELOAD = "torch,torch.distributed,torch.nn.parallel,hacfg.checkpoint"  # what train_ddp.py imports
 STEPS, EVERY = 16, 4
 
@@ -49,6 +50,7 @@ class Job:
     nnodes: int
     options: tuple[str, ...] = ()
     faults: tuple[str, ...] = ()
+    script: tuple[str, ...] = ()  # a script and its arguments instead of train_ddp.py's
     torchrun: bool = False
     warm: bool = False  # restarts forked from warm interpreters (a cold attempt waits until the next one is ready)
     precheck: bool = False
@@ -63,7 +65,7 @@ class Job:
         self.ckpt, self.out = self.root / "ckpt", self.root / "out"
 
     def command(self, rank: int) -> list[str]:
-        train = [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(STEPS), "--every", str(EVERY)]
+        train = list(self.script) or [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(STEPS), "--every", str(EVERY)]
         train += [f"--fault={spec}" for spec in self.faults]
         warm = ("--preload", PRELOAD) if self.warm else ("--no-warm",)
         if self.warm:
@@ -384,4 +386,41 @@ def test_a_node_that_cannot_see_the_chosen_checkpoint_fails_the_round_instead_of
     assert [(d["action"], d["cause_node"]) for d in decisions] == [("proc_restart", 1), ("job_reschedule", 1)]
     assert "cannot see the checkpoint" in decisions[1]["cause_reason"] and "step_4" in decisions[1]["cause_reason"]
     assert job.resumed(1) == [0]  # node 1 never trained from anything but the job's checkpoint
+    assert_no_process_left(job)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["agent-store", "rank0-store"])
+def test_workers_meet_in_node_0s_agent_store_a_fresh_one_each_attempt(tmp_path, shared):
+    """torch's env:// rendezvous connects every rank to the store node 0's agent serves on MASTER_PORT,
+    a new one each attempt; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 leaves it to rank 0's worker again."""
+    off = {} if shared else {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    job = Job(tmp_path, 2, node_env=dict.fromkeys(range(2), off))
+    records = job.ckpt / "records"
+    records.mkdir(parents=True)
+    job.script = (str(STORE_ROUNDS), str(records))
+    for rank in range(2):
+        job.start(rank)
+    job.wait_for(1, "rank 1 attempt 1 recorded")
+    # a worker of attempt 1, connected to its store: what it leaves there and its connection
+    stale = torch.distributed.PrefixStore("default_pg", torch.distributed.TCPStore("127.0.0.1", job.master_port, is_master=False))
+    stale.set("left-by-attempt-1", "1")
+    (records / "stale-set").write_text("left-by-attempt-1")
+    for rank in range(2):
+        job.wait_for(rank, f"rank {rank} attempt 2 recorded")
+    with pytest.raises(torch.distributed.DistNetworkError):
+        stale.check(["left-by-attempt-1"])  # its store went with attempt 1: it cannot join attempt 2
+    (records / "go").touch()
+    assert job.wait() == {0: 0, 1: 0}, job.output(0)[-3000:]
+    seen = {(rank, attempt): json.loads((records / f"rank-{rank}-attempt-{attempt}.json").read_text())
+            for rank in range(2) for attempt in (1, 2)}
+    for (rank, attempt), record in seen.items():
+        if shared:  # every rank a client of a store already listening, told which attempt it is
+            assert (record["use_agent_store"], record["restart_count"]) == ("True", str(attempt - 1))
+            assert record["listening_before_start"]
+        else:  # today's env:// rendezvous: rank 0's worker hosts the store
+            assert (record["use_agent_store"], record["restart_count"]) == (None, None)
+            assert rank != 0 or not record["listening_before_start"]
+        assert record["attempt_sum"] == 2 * attempt  # only ranks of the same attempt paired
+    assert not seen[0, 2]["stale_key_seen"] and not seen[1, 2]["stale_key_seen"]
+    assert ("the workers' store is served here" in job.output(0)) is shared
     assert_no_process_left(job)

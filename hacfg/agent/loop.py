@@ -27,6 +27,7 @@ from hacfg.agent import checkpoints
 from hacfg.agent.classify import classify
 from hacfg.agent.culprit import evidence
 from hacfg.agent.culprit.analysis import NodeEvidence, describe_culprit
+from hacfg.agent.group import rendezvous
 from hacfg.agent.group.protocol import GroupLost, GroupRejected
 from hacfg.agent.group.signing import without_secret
 from hacfg.agent.prechecks import run_prechecks
@@ -174,6 +175,7 @@ class Agent:
             "HACFG_HEARTBEAT_FILE": str(self.heartbeat),
             "HACFG_HEARTBEAT_INTERVAL": f"{self._beat_interval():g}",
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
+            **(rendezvous.worker_env(budgets.attempt) if plan.agent_store else {}),
         }
         for doubt in plan.doubts:
             self.echo(f"[hacfg] {doubt}")
@@ -533,8 +535,10 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
                 + (" (hosted here)" if spec.leader else "")
             )
             secrets = default_state_dir(policy, 0)  # node 0's folder on the shared checkpoint storage
+            env = dict(os.environ)
+            workers_store = rendezvous.endpoint(env, list(options.command)) if spec.leader else None
             rounds = protocol.GroupRounds(
-                spec, policy, store_class, echo=echo, secret_folder=secrets, env=dict(os.environ)
+                spec, policy, store_class, echo=echo, secret_folder=secrets, env=env, workers_store=workers_store
             )
     agent = Agent(options, directory, log, rounds=rounds, node=node, echo=echo)
     if unserved is not None:

@@ -32,6 +32,7 @@ class Plan:
     resume_step: int | None = None
     resume_from: str | None = None
     doubts: tuple[str, ...] = ()  # what made the choice of that checkpoint uncertain: each node says it
+    agent_store: bool = False  # node 0's agent serves this round's store for the workers' rendezvous
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +41,7 @@ class Plan:
             "resume_step": self.resume_step,
             "resume_from": self.resume_from,
             "doubts": list(self.doubts),
+            "agent_store": self.agent_store,
         }
 
     @classmethod
@@ -50,6 +52,7 @@ class Plan:
             resume_step=data.get("resume_step"),
             resume_from=data.get("resume_from"),
             doubts=tuple(str(doubt) for doubt in data.get("doubts", ())),
+            agent_store=data.get("agent_store") is True,
         )
 
 

@@ -38,8 +38,8 @@ a ``nonce`` replayed from an earlier store is never answered, so nothing signed 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-import os
 import secrets
 import threading
 import time
@@ -51,9 +51,9 @@ from typing import Any, TypeVar
 from hacfg.agent.checkpoints import within
 from hacfg.agent.culprit.analysis import NodeEvidence
 from hacfg.agent.culprit.evidence import DEADLINE
-from hacfg.agent.group import signing
+from hacfg.agent.group import rendezvous, signing
 from hacfg.agent.group.discovery import GroupSpec
-from hacfg.agent.group.transport import first_line, listening_socket, network_errors
+from hacfg.agent.group.transport import first_line, network_errors, open_store
 from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import NodeState
 from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict, with_culprit
@@ -97,6 +97,7 @@ class GroupRounds:
         echo: Callable[[str], None],
         secret_folder: Path,
         env: dict[str, str],
+        workers_store: tuple[str, int] | None = None,
     ):
         self.spec = spec
         self.policy = policy
@@ -108,6 +109,8 @@ class GroupRounds:
         self.secret_file: Path | None = None  # the secret node 0 created, if it did
         self.store: Any = None
         self.served: Any = None  # on node 0, the store whose server runs in this process
+        self.workers_store = workers_store  # on node 0, where it serves the workers' store (see rendezvous.py)
+        self.workers_served: Any = None  # on node 0, this round's store for the workers
         self.answered: dict[int, str] = {}  # on node 0, the challenge each node's welcome answers
         self.plan: Plan | None = None
         self.state = NodeState()
@@ -159,27 +162,15 @@ class GroupRounds:
     def _store(self) -> Any:
         """A client of the group's store; on node 0 also its server, listening on the endpoint's
         address only where that is an address of this machine."""
-        timeout = timedelta(seconds=self.spec.timeout)
-        listen = listening_socket(self.spec.host, self.spec.port) if self.spec.leader else None
-        if self.spec.leader and listen is None and not self.said_exposed:
+        store, everywhere = open_store(
+            self.store_class, self.spec.host, self.spec.port, self.spec.timeout, serve=self.spec.leader
+        )
+        if everywhere and not self.said_exposed:
             self.said_exposed = True
             self.echo(
                 f"[hacfg] the group's store listens on every interface, port {self.spec.port}: "
                 f"{self.spec.host} is not an address of this machine, or names only its loopback"
             )
-        if listen is None:
-            store = self.store_class(
-                self.spec.host, self.spec.port, None, self.spec.leader, timeout, wait_for_workers=False
-            )
-        else:
-            fd = listen.detach()  # the store owns the socket from here on
-            try:
-                store = self.store_class(
-                    self.spec.host, self.spec.port, None, True, timeout, wait_for_workers=False, master_listen_fd=fd
-                )
-            except BaseException:
-                os.close(fd)
-                raise
         if self.spec.leader:
             self.served = store
         return store
@@ -322,8 +313,30 @@ class GroupRounds:
                     number, precheck_verdict(number, state.budgets, self.policy, f"node {rank}: {failure}", rank)
                 )
         plan = plan_round(number, state.budgets, self.policy)
+        if self.workers_store is not None:
+            plan = dataclasses.replace(plan, agent_store=self._serve_workers())
         self._put(f"r{number}/plan", number, plan.to_json())
         return plan.to_json()
+
+    def _serve_workers(self) -> bool:
+        """A fresh store for this round's workers, once every node has stopped the last round's: the
+        last round's keys and connections go with its store. False when the port cannot be had."""
+        assert self.workers_store is not None
+        host, port = self.workers_store
+        starting = self.workers_served is None
+        self.workers_served = None  # closes the last round's server, and frees the port
+        try:
+            self.workers_served, everywhere = open_store(self.store_class, host, port, self.spec.timeout, serve=True)
+        except (ConnectionError, RuntimeError) as err:  # torch's store errors are RuntimeErrors
+            self.echo(f"[hacfg] cannot serve the workers' store on {host}:{port} ({first_line(err)}); rank 0 hosts it")
+            return False
+        if starting:
+            self.echo(
+                f"[hacfg] the workers' store is served here on {host}:{port}"
+                + (" (every interface)" if everywhere else "")
+                + f"; {rendezvous.OFF}=1 leaves it to rank 0's worker"
+            )
+        return True
 
     def _publish_final(self, number: int, verdict: Verdict) -> dict[str, Any]:
         published = {"verdict": verdict.to_json()}
@@ -554,7 +567,7 @@ class GroupRounds:
             with contextlib.suppress(*network_errors(), RuntimeError):
                 if self.store.check(["abort"]):
                     time.sleep(ABORT_LINGER)
-        self.store = self.served = None
+        self.store = self.served = self.workers_served = None
 
     # -- signed values ----------------------------------------------------------------------------
 

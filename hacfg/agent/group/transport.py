@@ -7,6 +7,7 @@ import errno
 import ipaddress
 import os
 import socket
+from datetime import timedelta
 from typing import Any
 
 
@@ -23,6 +24,23 @@ def torch_store() -> Any | None:
         if quiet:  # read at import; the workers keep the user's own setting
             del os.environ["TORCH_CPP_LOG_LEVEL"]
     return TCPStore
+
+
+def open_store(store_class: Any, host: str, port: int, timeout: float, *, serve: bool) -> tuple[Any, bool]:
+    """A client of the store at ``host:port``; with ``serve`` also its server, in this process. And
+    whether that server listens on every interface (``host`` is not an address of this machine)."""
+    listen = listening_socket(host, port) if serve else None
+    if listen is None:
+        return store_class(host, port, None, serve, timedelta(seconds=timeout), wait_for_workers=False), serve
+    fd = listen.detach()  # the store owns the socket from here on
+    try:
+        store = store_class(
+            host, port, None, True, timedelta(seconds=timeout), wait_for_workers=False, master_listen_fd=fd
+        )
+    except BaseException:
+        os.close(fd)
+        raise
+    return store, False
 
 
 def listening_socket(host: str, port: int) -> socket.socket | None:

@@ -45,6 +45,7 @@ BOOT = (
 INTERPRETER = re.compile(r"python[0-9.]*$")
 FLAGS = "bBdEIOPqRsSuv"  # interpreter options without a value, kept for the warm interpreter
 LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")  # they start workers of their own
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"  # an attempt's own, when its workers use the agent's store
 FORK_TIMEOUT = 5.0
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -104,7 +105,7 @@ def python_entry(command: list[str], path: str | None) -> Entry | str:
 
 def interpreter_env(env: dict[str, str]) -> dict[str, str]:
     """The attempt's environment without its own variables: what a warm interpreter may see at import."""
-    return {key: value for key, value in env.items() if not key.startswith("HACFG_")}
+    return {key: value for key, value in env.items() if not key.startswith("HACFG_") and key != RESTART_COUNT}
 
 
 class Stale(Exception):

@@ -61,6 +61,9 @@ _PR_SET_PDEATHSIG = 1
 _IOPRIO_WHO_PROCESS, _IOPRIO_CLASS_IDLE, _IOPRIO_CLASS_SHIFT = 1, 3, 13
 _SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30}
 _DEVICES = ("/dev/nvidia", "/dev/davinci", "/dev/kfd", "/dev/dri/", "/dev/accel/")
+# What a package imports on its first use rather than at its import, preloaded with it where installed:
+# torch's first optimizer step imports torch._dynamo, which takes about as long as ``import torch``.
+_FIRST_USE = {"torch": "torch._dynamo"}
 
 
 def serve() -> None:
@@ -79,6 +82,8 @@ def serve() -> None:
         sys.path[0] = path0  # '' under -c
     named = config["preload"] is not None  # --preload: a name not found is an import that fails
     preloaded, skipped = _installed(config["preload"] if named else _imports_of(config), path0, missing_ok=not named)
+    if not named:
+        preloaded = _with_first_use(preloaded)
     failure = _import_quietly(preloaded) or _accelerator_in_use()
     if failure:
         print(f"warm interpreter {os.getpid()} cannot serve: {failure}", flush=True)
@@ -175,8 +180,18 @@ def _imports_of(config: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _module_source(name: str) -> str | None:
-    """The file ``python -m NAME`` runs, found along ``sys.path`` without importing anything."""
+def _with_first_use(names: list[str]) -> list[str]:
+    """``names``, and what their packages import on first use where the installed version has it."""
+    later = [
+        module
+        for top, module in _FIRST_USE.items()
+        if module not in names and any(name.split(".")[0] == top for name in names) and _find(module) is not None
+    ]
+    return names + later
+
+
+def _find(name: str) -> importlib.machinery.ModuleSpec | None:
+    """Where module ``name`` is, found along ``sys.path`` without importing anything (not even its parents)."""
     search: list[str] | None = None
     spec = None
     for part in name.split("."):
@@ -184,6 +199,12 @@ def _module_source(name: str) -> str | None:
         if spec is None:
             return None
         search = list(spec.submodule_search_locations or [])
+    return spec
+
+
+def _module_source(name: str) -> str | None:
+    """The file ``python -m NAME`` runs, found along ``sys.path`` without importing anything."""
+    spec = _find(name)
     if spec is not None and spec.submodule_search_locations:
         spec = importlib.machinery.PathFinder.find_spec("__main__", list(spec.submodule_search_locations))
     return spec.origin if spec is not None and spec.has_location else None

@@ -2,6 +2,7 @@
 
 Usage: torch_probe.py RECORDS. Each attempt writes RECORDS/attempt-N.json; attempt 1 first waits
 until its warm interpreter is ready (so attempt 2 starts warm), and kills itself after recording.
+Each takes an optimizer step, which imports ``torch._dynamo`` unless it was imported already.
 """
 
 import json
@@ -33,14 +34,21 @@ def loaded(context):
 if __name__ == "__main__":
     records = Path(sys.argv[1])
     attempt = int(os.environ["HACFG_ATTEMPT"])
+    dynamo_at_start = "torch._dynamo" in sys.modules
     if attempt == 1:
         log = Path(os.environ["HACFG_HEARTBEAT_FILE"]).with_name("warm.log")
         while " ready:" not in (log.read_text() if log.exists() else ""):
             time.sleep(0.05)
     fork, fork_draws = loaded("fork")
     spawn, spawn_draws = loaded("spawn")
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.5)
+    weight.sum().backward()
+    optimizer.step()
     record = {
         "cuda_initialized_at_start": torch.cuda.is_initialized(),
+        "dynamo_at_start": dynamo_at_start,
+        "stepped": weight.tolist(),
         "cuda_available": torch.cuda.is_available(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "threads": torch.get_num_threads(),

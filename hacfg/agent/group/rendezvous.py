@@ -1,0 +1,39 @@
+"""The workers' own store, served by node 0's agent, as torchrun's agent serves it.
+
+torch's ``env://`` rendezvous (``init_process_group`` without a store) makes rank 0's worker host a
+``TCPStore`` on ``MASTER_ADDR:MASTER_PORT``; the other ranks connect to it, and one that connects
+before rank 0's new worker listens sleeps a fixed second before it tries again. With
+``TORCHELASTIC_USE_AGENT_STORE=True`` every rank only connects, to a store its agent already serves.
+Node 0's agent serves one on ``MASTER_PORT``, a fresh one for each round, opened once every node
+has stopped its workers of the last round and before the round's plan is published: no key of an
+earlier attempt is ever read in a later one, and a worker of an earlier attempt, whose connection
+went with its store, cannot join a later one (torch's client adds no per-attempt prefix in this
+mode: it expects a new store each attempt).
+
+Only for a Python command with ``MASTER_ADDR`` and ``MASTER_PORT`` set: torchrun, or a shell
+script, rendezvous by themselves. ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (torchrun's own switch)
+turns it off, and rank 0's worker hosts the store again.
+"""
+
+from __future__ import annotations
+
+from hacfg.agent.process.warm import RESTART_COUNT, Entry, python_entry
+
+USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def endpoint(env: dict[str, str], command: list[str]) -> tuple[str, int] | None:
+    """Where node 0's agent serves the workers' store: ``MASTER_ADDR:MASTER_PORT``; None when it
+    does not (turned off, not a Python command, no such variables)."""
+    host, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "").strip()
+    if env.get(OFF) == "1" or not host or not port.isdigit() or not 0 < int(port) < 1 << 16:
+        return None
+    if not isinstance(python_entry(command, env.get("PATH")), Entry):
+        return None  # a launcher or a shell: how its workers meet is its own business
+    return host, int(port)
+
+
+def worker_env(attempt: int) -> dict[str, str]:
+    """What tells a worker's ``env://`` rendezvous to connect to the agent's store, for this attempt."""
+    return {USE_AGENT_STORE: str(True), RESTART_COUNT: str(attempt - 1)}
