@@ -51,6 +51,7 @@ class Job:
     torchrun: bool = False
     warm: bool = False  # restarts forked from warm interpreters (a cold attempt waits until the next one is ready)
     precheck: bool = False
+    steps: int = STEPS
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)
     wrap: dict[int, list[str]] = field(default_factory=dict)  # a command to run a node's agent under
     state_dirs: dict[int, Path] = field(default_factory=dict)  # default: CHECKPOINT/.hacfg/node-RANK
@@ -62,7 +63,7 @@ class Job:
         self.ckpt, self.out = self.root / "ckpt", self.root / "out"
 
     def command(self, rank: int) -> list[str]:
-        train = [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(STEPS), "--every", str(EVERY)]
+        train = [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(self.steps), "--every", str(EVERY)]
         train += [f"--fault={spec}" for spec in self.faults]
         warm = ("--preload", PRELOAD) if self.warm else ("--no-warm",)
         if self.warm:

@@ -10,6 +10,7 @@ then say what was seen of them, so the verdict can say what it does not know.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -77,6 +78,31 @@ def collect(session: int, folder: Path, node: int, step: int | None, deadline: f
     return evidence
 
 
+def arrivals(session: int, folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[list[int]]]:
+    """Per rank of the attempt's ``session``, the collectives its flight recorder holds and when the
+    rank enqueued each: ``[process group, sequence number, ns]``. Only the pipe is poked, never the
+    stacks signal: this runs while training goes on. A rank that has not answered by the deadline
+    is left out of this sample."""
+    asked_at = time.time()
+    armed = [pid for pid in _session(session) if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
+    for pid in armed:
+        _poke(folder / f"{pid}.fifo")
+    fresh = functools.partial(_answer, asked_at=asked_at, slack=0.0)  # the last sample's answer is no answer
+    _wait_until(lambda: all(fresh(folder / f"{pid}.json") is not None for pid in armed), time.monotonic() + deadline)
+    found: dict[int, list[list[int]]] = {}
+    for pid in armed:
+        answer = fresh(folder / f"{pid}.json")
+        if answer is None or not isinstance(answer.get("rank"), int):
+            continue
+        entries = (answer.get("flight_recorder") or {}).get("entries") or []
+        found[answer["rank"]] = [
+            [int(e["pg_id"]), int(e["collective_seq_id"]), int(e["time_created_ns"])]
+            for e in entries
+            if not e.get("is_p2p") and e.get("time_created_ns")
+        ]
+    return found
+
+
 def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvidence | None:
     """What one process showed; None for a process that is no rank (a launcher, a shell, a loader)."""
     state = _state(pid)
@@ -130,12 +156,12 @@ def _dumped(folder: Path, pid: int, size: int) -> bool:
     return _state(pid) in (GONE, "zombie") or _size(folder / f"{pid}.stacks") > size
 
 
-def _answer(path: Path, asked_at: float) -> dict[str, Any] | None:
+def _answer(path: Path, asked_at: float, slack: float = 1.0) -> dict[str, Any] | None:
     try:
         found = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return found if isinstance(found, dict) and found.get("taken", 0) >= asked_at - 1 else None
+    return found if isinstance(found, dict) and found.get("taken", 0) >= asked_at - slack else None
 
 
 def _poke(fifo: Path) -> None:
