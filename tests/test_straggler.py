@@ -153,16 +153,29 @@ def test_the_score_gauge_names_the_straggler(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("faults", [("slow:1:4",), ()], ids=["rank-1-twice-as-slow", "unperturbed"])
-def test_a_rank_with_twice_the_compute_is_named_and_an_unperturbed_run_names_none(tmp_path, faults):
+def test_a_rank_with_twice_the_compute_is_named_and_moved_from_and_an_unperturbed_run_names_none(tmp_path, faults):
+    """Two agents around train_ddp.py; the scenario prices a move (10 hours left, 1-minute restarts):
+    the straggler is named by node 0, and at the next checkpoint every node exits 138."""
     pytest.importorskip("torch")
     from test_multinode import Job
 
-    job = Job(tmp_path, 2, options=("--hang-timeout", "60s"), faults=faults, steps=40)
+    config = tmp_path / "ha.yaml"
+    config.write_text(
+        "version: 1\nscenario: multi-node\njob: {nodes: 2, accelerator: cpu, network: ethernet, duration: 10h}\n"
+        f"checkpoint: {{path: {tmp_path / 'ckpt'}, interval: 10m}}\nrestart: {{max: 3}}\n"
+        "reliability: {restart_time: 1m}\n"
+    )
+    job = Job(tmp_path, 2, options=("--config", str(config), "--hang-timeout", "60s"), faults=faults, steps=48)
     codes = job.run()
-    assert codes == {0: 0, 1: 0}, job.output(0)[-3000:]
     named = [e for e in job.events(0) if e["event"] == "straggler"]
-    if faults:
-        assert [(e["node"], e["rank"]) for e in named] == [(1, 1)], job.output(0)[-3000:]
-        assert named[0]["slowdown"] >= THRESHOLD and named[0]["score"] <= 1 / THRESHOLD
-    else:
-        assert named == []
+    if not faults:
+        assert (codes, named) == ({0: 0, 1: 0}, []), job.output(0)[-3000:]
+        return
+    assert codes == {0: 138, 1: 138}, job.output(0)[-3000:]
+    (found,) = named
+    assert (found["node"], found["rank"], found["action"]) == (1, 1, "restart_elsewhere"), found
+    assert found["slowdown"] >= THRESHOLD and found["score"] <= 1 / THRESHOLD
+    for node in (0, 1):
+        (decision,) = job.decisions(node)
+        assert (decision["cause"], decision["action"]) == ("straggler", "job_reschedule"), decision
+        assert decision["cause_reason"].startswith("straggler on node 1 rank 1: moving the job elsewhere after ")

@@ -83,6 +83,7 @@ def main() -> int:
     saving = Path(args.ckpt) / ".saving"  # rank 0 is inside the save a kill-in-save fault waits for
 
     for step in range(start + 1, args.steps + 1):
+        began = time.monotonic()
         data = torch.Generator().manual_seed(step * 1000 + rank)
         inputs, targets = torch.randn(8, 16, generator=data), torch.randn(8, 4, generator=data)
         optimizer.zero_grad()
@@ -91,7 +92,9 @@ def main() -> int:
         skip = False
         optimizer.step()
         say(f"rank {rank} step {step} at {time.time():.3f}")
-        time.sleep(args.step_time * (2 if slow else 1))
+        time.sleep(args.step_time)
+        if slow:  # the step's work once more: the last to arrive, this rank hardly waits in the all-reduce
+            time.sleep(time.monotonic() - began)
         for spec, (kind, where, when, on_attempt) in zip(args.fault, faults, strict=True):
             fired = Path(args.ckpt) / f".fault-{spec.replace(':', '-')}"
             if (where, when) == (rank, step) and on_attempt in (None, attempt) and not fired.exists():
