@@ -57,7 +57,8 @@ class Pair:
             folder = evidence.folder_for(root / f"node-{number}", 1)
             argv = [sys.executable, str(CHILD), str(number), "2", port, "slow", str(faulty), str(COMPUTE)]
             proc = subprocess.Popen(
-                argv, env=evidence.armed({**os.environ}, folder), stdout=subprocess.PIPE, start_new_session=True
+                argv, env=evidence.armed({**os.environ}, folder), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                start_new_session=True,
             )
             self.procs.append((proc, folder))
             threading.Thread(target=self._read, args=(number, proc), daemon=True).start()

@@ -101,7 +101,7 @@ class Agent:
         self.session: int | None = None  # the running attempt's session (its leader's pid)
         # what the phases took so far, kept in the job's state (taken over in _run)
         self.learned = Learned(policy.learn_floor, policy.learn_beyond_timeout)
-        self.moving: str | None = None  # why the running attempt is stopped to move the job elsewhere
+        self.moving: tuple[int, str] | None = None  # the straggler's node, and why the attempt is stopped to move
         self.saves = None
         if policy.checkpoint_path is not None and policy.checkpoint_interval:
             self.saves = checkpoints.SaveWatch(policy.checkpoint_path, policy.checkpoint_interval, self._saves_overdue)
@@ -271,9 +271,10 @@ class Agent:
         if result.exit_code == 0 and not result.hung:
             self.events.write(Event.ATTEMPT_EXIT, cause=Ending.SUCCESS, **exit_fields)
             return Outcome(self.rank, Ending.SUCCESS, "finished", 0)
-        if result.stop_reason is not None and result.stop_reason == self.moving:
-            self.events.write(Event.ATTEMPT_EXIT, cause=Ending.STRAGGLER, reason=self.moving, **exit_fields)
-            return Outcome(self.rank, Ending.STRAGGLER, self.moving, RETRY_ELSEWHERE)
+        if self.moving is not None and result.stop_reason == self.moving[1]:
+            node, reason = self.moving
+            self.events.write(Event.ATTEMPT_EXIT, cause=Ending.STRAGGLER, reason=reason, **exit_fields)
+            return Outcome(self.rank, Ending.STRAGGLER, reason, RETRY_ELSEWHERE, seen_on=node)
         if result.stop_reason is not None:  # the round ended elsewhere first
             self.events.write(Event.ATTEMPT_EXIT, cause=Ending.PEER, reason=result.stop_reason, **exit_fields)
             return Outcome(self.rank, Ending.ENVIRONMENT, result.stop_reason, failure.code, peer=True)
@@ -343,6 +344,7 @@ class Agent:
             score=pace.score,
             slowdown=pace.slowdown,
             collectives=pace.collectives,
+            since=stamp(datetime.fromtimestamp(pace.since, UTC)),
             step=reported_step(self.heartbeat, started),
             action=price.action,
             reason=price.reason,
@@ -350,18 +352,20 @@ class Agent:
         )
         if price.action == StragglerAction.RESTART_ELSEWHERE:
             threading.Thread(
-                target=self._move_at_next_checkpoint, args=(where, supervisor), daemon=True, name="hacfg-move"
+                target=self._move_at_next_checkpoint, args=(pace, supervisor), daemon=True, name="hacfg-move"
             ).start()
 
-    def _move_at_next_checkpoint(self, where: str, supervisor: Supervisor) -> None:
+    def _move_at_next_checkpoint(self, pace: straggler.Pace, supervisor: Supervisor) -> None:
         """Stop the attempt once a checkpoint newer than the current one is complete: nothing is lost."""
         path = self.policy.checkpoint_path
         before = checkpoints.newest_complete(path)
         while supervisor.stop_reason is None:
             found = checkpoints.newest_complete(path)
             if found is not None and (before is None or found.step > before.step):
-                self.moving = f"straggler on {where}: moving the job elsewhere after checkpoint step {found.step}"
-                supervisor.request_stop(self.moving)
+                why = f"straggler on node {pace.node} rank {pace.rank}: "
+                why += f"moving the job elsewhere after step {found.step}"
+                self.moving = pace.node, why
+                supervisor.request_stop(why)
                 return
             time.sleep(1.0)
 

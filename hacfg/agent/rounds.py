@@ -64,6 +64,7 @@ class Outcome:
     code: int = 0  # the shell's view: exit code, or 128 + signal
     peer: bool = False  # a consequence of another node's failure: recorded, never the round's cause
     seq: int = 0  # the order in which the group heard the reports
+    seen_on: int | None = None  # the node the cause is on, when not the reporting one (a straggler's)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -147,7 +148,8 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
     if moved is not None:  # the leader stopped the round on purpose: the others' errors follow from it
         action = Action.POD_RESCHEDULE if policy.pod_reschedules else Action.JOB_RESCHEDULE
         detail = "a straggler: retry elsewhere"
-        return verdict(Ending.STRAGGLER, moved.reason, moved.rank, action, detail, RETRY_ELSEWHERE)
+        where = moved.rank if moved.seen_on is None else moved.seen_on
+        return verdict(Ending.STRAGGLER, moved.reason, where, action, detail, RETRY_ELSEWHERE)
     if not failures:
         return verdict(Ending.SUCCESS, "every worker finished", 0, Action.SUCCESS, "done", 0)
     first = failures[0]

@@ -38,6 +38,7 @@ class Pace:
     rank: int
     slowdown: float  # its compute over the others' median: 2.0 for twice as long
     collectives: int  # how many collectives the median is over
+    since: float = 0.0  # when the window began: the first of its collectives ended (seconds since the epoch)
 
     @property
     def score(self) -> float:
@@ -71,19 +72,20 @@ class Pacer:
         ranks = sorted(self.nodes)
         if len(ranks) < 2:
             return []
-        ratios: dict[int, list[float]] = {rank: [] for rank in ranks}
+        ratios: dict[int, list[tuple[float, int]]] = {rank: [] for rank in ranks}  # (ratio, when the step began)
         for before, after in _consecutive(key for key, seen in sorted(self.arrived.items()) if len(seen) == len(ranks)):
             ended = max(self.arrived[before].values())
             compute = {rank: max(self.arrived[after][rank] - ended, 0) for rank in ranks}
             for rank in ranks:
                 others = statistics.median(c for r, c in compute.items() if r != rank)
                 if others > 0:
-                    ratios[rank].append(compute[rank] / others)
+                    ratios[rank].append((compute[rank] / others, ended))
         found = []
         for rank in ranks:
             newest = ratios[rank][-self.window :]
             if newest:
-                found.append(Pace(self.nodes[rank], rank, round(statistics.median(newest), 3), len(newest)))
+                slowdown = round(statistics.median(ratio for ratio, _ in newest), 3)
+                found.append(Pace(self.nodes[rank], rank, slowdown, len(newest), newest[0][1] / 1e9))
         return found
 
 

@@ -14,8 +14,8 @@ Each attempt's span, from ``attempt_start`` to ``attempt_exit``, is cut at five 
   (``save_s``: ``hacfg.checkpoint.save_step`` writes it; for other layouts, the spread of the
   files' modification times). Google's goodput library counts it apart too, and so does
   ``hacfg plan``: ETTR here and there is productive compute over wall time.
-* **fail-slow**: within the productive span, from the moment a straggler was named
-  (``straggler``) to its end, the share of the time the slowdown added: ``1 - 1/slowdown``.
+* **fail-slow**: within the productive span, from the start of the window a straggler was
+  named on (``straggler``'s ``since``) to its end, the share of the time the slowdown added: ``1 - 1/slowdown``.
   The job ran at the slowest rank's pace; this is what a healthy rank would have saved.
 * **lost**: from that checkpoint to the fault: work that was thrown away and done again. The
   fault is the stop signal or the exit; for a hang, the last sign of life. With
@@ -81,7 +81,7 @@ class Attempt:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     kept: dict[str, Any] | None = None  # the checkpoint its productive time runs up to
     next_start: datetime | None = None
-    slow: tuple[datetime, float] | None = None  # when a straggler was first named, and its slowdown
+    slow: tuple[datetime, float] | None = None  # since when a straggler was seen, and its slowdown
     cut: bool = False  # no attempt_exit: the agent itself was stopped during it
     running: bool = False  # still running at the moment the breakdown is taken
 
@@ -122,7 +122,7 @@ class Attempt:
         return min(total, max((kept - alive).total_seconds(), 0.0))
 
     def slowed(self, alive: datetime, kept: datetime) -> timedelta:
-        """What the straggler added to the work kept since it was named."""
+        """What the straggler added to the work kept since it was seen."""
         if self.slow is None:
             return timedelta(0)
         named, slowdown = self.slow
@@ -171,7 +171,8 @@ def attempts(events: list[dict[str, Any]], node: int | None = None, now: datetim
         elif kind == Event.FIRST_ACTIVITY:
             current.first_activity = current.start + timedelta(seconds=float(event.get("after", 0)))
         elif kind == Event.STRAGGLER and current.slow is None:
-            current.slow = time, float(event.get("slowdown") or 0)
+            since = parse_time(event["since"]) if event.get("since") else time  # the window the verdict rests on
+            current.slow = min(since, time), float(event.get("slowdown") or 0)
         elif kind == Event.HANG:
             current.hang, current.idle = time, float(event.get("idle", event.get("timeout", 0)))
         elif kind == Event.ATTEMPT_EXIT:
