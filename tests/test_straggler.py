@@ -213,3 +213,11 @@ def test_samples_meet_at_node_0_signed_and_a_forged_one_is_left_out(tmp_path):
     finally:
         follower.close()
         leader.close()
+
+
+def test_the_flight_recorder_is_cut_to_what_the_hook_reads_unless_the_job_sized_it(tmp_path):
+    from hacfg.agent.culprit import evidence
+
+    assert evidence.armed({}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == str(evidence.RECORDED)
+    assert evidence.armed({"TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}, tmp_path).get("TORCH_FR_BUFFER_SIZE") is None
+    assert evidence.armed({"TORCH_FR_BUFFER_SIZE": "5000"}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == "5000"

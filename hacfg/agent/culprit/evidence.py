@@ -30,6 +30,8 @@ SITE = Path(__file__).with_name("site")
 DEADLINE = 2.0  # seconds from the request to the summary, whatever has not answered
 KEEP = 3  # attempts whose evidence is kept
 FRAMES = 8  # of each stack, in the summary sent to node 0
+FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # the flight recorder's ring of entries (NCCL's and gloo's)
+RECORDED = 4 * hook.ENTRIES
 SETTLE = 0.05  # seconds for the hook's thread to park again between its answer and the stacks signal
 _STATES = {"R": "running", "S": "sleeping", "D": "disk", "T": STOPPED, "t": STOPPED, "Z": "zombie", "X": GONE}
 _FRAME = re.compile(r'\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)')
@@ -48,9 +50,15 @@ def folder_for(state_dir: Path, attempt: int) -> Path:
 
 
 def armed(env: dict[str, str], folder: Path) -> dict[str, str]:
-    """The command's environment with the hook armed: every Python process it starts loads it."""
+    """The command's environment with the hook armed: every Python process it starts loads it.
+
+    torch's flight recorder keeps 2,000 entries unless told otherwise, and a dump serialises all
+    of them (0.1-0.3 s on a loaded CPU, holding the GIL for the parse): too slow to sample every
+    second. The hook reads only the newest few, so the buffer is cut to :data:`RECORDED` (a dump
+    then takes about 2 ms), unless the job sized it itself."""
     path = [str(SITE), *filter(None, [env.get("PYTHONPATH")])]
-    return {**env, hook.ENV: str(folder), "PYTHONPATH": os.pathsep.join(path)}
+    buffer = {} if {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} & env.keys() else {FR_BUFFER: str(RECORDED)}
+    return {**env, **buffer, hook.ENV: str(folder), "PYTHONPATH": os.pathsep.join(path)}
 
 
 def collect(session: int, folder: Path, node: int, step: int | None, deadline: float = DEADLINE) -> NodeEvidence:
