@@ -186,19 +186,20 @@ class Agent:
         if folder is not None:
             env = evidence.armed(env, folder)
 
+        over = threading.Event()  # the attempt ended
         pacing = (
             straggler.Watch(
                 self.rank,
                 sample=lambda: evidence.arrivals(self.session, folder) if self.session is not None else {},
                 share=self.rounds.pace,
-                found=lambda pace: self._straggler(plan, started, pace, supervisor),
+                found=lambda pace: self._straggler(plan, started, pace, supervisor, over),
             )
             if folder is not None
-            else contextlib.nullcontext()
+            else None
         )
 
         def witness() -> NodeEvidence:
-            if isinstance(pacing, straggler.Watch):
+            if pacing is not None:
                 pacing.stop()  # one asker at a time: the stacks signal must not meet the hook's thread at work
             return self._witness(folder, started)
 
@@ -244,8 +245,9 @@ class Agent:
             keep=self.warm.keep,
         )
         try:
-            with self.rounds.watch(supervisor.request_stop, witness), pacing:
+            with self.rounds.watch(supervisor.request_stop, witness), pacing or contextlib.nullcontext():
                 result = supervisor.run()
+            over.set()
         except OSError as err:  # the command could not be started at all
             self.echo(f"[hacfg] cannot run {self.command[0]!r}: {err.strerror or err}")
             self.events.write(
@@ -326,7 +328,9 @@ class Agent:
             return NodeEvidence(self.rank, (), step)
         return evidence.collect(self.session, folder, self.rank, step)
 
-    def _straggler(self, plan: Plan, started: float, pace: straggler.Pace, supervisor: Supervisor) -> None:
+    def _straggler(
+        self, plan: Plan, started: float, pace: straggler.Pace, supervisor: Supervisor, over: threading.Event
+    ) -> None:
         """A rank straggles (seen where the group's samples meet): say so once, price what to do,
         and to move the job, stop the round at its next complete checkpoint."""
         price = straggler_price(pace.slowdown, self._remaining(), self.policy.restart_time)
@@ -352,14 +356,14 @@ class Agent:
         )
         if price.action == StragglerAction.RESTART_ELSEWHERE:
             threading.Thread(
-                target=self._move_at_next_checkpoint, args=(pace, supervisor), daemon=True, name="hacfg-move"
+                target=self._move_at_next_checkpoint, args=(pace, supervisor, over), daemon=True, name="hacfg-move"
             ).start()
 
-    def _move_at_next_checkpoint(self, pace: straggler.Pace, supervisor: Supervisor) -> None:
+    def _move_at_next_checkpoint(self, pace: straggler.Pace, supervisor: Supervisor, over: threading.Event) -> None:
         """Stop the attempt once a checkpoint newer than the current one is complete: nothing is lost."""
         path = self.policy.checkpoint_path
         before = checkpoints.newest_complete(path)
-        while supervisor.stop_reason is None:
+        while supervisor.stop_reason is None and not over.wait(1.0):
             found = checkpoints.newest_complete(path)
             if found is not None and (before is None or found.step > before.step):
                 why = f"straggler on node {pace.node} rank {pace.rank}: "
@@ -367,7 +371,6 @@ class Agent:
                 self.moving = pace.node, why
                 supervisor.request_stop(why)
                 return
-            time.sleep(1.0)
 
     def _remaining(self) -> float | None:
         """The compute the run still needs, at most: job.duration less the wall time since the
