@@ -50,7 +50,7 @@ def test_an_attempt_cut_by_the_agents_own_end_is_lost_after_its_start_up():
     ))
     first = result.attempts[0]
     assert (first.cut, first.action) == (True, "proc_restart")
-    assert first.seconds() == {"startup": 2, "productive": 0, "save": 0, "lost": 28, "hang_wait": 0, "grace": 0, "restart": 0}
+    assert first.seconds() == {"startup": 2, "productive": 0, "save": 0, "fail_slow": 0, "lost": 28, "hang_wait": 0, "grace": 0, "restart": 0}
     assert result.totals["restart"] == 0 and result.totals["other"] == approx(1)  # agent start to the next attempt
     assert sum(result.totals.values()) == approx(result.wall)
 
@@ -67,7 +67,7 @@ def test_steps_reported_count_the_steps_thrown_away_and_a_group_is_measured_on_n
     result = breakdown(events)
     (only,) = result.attempts
     assert only.node == 0 and only.lost_steps() == 7
-    assert only.seconds() == {"startup": 1, "productive": 4, "save": 0, "lost": 0.5, "hang_wait": 0, "grace": 0.5, "restart": 0}
+    assert only.seconds() == {"startup": 1, "productive": 4, "save": 0, "fail_slow": 0, "lost": 0.5, "hang_wait": 0, "grace": 0.5, "restart": 0}
 
 
 def test_a_record_without_a_time_is_an_error_at_its_line(tmp_path, cli):

@@ -54,6 +54,7 @@ class Job:
     torchrun: bool = False
     warm: bool = False  # restarts forked from warm interpreters (a cold attempt waits until the next one is ready)
     precheck: bool = False
+    steps: int = STEPS
     node_env: dict[int, dict[str, str]] = field(default_factory=dict)
     wrap: dict[int, list[str]] = field(default_factory=dict)  # a command to run a node's agent under
     state_dirs: dict[int, Path] = field(default_factory=dict)  # default: CHECKPOINT/.hacfg/node-RANK
@@ -65,7 +66,7 @@ class Job:
         self.ckpt, self.out = self.root / "ckpt", self.root / "out"
 
     def command(self, rank: int) -> list[str]:
-        train = list(self.script) or [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(STEPS), "--every", str(EVERY)]
+        train = list(self.script) or [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(self.steps), "--every", str(EVERY)]
         train += [f"--fault={spec}" for spec in self.faults]
         warm = ("--preload", PRELOAD) if self.warm else ("--no-warm",)
         if self.warm:
@@ -393,6 +394,8 @@ def test_a_node_that_cannot_see_the_chosen_checkpoint_fails_the_round_instead_of
 def test_workers_meet_in_node_0s_agent_store_a_fresh_one_each_attempt(tmp_path, shared):
     """torch's env:// rendezvous connects every rank to the store node 0's agent serves on MASTER_PORT,
     a new one each attempt; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 leaves it to rank 0's worker again."""
+    import torch.distributed
+
     off = {} if shared else {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     job = Job(tmp_path, 2, node_env=dict.fromkeys(range(2), off))
     records = job.ckpt / "records"

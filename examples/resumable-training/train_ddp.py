@@ -18,6 +18,7 @@ that attempt only when ATTEMPT is given:
   collective     print a gloo error as a collective would, then exit 1
   raise          raise a Python exception (a user error)
   kill-in-save   wait until rank 0 is inside the next checkpoint save, then SIGKILL itself
+  slow           compute twice as long from then on (a fail-slow rank: the others wait for it)
 """
 
 from __future__ import annotations
@@ -78,10 +79,11 @@ def main() -> int:
         # starts at step 1 or resumes at step 9; otherwise a resumed run differs in the last bits.
         ddp = DistributedDataParallel(model, find_unused_parameters=True)
     faults = [parse(spec) for spec in args.fault]
-    skip = False
+    skip = slow = False
     saving = Path(args.ckpt) / ".saving"  # rank 0 is inside the save a kill-in-save fault waits for
 
     for step in range(start + 1, args.steps + 1):
+        began = time.monotonic()
         data = torch.Generator().manual_seed(step * 1000 + rank)
         inputs, targets = torch.randn(8, 16, generator=data), torch.randn(8, 4, generator=data)
         optimizer.zero_grad()
@@ -91,6 +93,8 @@ def main() -> int:
         optimizer.step()
         say(f"rank {rank} step {step} at {time.time():.3f}")
         time.sleep(args.step_time)
+        if slow:  # the step's work once more: the last to arrive, this rank hardly waits in the all-reduce
+            time.sleep(time.monotonic() - began)
         for spec, (kind, where, when, on_attempt) in zip(args.fault, faults, strict=True):
             fired = Path(args.ckpt) / f".fault-{spec.replace(':', '-')}"
             if (where, when) == (rank, step) and on_attempt in (None, attempt) and not fired.exists():
@@ -98,6 +102,7 @@ def main() -> int:
                 fired.touch()
                 say(f"rank {rank} fault {kind} at {time.time():.3f}")
                 skip = skip or kind == "skip"
+                slow = slow or kind == "slow"
                 fire(kind, saving)
         if step % args.every == 0:
             if rank == 0:

@@ -10,6 +10,7 @@ from the same checkpoint and ends it with the same decision.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hacfg import heartbeat
 from hacfg.agent import checkpoints
 from hacfg.agent.classify import classify
-from hacfg.agent.culprit import evidence
+from hacfg.agent.culprit import evidence, straggler
 from hacfg.agent.culprit.analysis import NodeEvidence, describe_culprit
 from hacfg.agent.group import rendezvous
 from hacfg.agent.group.protocol import GroupLost, GroupRejected
@@ -38,12 +39,13 @@ from hacfg.agent.process.warm import WarmStarts
 from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import EventLog, NodeState, StateStore, refuse_links, stamp
 from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict, resume_visible
+from hacfg.plan.model import straggler_price
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.precheck import PrecheckContext, PrecheckSettings
 from hacfg.plugin.recovery import Failure, Restart, SavedCheckpoint
 from hacfg.restart.learning import Learned
 from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy
-from hacfg.restart.vocabulary import Action, Cause, Ending, Event
+from hacfg.restart.vocabulary import Action, Cause, Ending, Event, StragglerAction
 
 if TYPE_CHECKING:
     from hacfg.agent.options import RunOptions
@@ -100,6 +102,7 @@ class Agent:
         self.session: int | None = None  # the running attempt's session (its leader's pid)
         # what the phases took so far, kept in the job's state (taken over in _run)
         self.learned = Learned(policy.learn_floor, policy.learn_beyond_timeout)
+        self.moving: tuple[int, str] | None = None  # the straggler's node, and why the attempt is stopped to move
         self.saves = None
         if policy.checkpoint_path is not None and policy.checkpoint_interval:
             self.saves = checkpoints.SaveWatch(policy.checkpoint_path, policy.checkpoint_interval, self._saves_overdue)
@@ -185,7 +188,21 @@ class Agent:
         if folder is not None:
             env = evidence.armed(env, folder)
 
+        over = threading.Event()  # the attempt ended
+        pacing = (
+            straggler.Watch(
+                self.rank,
+                sample=lambda: evidence.arrivals(self.session, folder) if self.session is not None else {},
+                share=self.rounds.pace,
+                found=lambda pace: self._straggler(plan, started, pace, supervisor, over),
+            )
+            if folder is not None
+            else None
+        )
+
         def witness() -> NodeEvidence:
+            if pacing is not None:
+                pacing.stop()  # one asker at a time: the stacks signal must not meet the hook's thread at work
             return self._witness(folder, started)
 
         start = self.warm.start(env)
@@ -230,8 +247,9 @@ class Agent:
             keep=self.warm.keep,
         )
         try:
-            with self.rounds.watch(supervisor.request_stop, witness):
+            with self.rounds.watch(supervisor.request_stop, witness), pacing or contextlib.nullcontext():
                 result = supervisor.run()
+            over.set()
         except OSError as err:  # the command could not be started at all
             self.echo(f"[hacfg] cannot run {self.command[0]!r}: {err.strerror or err}")
             self.events.write(
@@ -257,6 +275,10 @@ class Agent:
         if result.exit_code == 0 and not result.hung:
             self.events.write(Event.ATTEMPT_EXIT, cause=Ending.SUCCESS, **exit_fields)
             return Outcome(self.rank, Ending.SUCCESS, "finished", 0)
+        if self.moving is not None and result.stop_reason == self.moving[1]:
+            node, reason = self.moving
+            self.events.write(Event.ATTEMPT_EXIT, cause=Ending.STRAGGLER, reason=reason, **exit_fields)
+            return Outcome(self.rank, Ending.STRAGGLER, reason, RETRY_ELSEWHERE, seen_on=node)
         if result.stop_reason is not None:  # the round ended elsewhere first
             self.events.write(Event.ATTEMPT_EXIT, cause=Ending.PEER, reason=result.stop_reason, **exit_fields)
             return Outcome(self.rank, Ending.ENVIRONMENT, result.stop_reason, failure.code, peer=True)
@@ -307,6 +329,63 @@ class Agent:
         if folder is None or self.session is None:
             return NodeEvidence(self.rank, (), step)
         return evidence.collect(self.session, folder, self.rank, step)
+
+    def _straggler(
+        self, plan: Plan, started: float, pace: straggler.Pace, supervisor: Supervisor, over: threading.Event
+    ) -> None:
+        """A rank straggles (seen where the group's samples meet): say so once, price what to do,
+        and to move the job, stop the round at its next complete checkpoint."""
+        price = straggler_price(pace.slowdown, self._remaining(), self.policy.restart_time)
+        where = f"node {pace.node} rank {pace.rank}"
+        self.echo(
+            f"[hacfg] straggler: {where} computes {pace.slowdown:g}x as long as the others over "
+            f"{pace.collectives} collectives (score {pace.score:g}); {price.action}: {price.reason}"
+        )
+        self.events.write(
+            Event.STRAGGLER,
+            round=plan.round,
+            attempt=plan.budgets.attempt,
+            node=pace.node,
+            rank=pace.rank,
+            score=pace.score,
+            slowdown=pace.slowdown,
+            collectives=pace.collectives,
+            since=stamp(datetime.fromtimestamp(pace.since, UTC)),
+            step=reported_step(self.heartbeat, started),
+            action=price.action,
+            reason=price.reason,
+            cost=_rounded(price.cost),
+        )
+        if price.action == StragglerAction.RESTART_ELSEWHERE:
+            threading.Thread(
+                target=self._move_at_next_checkpoint, args=(pace, supervisor, over), daemon=True, name="hacfg-move"
+            ).start()
+
+    def _move_at_next_checkpoint(self, pace: straggler.Pace, supervisor: Supervisor, over: threading.Event) -> None:
+        """Stop the attempt once a checkpoint newer than the current one is complete: nothing is lost."""
+        path = self.policy.checkpoint_path
+        before = checkpoints.newest_complete(path)
+        while supervisor.stop_reason is None and not over.wait(1.0):
+            found = checkpoints.newest_complete(path)
+            if found is not None and (before is None or found.step > before.step):
+                why = f"straggler on node {pace.node} rank {pace.rank}: "
+                why += f"moving the job elsewhere after step {found.step}"
+                self.moving = pace.node, why
+                supervisor.request_stop(why)
+                return
+
+    def _remaining(self) -> float | None:
+        """The compute the run still needs, at most: job.duration less the wall time since the
+        job's first event (which includes failures and restarts, so this errs towards keeping)."""
+        from hacfg.agent.records.state import read_events
+
+        if self.policy.duration is None:
+            return None
+        try:
+            first = read_events(self.events.path)[0]["time"]
+        except (OSError, IndexError, KeyError, ValueError):
+            return None
+        return self.policy.duration - (datetime.now(UTC) - datetime.fromisoformat(first)).total_seconds()
 
     def _remember(self, pid: int) -> None:
         """Record the attempt's session, so an agent after this one can end it however this one dies."""

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from hacfg.agent import checkpoints
 from hacfg.agent.culprit.analysis import Culprit, NodeEvidence, attribute
+from hacfg.agent.culprit.straggler import Arrivals
 from hacfg.agent.records.state import NodeState
 from hacfg.checkpoint import tidy
 from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy, decide
@@ -66,6 +67,7 @@ class Outcome:
     code: int = 0  # the shell's view: exit code, or 128 + signal
     peer: bool = False  # a consequence of another node's failure: recorded, never the round's cause
     seq: int = 0  # the order in which the group heard the reports
+    seen_on: int | None = None  # the node the cause is on, when not the reporting one (a straggler's)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -145,6 +147,12 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
         )
 
     failures = sorted((o for o in outcomes if o.cause != Ending.SUCCESS), key=lambda o: (o.peer, o.seq, o.rank))
+    moved = next((o for o in outcomes if o.cause == Ending.STRAGGLER), None)
+    if moved is not None:  # the leader stopped the round on purpose: the others' errors follow from it
+        action = Action.POD_RESCHEDULE if policy.pod_reschedules else Action.JOB_RESCHEDULE
+        detail = "a straggler: retry elsewhere"
+        where = moved.rank if moved.seen_on is None else moved.seen_on
+        return verdict(Ending.STRAGGLER, moved.reason, where, action, detail, RETRY_ELSEWHERE)
     if not failures:
         return verdict(Ending.SUCCESS, "every worker finished", 0, Action.SUCCESS, "done", 0)
     first = failures[0]
@@ -211,6 +219,11 @@ class Rounds(Protocol):
         """This node's workers hung: gather the evidence of every node, before any stop signal."""
         ...
 
+    def pace(self, node: int, arrivals: Arrivals) -> Sequence[tuple[int, Arrivals]] | None:
+        """Share this node's newest sample of its ranks' arrivals (:mod:`~hacfg.agent.culprit.straggler`);
+        where the group's samples meet, every node's newest one, by node; elsewhere None."""
+        ...
+
     def end(self, outcome: Outcome) -> Verdict: ...
 
     def close(self) -> None: ...
@@ -247,6 +260,9 @@ class SingleNodeRounds:
 
     def hung(self, witness: Callable[[], NodeEvidence]) -> None:
         self.evidence = witness()
+
+    def pace(self, node: int, arrivals: Arrivals) -> Sequence[tuple[int, Arrivals]]:
+        return [(node, arrivals)]
 
     def end(self, outcome: Outcome) -> Verdict:
         assert self.plan is not None

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
+from hacfg.restart.vocabulary import StragglerAction
+
 HOPELESS = 50.0  # a segment and its restart this many MTBFs long succeed once in e^50 tries
 TAIL = 1e-10  # the chance of more failures than a budget is walked until it is below this
 CHAIN_WORK = 20_000  # the most failures × hangs the exact chain may cost (about 50 ms); past it, bounds
@@ -222,3 +224,36 @@ def _over(pmf: Iterable[float]) -> list[float]:
         below += p
         over.append(max(0.0, 1.0 - below))
     return over
+
+
+@dataclass(frozen=True)
+class StragglerPrice:
+    """What a rank computing ``slowdown`` times as long as the others costs if the job keeps it."""
+
+    action: StragglerAction
+    reason: str
+    cost: float | None = None  # seconds of wall time the slowdown adds over the remaining run
+
+
+def straggler_price(slowdown: float, remaining: float | None, restart_time: float | None) -> StragglerPrice:
+    """Keep going, warn, or restart elsewhere at the next checkpoint.
+
+    Synchronous training runs at the slowest rank's pace: ``remaining`` seconds of work take
+    ``slowdown`` times as long, ``(slowdown - 1) · remaining`` seconds more. Moving the job at its
+    next checkpoint loses no work, only one restart (``restart_time``). Restart elsewhere when the
+    slowdown costs more than twice a restart (a margin: a new node is not certain to be faster,
+    and the estimate is rough); keep going when it costs less than one restart; warn in between,
+    or when either number is unknown: never act on a guess.
+    """
+    if remaining is None or restart_time is None:
+        named = (("job.duration", remaining), ("reliability.restart_time", restart_time))
+        unknown = " and ".join(name for name, value in named if value is None)
+        return StragglerPrice(StragglerAction.WARN, f"cannot price it without {unknown}")
+    cost = max(slowdown - 1, 0.0) * max(remaining, 0.0)
+    said = f"{cost:.0f}s more over the remaining {remaining:.0f}s, against a restart of {restart_time:.0f}s"
+    if cost > 2 * restart_time:
+        moving = f"{said}: worth moving the job at its next checkpoint"
+        return StragglerPrice(StragglerAction.RESTART_ELSEWHERE, moving, cost)
+    if cost < restart_time:
+        return StragglerPrice(StragglerAction.KEEP, f"{said}: cheaper to keep going", cost)
+    return StragglerPrice(StragglerAction.WARN, f"{said}: not clearly worth a restart", cost)

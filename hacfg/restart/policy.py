@@ -51,6 +51,9 @@ class Policy:
     network: str = "ethernet"
     nodes: int = 1
     grace: float = 30.0
+    # What prices a straggler (hacfg.plan.model.straggler_price); None: not said
+    duration: float | None = None  # job.duration: the compute the run needs
+    restart_time: float | None = None  # reliability.restart_time
 
     @property
     def first_hang_timeout(self) -> float:
@@ -149,6 +152,8 @@ def policy_from_config(config: HAConfig) -> Policy:
         accelerator=config.job.accelerator,
         network=config.job.network,
         nodes=config.job.nodes,
+        duration=config.job.duration.total_seconds() if config.job.duration else None,
+        restart_time=config.reliability.restart_time.total_seconds() if config.reliability.restart_time else None,
     )
 
 

@@ -19,7 +19,9 @@ running       the workers start                    ``attempt_start`` (with how t
                                                    :class:`Start`), then ``first_activity`` at
                                                    the first output or heartbeat;
                                                    ``checkpoint_overdue`` once no new complete
-                                                   checkpoint came for 2 x checkpoint.interval
+                                                   checkpoint came for 2 x checkpoint.interval;
+                                                   ``straggler`` (node 0) once per rank that
+                                                   computes persistently slower than the group
 ended         the workers exit, hang or are told   ``hang`` when hung, ``signal`` when the agent
               to stop                              is signalled, then ``attempt_exit`` with an
                                                    :class:`Ending`
@@ -61,6 +63,7 @@ class Ending(StrEnum):
     ENVIRONMENT = Cause.ENVIRONMENT.value
     USER = Cause.USER.value
     HANG = Cause.HANG.value
+    STRAGGLER = "straggler"  # stopped at a checkpoint to move the job off a straggler's node
 
 
 class Action(StrEnum):
@@ -83,6 +86,15 @@ class Action(StrEnum):
         """The job is over: its state is closed, and a later agent on the same path starts from zero.
         A reschedule is not: the platform starts the same job again, with its counters."""
         return self in (Action.SUCCESS, Action.GIVE_UP)
+
+
+class StragglerAction(StrEnum):
+    """What is done about a straggler, as :func:`hacfg.plan.model.straggler_price` chose it
+    (``straggler``'s ``action``)."""
+
+    KEEP = "keep"  # the slowdown costs less than a restart
+    WARN = "warn"  # not clearly worth a restart, or it cannot be priced: a person decides
+    RESTART_ELSEWHERE = "restart_elsewhere"  # at the next checkpoint: exit 138, naming the node
 
 
 class Start(StrEnum):
@@ -113,3 +125,4 @@ class Event(StrEnum):
     LEFTOVERS_ENDED = "leftovers_ended"  # processes an earlier agent on the state folder left, ended at the start
     METRICS_UNAVAILABLE = "metrics_unavailable"  # --metrics-port could not be served: the training goes on
     STATE_UNWRITABLE = "state_unwritable"  # a file of the state folder could not be written (a full disk, say)
+    STRAGGLER = "straggler"  # a rank computes persistently slower than the group: named, with the action priced

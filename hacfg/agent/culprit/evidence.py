@@ -10,6 +10,7 @@ then say what was seen of them, so the verdict can say what it does not know.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -29,6 +30,8 @@ SITE = Path(__file__).with_name("site")
 DEADLINE = 2.0  # seconds from the request to the summary, whatever has not answered
 KEEP = 3  # attempts whose evidence is kept
 FRAMES = 8  # of each stack, in the summary sent to node 0
+FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # the flight recorder's ring of entries (NCCL's and gloo's)
+RECORDED = 4 * hook.ENTRIES
 SETTLE = 0.05  # seconds for the hook's thread to park again between its answer and the stacks signal
 _STATES = {"R": "running", "S": "sleeping", "D": "disk", "T": STOPPED, "t": STOPPED, "Z": "zombie", "X": GONE}
 _FRAME = re.compile(r'\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)')
@@ -47,9 +50,15 @@ def folder_for(state_dir: Path, attempt: int) -> Path:
 
 
 def armed(env: dict[str, str], folder: Path) -> dict[str, str]:
-    """The command's environment with the hook armed: every Python process it starts loads it."""
+    """The command's environment with the hook armed: every Python process it starts loads it.
+
+    torch's flight recorder keeps 2,000 entries unless told otherwise, and a dump serialises all
+    of them (0.1-0.3 s on a loaded CPU, holding the GIL for the parse): too slow to sample every
+    second. The hook reads only the newest few, so the buffer is cut to :data:`RECORDED` (a dump
+    then takes about 2 ms), unless the job sized it itself."""
     path = [str(SITE), *filter(None, [env.get("PYTHONPATH")])]
-    return {**env, hook.ENV: str(folder), "PYTHONPATH": os.pathsep.join(path)}
+    buffer = {} if {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} & env.keys() else {FR_BUFFER: str(RECORDED)}
+    return {**env, **buffer, hook.ENV: str(folder), "PYTHONPATH": os.pathsep.join(path)}
 
 
 def collect(session: int, folder: Path, node: int, step: int | None, deadline: float = DEADLINE) -> NodeEvidence:
@@ -75,6 +84,31 @@ def collect(session: int, folder: Path, node: int, step: int | None, deadline: f
     with contextlib.suppress(OSError):
         atomic_write(folder / SUMMARY, json.dumps(evidence.to_json(), indent=1) + "\n")
     return evidence
+
+
+def arrivals(session: int, folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[list[int]]]:
+    """Per rank of the attempt's ``session``, the collectives its flight recorder holds and when the
+    rank enqueued each: ``[process group, sequence number, ns]``. Only the pipe is poked, never the
+    stacks signal: this runs while training goes on. A rank that has not answered by the deadline
+    is left out of this sample."""
+    asked_at = time.time()
+    armed = [pid for pid in _session(session) if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
+    for pid in armed:
+        _poke(folder / f"{pid}.fifo")
+    fresh = functools.partial(_answer, asked_at=asked_at, slack=0.0)  # the last sample's answer is no answer
+    _wait_until(lambda: all(fresh(folder / f"{pid}.json") is not None for pid in armed), time.monotonic() + deadline)
+    found: dict[int, list[list[int]]] = {}
+    for pid in armed:
+        answer = fresh(folder / f"{pid}.json")
+        if answer is None or not isinstance(answer.get("rank"), int):
+            continue
+        entries = (answer.get("flight_recorder") or {}).get("entries") or []
+        found[answer["rank"]] = [
+            [int(e["pg_id"]), int(e["collective_seq_id"]), int(e["time_created_ns"])]
+            for e in entries
+            if not e.get("is_p2p") and e.get("time_created_ns")
+        ]
+    return found
 
 
 def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvidence | None:
@@ -130,12 +164,12 @@ def _dumped(folder: Path, pid: int, size: int) -> bool:
     return _state(pid) in (GONE, "zombie") or _size(folder / f"{pid}.stacks") > size
 
 
-def _answer(path: Path, asked_at: float) -> dict[str, Any] | None:
+def _answer(path: Path, asked_at: float, slack: float = 1.0) -> dict[str, Any] | None:
     try:
         found = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return found if isinstance(found, dict) and found.get("taken", 0) >= asked_at - 1 else None
+    return found if isinstance(found, dict) and found.get("taken", 0) >= asked_at - slack else None
 
 
 def _poke(fifo: Path) -> None:

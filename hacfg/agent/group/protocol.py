@@ -15,6 +15,7 @@ one resume checkpoint, one set of counters and one verdict per round. Keys in th
 ``r<N>/stop``       anyone: round N is over, stop your workers (the first failure seen);
                     for a hang, every node first sends its evidence
 ``r<N>/evidence/<r>``  node r's evidence of a hang: its ranks' states, stacks and collectives
+``r<N>/pace/<r>``   node r's newest sample of when its ranks reached their collectives (stragglers)
 ``r<N>/seq``        a counter that orders the reports
 ``r<N>/out/<r>``    how node r's workers ended
 ``r<N>/decision``   the leader: the round's verdict
@@ -51,6 +52,7 @@ from typing import Any, TypeVar
 from hacfg.agent.checkpoints import within
 from hacfg.agent.culprit.analysis import NodeEvidence
 from hacfg.agent.culprit.evidence import DEADLINE
+from hacfg.agent.culprit.straggler import Arrivals
 from hacfg.agent.group import rendezvous, signing
 from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.group.transport import first_line, network_errors, open_store
@@ -119,6 +121,7 @@ class GroupRounds:
         self.said_exposed = False
         self._testifying = threading.Lock()  # the monitor and the main thread may both be asked
         self._testified = 0  # the round whose hang this node sent evidence of
+        self._pacing: tuple[int, Any] | None = None  # the round and the connection samples are shared on
 
     # -- connecting ---------------------------------------------------------------------------
 
@@ -395,6 +398,27 @@ class GroupRounds:
         keys = [f"r{number}/evidence/{rank}" for rank in range(self.spec.nnodes)]
         with contextlib.suppress(RuntimeError):  # DistStoreError: a node did not answer in time
             store.wait(keys, timedelta(seconds=DEADLINE + POLL))
+
+    def pace(self, node: int, arrivals: Arrivals) -> list[tuple[int, Arrivals]] | None:
+        """Publish this node's sample; node 0 reads every node's newest. A sample that fails its
+        check is left out, as a hang's evidence is: pacing is advice, never a reason to stop."""
+        assert self.plan is not None and self.signer is not None
+        number = self.plan.round
+        if self._pacing is None or self._pacing[0] != number:
+            self._pacing = (number, self.store.clone())  # a connection of its own: it runs in its own thread
+        store = self._pacing[1]
+        self._put(f"r{number}/pace/{self.spec.rank}", number, arrivals, store)
+        if not self.spec.leader:
+            return None
+        found: list[tuple[int, Arrivals]] = []
+        for rank in range(self.spec.nnodes):
+            key = f"r{number}/pace/{rank}"
+            if not store.check([key]):
+                continue
+            with contextlib.suppress(signing.Rejected, AttributeError, TypeError, ValueError):
+                _, value = self.signer.open(key, store.get(key), number=number, node=rank)
+                found.append((rank, {int(r): [[int(n) for n in e] for e in entries] for r, entries in value.items()}))
+        return found
 
     def _evidence(self, number: int) -> tuple[list[NodeEvidence], list[str]]:
         """The nodes' evidence of a hang, as much as arrived in time; and what could not be used."""

@@ -14,6 +14,9 @@ Each attempt's span, from ``attempt_start`` to ``attempt_exit``, is cut at five 
   (``save_s``: ``hacfg.checkpoint.save_step`` writes it; for other layouts, the spread of the
   files' modification times). Google's goodput library counts it apart too, and so does
   ``hacfg plan``: ETTR here and there is productive compute over wall time.
+* **fail-slow**: within the productive span, from the start of the window a straggler was
+  named on (``straggler``'s ``since``) to its end, the share of the time the slowdown added: ``1 - 1/slowdown``.
+  The job ran at the slowest rank's pace; this is what a healthy rank would have saved.
 * **lost**: from that checkpoint to the fault: work that was thrown away and done again. The
   fault is the stop signal or the exit; for a hang, the last sign of life. With
   ``beat(step=...)`` the steps thrown away are counted too.
@@ -35,13 +38,14 @@ from typing import Any
 
 from hacfg.restart.vocabulary import Ending, Event
 
-KINDS = ("startup", "productive", "save", "lost", "hang_wait", "grace", "restart")
+KINDS = ("startup", "productive", "save", "fail_slow", "lost", "hang_wait", "grace", "restart")
 MICROSECONDS = 6  # decimals of a second: event times are exact to the microsecond, and no finer
 
 LABELS = {
     "startup": ("start-up", "attempt start to the first output or heartbeat"),
     "productive": ("productive", "work kept: up to the checkpoint resumed from, or to the end"),
     "save": ("save", "checkpoint saves within the work kept"),
+    "fail_slow": ("fail-slow", "work kept, slowed by a straggler: the share it added"),
     "lost": ("lost", "work after the last kept checkpoint, thrown away"),
     "hang_wait": ("hang wait", "last sign of life to the hang verdict"),
     "grace": ("grace", "stop signal to exit (SIGTERM, then SIGKILL)"),
@@ -77,6 +81,7 @@ class Attempt:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     kept: dict[str, Any] | None = None  # the checkpoint its productive time runs up to
     next_start: datetime | None = None
+    slow: tuple[datetime, float] | None = None  # since when a straggler was seen, and its slowdown
     cut: bool = False  # no attempt_exit: the agent itself was stopped during it
     running: bool = False  # still running at the moment the breakdown is taken
 
@@ -95,10 +100,12 @@ class Attempt:
         m = self.moments()
         hung = self.hang is not None
         saving = timedelta(seconds=self.saving(m["kept"]))
+        slow = min(self.slowed(m["alive"], m["kept"]), max(m["kept"] - m["alive"] - saving, timedelta(0)))
         spans = {
             "startup": m["alive"] - self.start,
-            "productive": m["kept"] - m["alive"] - saving,
+            "productive": m["kept"] - m["alive"] - saving - slow,
             "save": saving,
+            "fail_slow": slow,
             "lost": (m["fault"] if hung else m["stop"]) - m["kept"],
             "hang_wait": m["stop"] - m["fault"] if hung else timedelta(0),
             "grace": self.end - m["stop"],
@@ -113,6 +120,14 @@ class Attempt:
         alive = min(self.first_activity or self.end, self.end)
         total = sum(float(c.get("save_s") or 0) for c in self.checkpoints if parse_time(c["time"]) <= kept)
         return min(total, max((kept - alive).total_seconds(), 0.0))
+
+    def slowed(self, alive: datetime, kept: datetime) -> timedelta:
+        """What the straggler added to the work kept since it was seen."""
+        if self.slow is None:
+            return timedelta(0)
+        named, slowdown = self.slow
+        share = max(1 - 1 / slowdown, 0.0) if slowdown > 0 else 0.0
+        return max(kept - max(named, alive), timedelta(0)) * share
 
     def lost_steps(self) -> int | None:
         if self.step is None or self.cause == Ending.SUCCESS:
@@ -137,7 +152,8 @@ def attempts(events: list[dict[str, Any]], node: int | None = None, now: datetim
     node = node if node is not None else 0
     found: list[Attempt] = []
     current: Attempt | None = None
-    for event in (e for e in events if e.get("node", 0) == node):
+    # a straggler slows the whole job: its event (node 0's, naming the straggler's node) is every node's
+    for event in (e for e in events if e.get("node", 0) == node or e.get("event") == Event.STRAGGLER):
         kind, time = event.get("event"), when(event)
         if current is not None and kind in (Event.ATTEMPT_START, Event.AGENT_START):  # the agent stopped mid-attempt
             current.end, current.cut, current.cause = time, True, Ending.ENVIRONMENT
@@ -154,6 +170,9 @@ def attempts(events: list[dict[str, Any]], node: int | None = None, now: datetim
                 found[-1].cause = event.get("cause", found[-1].cause)
         elif kind == Event.FIRST_ACTIVITY:
             current.first_activity = current.start + timedelta(seconds=float(event.get("after", 0)))
+        elif kind == Event.STRAGGLER and current.slow is None:
+            since = parse_time(event["since"]) if event.get("since") else time  # the window the verdict rests on
+            current.slow = min(since, time), float(event.get("slowdown") or 0)
         elif kind == Event.HANG:
             current.hang, current.idle = time, float(event.get("idle", event.get("timeout", 0)))
         elif kind == Event.ATTEMPT_EXIT:

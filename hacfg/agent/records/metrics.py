@@ -155,8 +155,26 @@ class Metrics:
         for kind, value in result.totals.items():
             seconds.add_metric([kind], value)
         yield seconds
+        yield _straggler_scores(events)
         yield gauge("wall_seconds", "First event to now (to the last event once the agent ended).", result.wall)
         yield gauge("ettr_ratio", "Effective training time ratio: productive over wall time.", result.ettr)
         if events:
             latest = goodput.when(events[-1]).timestamp()
             yield gauge("last_event_timestamp_seconds", "When the latest event was written.", latest)
+
+
+def _straggler_scores(events: list[dict[str, Any]]) -> Any:
+    """Each rank named a straggler since the newest attempt started, at its score: the family is
+    empty while no rank straggles, and a restart clears it."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(
+        PREFIX + "straggler_score",
+        "Relative speed of a rank named a straggler in the current attempt: 1 as fast as the group, 0.5 half.",
+        labels=["node", "rank"],
+    )
+    starts = [index for index, e in enumerate(events) if e.get("event") == Event.ATTEMPT_START]
+    for event in events[starts[-1] if starts else 0 :]:
+        if event.get("event") == Event.STRAGGLER:
+            family.add_metric([str(event.get("node")), str(event.get("rank"))], float(event.get("score") or 0))
+    return family

@@ -162,9 +162,9 @@ class EventLog:
         self.listeners: list[Callable[[dict[str, Any]], None]] = []  # told of every record, once written
 
     def write(self, event: Event, **fields: Any) -> dict[str, Any]:
-        record = {"time": stamp(datetime.now(UTC)), "event": event, **fields}
-        if self.node is not None:
-            record["node"] = self.node
+        # the writer's node, unless the event is about another (a straggler named by node 0)
+        mine = {"node": self.node} if self.node is not None else {}
+        record = {"time": stamp(datetime.now(UTC)), "event": event, **mine, **fields}
         try:
             self._append((json.dumps(record, default=str) + "\n").encode())
         except (OSError, InputError) as err:

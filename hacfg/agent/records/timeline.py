@@ -50,6 +50,10 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
     Event.AGENT_EXIT: lambda e: f"exit {e.get('exit_code')}",
     Event.STATE_RECOVERED: lambda e: str(e.get("detail")),
     Event.CHECKPOINT_DOUBT: lambda e: str(e.get("detail")),
+    Event.STRAGGLER: lambda e: (
+        f"rank {e.get('rank')} computes {e.get('slowdown')}x as long as the others (score {e.get('score')}): "
+        f"{e.get('action')}, {e.get('reason')}"
+    ),
 }
 
 
@@ -108,6 +112,7 @@ COLOURS = {
     "startup": "#90a4ae",
     "productive": "#2e7d32",
     "save": "#81c784",
+    "fail_slow": "#fbc02d",
     "lost": "#c62828",
     "hang_wait": "#6a1b9a",
     "grace": "#ef6c00",

@@ -1,0 +1,223 @@
+"""Stragglers: a rank that computes persistently slower than the group is named from when each rank
+reached the collectives (torch's flight recorder), scored against the others, and priced.
+
+The recorded samples under ``data/straggler/`` are what :func:`hacfg.agent.culprit.evidence.arrivals`
+took, once a second, from two real gloo ranks of ``children/gloo_ranks.py`` (one per emulated node),
+rank 1 computing twice as long from step 6 (``slow-rank-1``), or neither (``unperturbed``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pytest import approx
+
+from hacfg.agent.culprit.straggler import THRESHOLD, WINDOW, Pace, Pacer
+from hacfg.agent.records.goodput import breakdown
+from hacfg.plan.model import straggler_price
+from hacfg.restart.vocabulary import StragglerAction
+
+RECORDED = Path(__file__).parent / "data" / "straggler"
+MS = 1_000_000
+
+
+def replayed(name: str) -> list[list[Pace]]:
+    """The paces after each recorded sample, as node 0 would have seen them."""
+    pacer, seen = Pacer(), []
+    for sample in json.loads((RECORDED / f"{name}.json").read_text()):
+        pacer.add(sample["node"], {int(rank): entries for rank, entries in sample["arrivals"].items()})
+        seen.append(pacer.paces())
+    return seen
+
+
+def test_a_rank_computing_twice_as_long_is_named_once_a_window_is_full():
+    seen = replayed("slow-rank-1")
+    flagged = [[(p.node, p.rank) for p in paces if p.straggles()] for paces in seen]
+    first = next(index for index, found in enumerate(flagged) if found)
+    assert all(found == [(1, 1)] for found in flagged[first:]) and first <= 4  # within 5 samples: 5 s
+    slow = next(p for p in seen[-1] if p.rank == 1)
+    assert slow.slowdown == approx(2, abs=0.25) and slow.score == approx(0.5, abs=0.07)
+
+
+def test_an_unperturbed_pair_of_ranks_names_no_one():
+    seen = replayed("unperturbed")
+    assert all(not p.straggles() for paces in seen for p in paces)
+    assert all(p.slowdown == approx(1, abs=0.1) for p in seen[-1])
+
+
+def steps(pacer: Pacer, computes: dict[int, list[float]], *, nodes: dict[int, int] | None = None, first: int = 0) -> None:
+    """Feed ``pacer`` synchronous steps from collective ``first`` on: each rank computes its
+    milliseconds, then all-reduces."""
+    ended = max(pacer.arrived[(0, first - 1)].values()) + MS if first else 0
+    for seq, _ in enumerate(next(iter(computes.values())), start=first):
+        arrivals = {rank: ended + int(ms[seq - first] * MS) for rank, ms in computes.items()}
+        for rank, ns in arrivals.items():
+            pacer.add((nodes or {}).get(rank, rank), {rank: [[0, seq, ns]]})
+        ended = max(arrivals.values()) + 1 * MS  # the all-reduce itself
+
+
+def test_a_one_off_spike_is_no_straggler():
+    pacer = Pacer()
+    spiky = [50.0] * 30
+    spiky[20] = 500.0  # a garbage collection, a slow batch
+    steps(pacer, {0: [50.0] * 30, 1: spiky})
+    assert not any(p.straggles() for p in pacer.paces())
+
+
+def test_a_slowdown_over_less_than_a_window_is_not_yet_a_straggler():
+    pacer = Pacer()
+    steps(pacer, {0: [50.0] * WINDOW, 1: [100.0] * WINDOW})  # WINDOW collectives: WINDOW - 1 pairs
+    _, slow = pacer.paces()
+    assert slow.slowdown == approx(2, rel=0.05) and not slow.straggles()
+    steps(pacer, {0: [50.0], 1: [100.0]}, first=WINDOW)
+    assert [p.rank for p in pacer.paces() if p.straggles()] == [1]
+
+
+def test_among_four_ranks_on_two_nodes_the_slow_one_is_named_with_its_node():
+    pacer = Pacer()
+    computes = {0: [50.0] * 20, 1: [52.0] * 20, 2: [48.0] * 20, 3: [90.0] * 20}
+    steps(pacer, computes, nodes={0: 0, 1: 0, 2: 1, 3: 1})
+    named = [(p.node, p.rank, round(p.slowdown, 1)) for p in pacer.paces() if p.straggles()]
+    assert named == [(1, 3, 1.8)]
+
+
+def test_a_rank_not_seen_at_a_collective_leaves_that_collective_out():
+    pacer = Pacer()
+    steps(pacer, {0: [50.0] * 20, 1: [100.0] * 20})
+    pacer.add(2, {2: [[0, 19, 10**12]]})  # a third rank, seen at one collective only
+    assert pacer.paces() == []  # no collective every rank was seen at twice in a row
+
+
+@pytest.mark.parametrize(
+    ("slowdown", "remaining", "restart", "action"),
+    [
+        (2.0, 3600.0, 600.0, StragglerAction.RESTART_ELSEWHERE),  # an hour more, against 10 minutes
+        (1.6, 1200.0, 600.0, StragglerAction.WARN),  # 720 s more: not clearly worth it
+        (2.0, 300.0, 600.0, StragglerAction.KEEP),  # nearly done
+        (2.0, None, 600.0, StragglerAction.WARN),
+        (2.0, 3600.0, None, StragglerAction.WARN),
+    ],
+)
+def test_the_action_is_priced_against_a_restart(slowdown, remaining, restart, action):
+    price = straggler_price(slowdown, remaining, restart)
+    assert price.action == action
+    if remaining is None or restart is None:
+        assert price.reason.startswith("cannot price it without ") and price.cost is None
+
+
+def at(second: float) -> str:
+    return f"2026-01-01T00:00:{second:06.3f}Z"
+
+
+STRAGGLED = [
+    {"time": at(0), "event": "agent_start", "node": 0},
+    {"time": at(0), "event": "attempt_start", "node": 0, "attempt": 1},
+    {"time": at(2), "event": "first_activity", "node": 0, "attempt": 1, "after": 2.0},
+    {"time": at(14), "event": "straggler", "node": 1, "rank": 1, "score": 0.5, "slowdown": 2.0, "attempt": 1, "since": at(10),
+     "collectives": 12, "action": "warn", "reason": "cannot price it without job.duration and reliability.restart_time"},
+    {"time": at(30), "event": "attempt_exit", "node": 0, "cause": "success"},
+    {"time": at(30), "event": "decision", "node": 0, "action": "success", "cause": "success"},
+]
+
+
+def test_fail_slow_time_is_badput_of_its_own():
+    result = breakdown(STRAGGLED)
+    # 20 s at half speed from the start of the window it was named on: 10 s is what the straggler added
+    assert result.totals["fail_slow"] == approx(10) and result.totals["productive"] == approx(18)
+    assert sum(result.totals.values()) == approx(result.wall)
+
+
+def test_events_show_the_straggler_and_its_badput(tmp_path, cli):
+    log = tmp_path / "events.jsonl"
+    log.write_text("".join(json.dumps(event) + "\n" for event in STRAGGLED))
+    result = cli("events", log)
+    assert result.code == 0, result.err
+    line = next(line for line in result.out.splitlines() if " straggler " in line)
+    assert "node 1: rank 1 computes 2.0x as long as the others (score 0.5): warn" in line
+    assert any(line.split()[:2] == ["fail-slow", "10.0s"] for line in result.out.splitlines())
+
+
+def test_the_score_gauge_names_the_straggler(tmp_path):
+    pytest.importorskip("prometheus_client")
+    from prometheus_client import generate_latest
+
+    from hacfg.agent.records.metrics import Metrics
+
+    metrics = Metrics(STRAGGLED)
+    text = generate_latest(metrics.registry).decode()
+    assert 'hacfg_straggler_score{node="1",rank="1"} 0.5' in text
+    assert 'hacfg_goodput_seconds{kind="fail_slow"} 10.0' in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("faults", [("slow:1:4",), ()], ids=["rank-1-twice-as-slow", "unperturbed"])
+def test_a_rank_with_twice_the_compute_is_named_and_moved_from_and_an_unperturbed_run_names_none(tmp_path, faults):
+    """Two agents around train_ddp.py; the scenario prices a move (10 hours left, 1-minute restarts):
+    the straggler is named by node 0, and at the next checkpoint every node exits 138."""
+    pytest.importorskip("torch")
+    from test_multinode import Job
+
+    config = tmp_path / "ha.yaml"
+    config.write_text(
+        "version: 1\nscenario: multi-node\njob: {nodes: 2, accelerator: cpu, network: ethernet, duration: 10h}\n"
+        f"checkpoint: {{path: {tmp_path / 'ckpt'}, interval: 10m}}\nrestart: {{max: 3}}\n"
+        "reliability: {restart_time: 1m}\n"
+    )
+    job = Job(tmp_path, 2, options=("--config", str(config), "--hang-timeout", "60s"), faults=faults, steps=48)
+    codes = job.run()
+    named = [e for e in job.events(0) if e["event"] == "straggler"]
+    if not faults:
+        assert (codes, named) == ({0: 0, 1: 0}, []), job.output(0)[-3000:]
+        return
+    assert codes == {0: 138, 1: 138}, job.output(0)[-3000:]
+    (found,) = named
+    assert (found["node"], found["rank"], found["action"]) == (1, 1, "restart_elsewhere"), found
+    assert found["slowdown"] >= THRESHOLD and found["score"] <= 1 / THRESHOLD
+    for node in (0, 1):
+        (decision,) = job.decisions(node)
+        assert (decision["cause"], decision["cause_node"], decision["action"]) == ("straggler", 1, "job_reschedule")
+        assert decision["cause_reason"].startswith("straggler on node 1 rank 1: moving the job elsewhere after step ")
+
+
+@pytest.mark.slow
+def test_samples_meet_at_node_0_signed_and_a_forged_one_is_left_out(tmp_path):
+    """Two real group members on a real TCPStore: node 1's signed sample reaches node 0; a value
+    written under node 1's key by anyone else is not read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    torch = pytest.importorskip("torch")
+    from test_multinode import free_port
+
+    from hacfg.agent.group.discovery import GroupSpec
+    from hacfg.agent.group.protocol import GroupRounds
+    from hacfg.agent.records.state import NodeState
+    from hacfg.restart.policy import Policy
+
+    port = free_port()
+
+    def member(rank):
+        spec = GroupSpec(nnodes=2, rank=rank, host="127.0.0.1", port=port, timeout=30)
+        return GroupRounds(spec, Policy(), torch.distributed.TCPStore, echo=print, secret_folder=tmp_path, env={})
+
+    leader, follower = member(0), member(1)
+    mine, theirs = {0: [[0, 7, 1000]]}, {1: [[0, 7, 2000]]}
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda group: group.recover(NodeState()) or group.begin(NodeState()), [leader, follower]))
+        assert follower.pace(1, theirs) is None
+        assert leader.pace(0, mine) == [(0, mine), (1, theirs)]
+        follower.store.set("r1/pace/1", json.dumps({"1": [[0, 7, 1]]}))  # unsigned
+        assert leader.pace(0, mine) == [(0, mine)]
+    finally:
+        follower.close()
+        leader.close()
+
+
+def test_the_flight_recorder_is_cut_to_what_the_hook_reads_unless_the_job_sized_it(tmp_path):
+    from hacfg.agent.culprit import evidence
+
+    assert evidence.armed({}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == str(evidence.RECORDED)
+    assert evidence.armed({"TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}, tmp_path).get("TORCH_FR_BUFFER_SIZE") is None
+    assert evidence.armed({"TORCH_FR_BUFFER_SIZE": "5000"}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == "5000"
