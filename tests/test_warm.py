@@ -233,7 +233,9 @@ def run_script(tmp_path: Path, script: Path, *options: str, env: dict | None = N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cuda", [None, "", "0"], ids=["cuda-unset", "no-devices", "fake-device"])
+# unset, and a device this machine does not have: the variable reaches the attempt as it was, and
+# nothing initialises an accelerator ("" takes the same path as "0")
+@pytest.mark.parametrize("cuda", [None, "0"], ids=["cuda-unset", "fake-device"])
 def test_torch_warm_matches_cold_and_no_accelerator_is_initialised(tmp_path, cuda):
     pytest.importorskip("torch")
     state, records = tmp_path / "state", tmp_path / "records"
