@@ -177,6 +177,35 @@ def wheel_venv(tmp_path_factory) -> Venv:
     return env
 
 
+@pytest.fixture
+def joined_pair(tmp_path):
+    """Node 0 and node 1 of a two-node group on a real TCPStore, through their first round's start."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    torch = pytest.importorskip("torch")
+    from test_multinode import free_port
+
+    from hacfg.agent.group.discovery import GroupSpec
+    from hacfg.agent.group.protocol import GroupRounds
+    from hacfg.agent.records.state import NodeState
+    from hacfg.restart.policy import Policy
+
+    port = free_port()
+
+    def member(rank):
+        spec = GroupSpec(nnodes=2, rank=rank, host="127.0.0.1", port=port, timeout=30)
+        return GroupRounds(spec, Policy(), torch.distributed.TCPStore, echo=print, secret_folder=tmp_path, env={})
+
+    leader, follower = member(0), member(1)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda group: group.recover(NodeState()) or group.begin(NodeState()), [leader, follower]))
+        yield leader, follower
+    finally:
+        follower.close()
+        leader.close()
+
+
 def pytest_addoption(parser):
     # Not --slow: the marker of that name (`pytest -m "not slow"`) says which tests to skip.
     parser.addoption("--many-examples", action="store_true", help="Run the property-based tests with many more examples.")

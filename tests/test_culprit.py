@@ -226,38 +226,18 @@ def test_a_single_node_hang_names_its_only_rank_with_its_stack(tmp_path):
 
 
 @pytest.mark.slow
-def test_evidence_that_fails_its_check_leaves_its_node_unknown_and_says_so(tmp_path):
+def test_evidence_that_fails_its_check_leaves_its_node_unknown_and_says_so(joined_pair):
     """Two real group members on a real TCPStore: node 1's signed summary is read, a value written
     under node 0's key by anyone else is not, and the verdict says why node 0 is unknown."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    torch = pytest.importorskip("torch")
-    from test_multinode import free_port
-
-    from hacfg.agent.group.discovery import GroupSpec
-    from hacfg.agent.group.protocol import GroupRounds
-    from hacfg.agent.records.state import NodeState
     from hacfg.agent.rounds import Verdict, with_culprit
-    from hacfg.restart.policy import Budgets, Policy
+    from hacfg.restart.policy import Budgets
     from hacfg.restart.vocabulary import Action, Ending
 
-    port = free_port()
-
-    def member(rank):
-        spec = GroupSpec(nnodes=2, rank=rank, host="127.0.0.1", port=port, timeout=30)
-        return GroupRounds(spec, Policy(), torch.distributed.TCPStore, echo=print, secret_folder=tmp_path, env={})
-
-    leader, follower = member(0), member(1)
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda group: group.recover(NodeState()) or group.begin(NodeState()), [leader, follower]))
-        node1 = recorded("stuck-2")[1]
-        follower._testify(follower.store, 1, lambda: node1)
-        follower.store.set("r1/evidence/0", json.dumps(recorded("stuck-2")[0].to_json()))  # unsigned
-        reports, refused = leader._evidence(1)
-    finally:
-        follower.close()
-        leader.close()
+    leader, follower = joined_pair
+    node1 = recorded("stuck-2")[1]
+    follower._testify(follower.store, 1, lambda: node1)
+    follower.store.set("r1/evidence/0", json.dumps(recorded("stuck-2")[0].to_json()))  # unsigned
+    reports, refused = leader._evidence(1)
     assert reports == [node1] and refused == ["node 0's evidence was refused (not a signed value)"]
     hang = Verdict(round=1, cause=Ending.HANG, reason="hang", rank=0, action=Action.PROC_RESTART, detail="", budgets=Budgets())
     judged = with_culprit(hang, reports, 2, refused)

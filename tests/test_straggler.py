@@ -182,37 +182,15 @@ def test_a_rank_with_twice_the_compute_is_named_and_moved_from_and_an_unperturbe
 
 
 @pytest.mark.slow
-def test_samples_meet_at_node_0_signed_and_a_forged_one_is_left_out(tmp_path):
+def test_samples_meet_at_node_0_signed_and_a_forged_one_is_left_out(joined_pair):
     """Two real group members on a real TCPStore: node 1's signed sample reaches node 0; a value
     written under node 1's key by anyone else is not read."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    torch = pytest.importorskip("torch")
-    from test_multinode import free_port
-
-    from hacfg.agent.group.discovery import GroupSpec
-    from hacfg.agent.group.protocol import GroupRounds
-    from hacfg.agent.records.state import NodeState
-    from hacfg.restart.policy import Policy
-
-    port = free_port()
-
-    def member(rank):
-        spec = GroupSpec(nnodes=2, rank=rank, host="127.0.0.1", port=port, timeout=30)
-        return GroupRounds(spec, Policy(), torch.distributed.TCPStore, echo=print, secret_folder=tmp_path, env={})
-
-    leader, follower = member(0), member(1)
+    leader, follower = joined_pair
     mine, theirs = {0: [[0, 7, 1000]]}, {1: [[0, 7, 2000]]}
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda group: group.recover(NodeState()) or group.begin(NodeState()), [leader, follower]))
-        assert follower.pace(1, theirs) is None
-        assert leader.pace(0, mine) == [(0, mine), (1, theirs)]
-        follower.store.set("r1/pace/1", json.dumps({"1": [[0, 7, 1]]}))  # unsigned
-        assert leader.pace(0, mine) == [(0, mine)]
-    finally:
-        follower.close()
-        leader.close()
+    assert follower.pace(1, theirs) is None
+    assert leader.pace(0, mine) == [(0, mine), (1, theirs)]
+    follower.store.set("r1/pace/1", json.dumps({"1": [[0, 7, 1]]}))  # unsigned
+    assert leader.pace(0, mine) == [(0, mine)]
 
 
 def test_the_flight_recorder_is_cut_to_what_the_hook_reads_unless_the_job_sized_it(tmp_path):
