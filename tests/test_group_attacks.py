@@ -40,6 +40,11 @@ class TwoNodes:
     def ckpt(self) -> Path:
         return self.root / "ckpt"
 
+    def __post_init__(self) -> None:
+        # the attacker's client library is loaded before the job starts: its import takes seconds, and a
+        # short job (RUN_FOR) may be over by the time an attacker that imported it late connects
+        import torch.distributed  # noqa: F401
+
     def start(self, rank: int) -> None:
         argv = [sys.executable, "-m", "hacfg", "agent", "--nnodes", "2", "--node-rank", str(rank),
                 "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-timeout", "30", "--checkpoint-path", str(self.ckpt),
