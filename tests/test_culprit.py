@@ -69,7 +69,8 @@ def test_a_stopped_rank_is_named_even_when_another_node_is_silent():
 
 def test_a_rank_without_a_count_keeps_the_lag_from_naming_anyone():
     nodes = [NodeEvidence(0, (rank(0), rank(1, seq=6))), NodeEvidence(1, (rank(2, seq=None),))]
-    assert attribute(nodes, 2).culprit is None
+    note = "rank 2 on node 1 did not report its collectives before the deadline, and may be the one behind"
+    assert attribute(nodes, 2) == Attribution(None, note)
 
 
 def test_ranks_behind_on_two_nodes_name_no_single_node():
@@ -145,6 +146,31 @@ def test_an_unarmed_process_is_left_alone(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_worker_a_launcher_started_in_a_session_of_its_own_is_asked_too(tmp_path):
+    """torch's elastic agent starts each worker with ``start_new_session=True`` (its
+    SubprocessHandler), so the attempt's session holds torchrun but not the ranks."""
+    folder = evidence.folder_for(tmp_path / "state", 1)
+    worker = "def work():\n    print('ready', flush=True)\n    while True: pass\nwork()"
+    launcher = (
+        "import os, subprocess, sys, time\n"
+        f"w = subprocess.Popen([sys.executable, '-c', {worker!r}], env={{**os.environ, 'RANK': '3'}}, start_new_session=True)\n"
+        "print(w.pid, flush=True)\ntime.sleep(60)"
+    )
+    env = evidence.armed({k: v for k, v in os.environ.items() if k != "RANK"}, folder)
+    proc = subprocess.Popen([sys.executable, "-c", launcher], env=env, start_new_session=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    worker_pid = int(proc.stdout.readline())
+    assert proc.stdout.readline() == b"ready\n"  # the worker's, through the launcher's stdout
+    try:
+        found = evidence.collect(proc.pid, folder, node=0, step=None)
+    finally:
+        os.kill(worker_pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+    (only,) = found.ranks  # the launcher armed itself too, but is no rank
+    assert (only.rank, only.pid, only.stack[:1]) == (3, worker_pid, ("work (<string>:3)",))
 
 
 def test_the_hook_stays_off_without_its_folder_and_keeps_a_users_sitecustomize(tmp_path):

@@ -62,10 +62,11 @@ def armed(env: dict[str, str], folder: Path) -> dict[str, str]:
 
 
 def collect(session: int, folder: Path, node: int, step: int | None, deadline: float = DEADLINE) -> NodeEvidence:
-    """Ask every armed process of the attempt's ``session``; what they and /proc said by the deadline."""
+    """Ask every armed process of the attempt (its ``session`` and their descendants); what they
+    and /proc said by the deadline."""
     until = time.monotonic() + deadline
     asked_at = time.time()
-    pids = _session(session)
+    pids = _attempt(session)
     armed = [pid for pid in pids if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
     asked = {pid: _size(folder / f"{pid}.stacks") for pid in armed}  # the stacks files' sizes before
     # The flight recorder first, the stacks after: faulthandler walks every thread's frames from a
@@ -87,12 +88,12 @@ def collect(session: int, folder: Path, node: int, step: int | None, deadline: f
 
 
 def arrivals(session: int, folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[list[int]]]:
-    """Per rank of the attempt's ``session``, the collectives its flight recorder holds and when the
-    rank enqueued each: ``[process group, sequence number, ns]``. Only the pipe is poked, never the
-    stacks signal: this runs while training goes on. A rank that has not answered by the deadline
-    is left out of this sample."""
+    """Per rank of the attempt (its ``session`` and their descendants), the collectives its flight
+    recorder holds and when the rank enqueued each: ``[process group, sequence number, ns]``. Only
+    the pipe is poked, never the stacks signal: this runs while training goes on. A rank that has
+    not answered by the deadline is left out of this sample."""
     asked_at = time.time()
-    armed = [pid for pid in _session(session) if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
+    armed = [pid for pid in _attempt(session) if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
     for pid in armed:
         _poke(folder / f"{pid}.fifo")
     fresh = functools.partial(_answer, asked_at=asked_at, slack=0.0)  # the last sample's answer is no answer
@@ -178,8 +179,21 @@ def _poke(fifo: Path) -> None:
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
-def _session(session: int) -> list[int]:
-    return sorted(pid for pid in _pids() if _stat(pid)[3:4] == [str(session)])
+def _attempt(session: int) -> list[int]:
+    """The session's processes and every descendant of theirs: a launcher may start its workers in
+    sessions of their own (torchrun's elastic agent does, to signal each one's group), and they
+    are the attempt's all the same."""
+    stats = {pid: fields for pid in _pids() if len(fields := _stat(pid)) > 3}
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    found = {pid for pid, fields in stats.items() if fields[3] == str(session)}
+    todo = list(found)
+    while todo:
+        fresh = [child for child in children.get(todo.pop(), []) if child not in found]
+        found.update(fresh)
+        todo += fresh
+    return sorted(found)
 
 
 def _pids() -> Iterable[int]:
