@@ -222,6 +222,9 @@ def _undecided(ranks: list[tuple[int, RankEvidence]]) -> str:
         return f"a process on node {', '.join(map(str, gone))} exited before it could be asked"
     if not any(rank.collectives for _, rank in ranks):
         return "no rank recorded its collectives, and no stack or step stands out"
+    silent = [f"rank {rank.rank} on node {node}" for node, rank in ranks if rank.collectives is None]
+    if silent:
+        return f"{', '.join(silent)} did not report its collectives before the deadline, and may be the one behind"
     return "every rank reached the same collective, and no stack or step stands out"
 
 
