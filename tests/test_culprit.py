@@ -272,6 +272,36 @@ def test_evidence_that_fails_its_check_leaves_its_node_unknown_and_says_so(joine
 
 
 @pytest.mark.slow
+def test_the_second_asker_of_a_nodes_evidence_waits_until_it_is_sent(joined_pair):
+    """A node's own detector and its monitor (seeing another node end the round) both ask for its
+    evidence; whichever comes second goes on to stop the workers, so it must not return while
+    the first is still asking them."""
+    import threading
+
+    _, follower = joined_pair
+    inside, second_done, seen = threading.Event(), threading.Event(), []
+
+    def slow_witness():
+        inside.set()
+        second_done.wait(3)  # over at once when the second asker does not wait for this one
+        return recorded("stuck-2")[1]
+
+    def second():
+        follower._testify(follower.store.clone(), 1, lambda: recorded("stuck-2")[1])
+        seen.append(follower.store.check(["r1/evidence/1"]))  # what it would stop the workers on
+        second_done.set()
+
+    first = threading.Thread(target=follower._testify, args=(follower.store, 1, slow_witness))
+    first.start()
+    inside.wait()
+    asker = threading.Thread(target=second)
+    asker.start()
+    first.join()
+    asker.join()
+    assert seen == [True]
+
+
+@pytest.mark.slow
 def test_a_warm_attempt_is_armed_as_a_cold_one(tmp_path):
     """Attempt 1 starts cold and hangs once the warm interpreter is ready; attempt 2 is forked from
     it and hangs too: both verdicts name the rank with the frame it hangs in."""
@@ -289,9 +319,17 @@ def test_a_warm_attempt_is_armed_as_a_cold_one(tmp_path):
         assert decision["culprit"]["ranks"] == [0] and decision["culprit"]["stack"][0].startswith("wait_here (")
 
 
-def test_a_rank_that_exited_before_it_was_asked_leaves_the_culprit_unknown_and_says_where():
-    nodes = [NodeEvidence(0, (rank(0, seq=16),)), NodeEvidence(1, (RankEvidence(None, 1001, "gone"),))]
+@pytest.mark.parametrize("state", ["gone", "zombie"])
+def test_a_rank_that_exited_before_it_was_asked_leaves_the_culprit_unknown_and_says_where(state):
+    nodes = [NodeEvidence(0, (rank(0, seq=16),)), NodeEvidence(1, (RankEvidence(None, 1001, state),))]
     assert attribute(nodes, 2) == Attribution(None, "a process on node 1 exited before it could be asked")
+
+
+def test_a_rank_stopped_before_its_node_asked_it_is_said_to_have_exited():
+    """Recorded by the benchmark: node 1's rank was a zombie when its agent asked, stopped by the
+    agent's own monitor while its main thread still asked (each node now asks before any stop)."""
+    result = attribute(recorded("exited-2"), 2)
+    assert result == Attribution(None, "a process on node 1 exited before it could be asked")
 
 
 def test_a_rank_outside_a_subgroup_is_not_behind_in_it():

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.agent.culprit import hook
-from hacfg.agent.culprit.analysis import GONE, STOPPED, NodeEvidence, RankEvidence
+from hacfg.agent.culprit.analysis import GONE, STOPPED, ZOMBIE, NodeEvidence, RankEvidence
 from hacfg.fsutil import atomic_write
 
 FOLDER = "evidence"
@@ -33,7 +33,7 @@ FRAMES = 8  # of each stack, in the summary sent to node 0
 FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # the flight recorder's ring of entries (NCCL's and gloo's)
 RECORDED = 4 * hook.ENTRIES
 SETTLE = 0.05  # seconds for the hook's thread to park again between its answer and the stacks signal
-_STATES = {"R": "running", "S": "sleeping", "D": "disk", "T": STOPPED, "t": STOPPED, "Z": "zombie", "X": GONE}
+_STATES = {"R": "running", "S": "sleeping", "D": "disk", "T": STOPPED, "t": STOPPED, "Z": ZOMBIE, "X": GONE}
 _FRAME = re.compile(r'\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)')
 
 
@@ -158,11 +158,11 @@ def _wait_until(done: Callable[[], bool], until: float) -> None:
 
 
 def _recorded(folder: Path, pid: int, asked_at: float) -> bool:
-    return _state(pid) in (GONE, "zombie") or _answer(folder / f"{pid}.json", asked_at) is not None
+    return _state(pid) in (GONE, ZOMBIE) or _answer(folder / f"{pid}.json", asked_at) is not None
 
 
 def _dumped(folder: Path, pid: int, size: int) -> bool:
-    return _state(pid) in (GONE, "zombie") or _size(folder / f"{pid}.stacks") > size
+    return _state(pid) in (GONE, ZOMBIE) or _size(folder / f"{pid}.stacks") > size
 
 
 def _answer(path: Path, asked_at: float, slack: float = 1.0) -> dict[str, Any] | None:
