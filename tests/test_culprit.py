@@ -9,6 +9,7 @@ pure-Python busy loop.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,6 +138,33 @@ def test_a_stopped_process_is_seen_stopped_and_not_signalled(tmp_path):
     assert [(r.pid, r.state, r.stack) for r in found.ranks] == [(proc.pid, "stopped", ())]
 
 
+def test_py_spy_gives_a_stopped_rank_the_stack_it_cannot_write(tmp_path):
+    py_spy = shutil.which("py-spy", path=os.path.dirname(sys.executable))
+    if py_spy is None:
+        pytest.skip("py-spy is not installed beside this Python (pip install py-spy)")
+    proc, folder = armed_child(tmp_path, "import time\ndef wait():\n    print('ready', flush=True)\n    time.sleep(60)\nwait()")
+    os.kill(proc.pid, signal.SIGSTOP)
+    os.waitpid(proc.pid, os.WUNTRACED)  # stopped before it is asked: a rank asked first spends the deadline
+    try:
+        found = evidence.collect(proc.pid, folder, node=0, step=None, py_spy=py_spy)
+    finally:
+        proc.kill()
+        proc.wait()
+    (only,) = found.ranks
+    assert only.state == "stopped" and only.stack[-1] == "<module> (<string>:5)"
+    assert only.stack[0] in ("wait (<string>:3)", "wait (<string>:4)")  # stopped in its print, or after
+    assert (folder / f"{proc.pid}.py-spy").read_text().startswith(f"Process {proc.pid}: ")
+
+
+def test_py_spy_asked_for_where_there_is_none_is_one_line_and_exit_2(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # nothing beside it either
+    result = cli("agent", "--py-spy", "--state-dir", tmp_path / "state", "--", "true")
+    assert result.code == 2 and result.err.splitlines() == [
+        "hacfg: error: --py-spy: no py-spy on PATH or beside this Python (pip install py-spy)"
+    ]
+
+
 def test_an_unarmed_process_is_left_alone(tmp_path):
     folder = evidence.folder_for(tmp_path / "state", 1)
     proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
@@ -249,6 +277,22 @@ def test_a_single_node_hang_names_its_only_rank_with_its_stack(tmp_path):
     assert (culprit["node"], culprit["ranks"], culprit["how"]) == (0, [0], "the job's only rank")
     assert "silent.py" in culprit["stack"][-1] and "the hang's culprit is node 0 rank 0" in result.stderr
     assert (tmp_path / "state" / "evidence" / "attempt-1" / evidence.SUMMARY).exists()
+
+
+@pytest.mark.slow
+def test_with_py_spy_a_stopped_ranks_verdict_carries_its_stack(tmp_path):
+    from test_multinode import free_port
+
+    from conftest import agent, read_events
+
+    if shutil.which("py-spy", path=os.path.dirname(sys.executable)) is None:
+        pytest.skip("py-spy is not installed beside this Python (pip install py-spy)")
+    options = ("--hang-timeout", "2s", "--initial-hang-timeout", "120s", "--grace", "1", "--py-spy")
+    result = agent(tmp_path, *options, child="gloo_ranks.py", args=(0, 1, free_port(), "stop", 0), timeout=240)
+    (decision,) = [e for e in read_events(tmp_path / "state") if e["event"] == "decision"]
+    culprit = decision["culprit"]
+    assert culprit["how"].startswith("its process is stopped"), result.stderr
+    assert culprit["stack"][0].startswith("fault (") and "gloo_ranks.py" in culprit["stack"][0]
 
 
 @pytest.mark.slow

@@ -15,8 +15,10 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +63,12 @@ def armed(env: dict[str, str], folder: Path) -> dict[str, str]:
     return {**env, **buffer, hook.ENV: str(folder), "PYTHONPATH": os.pathsep.join(path)}
 
 
-def collect(session: int, folder: Path, node: int, step: int | None, deadline: float = DEADLINE) -> NodeEvidence:
+def collect(
+    session: int, folder: Path, node: int, step: int | None, deadline: float = DEADLINE, py_spy: str | None = None
+) -> NodeEvidence:
     """Ask every armed process of the attempt (its ``session`` and their descendants); what they
-    and /proc said by the deadline."""
+    and /proc said by the deadline. With ``py_spy`` (its executable), the ranks that gave no stack
+    (a stopped one cannot run its handler) are dumped from outside, within the same deadline."""
     until = time.monotonic() + deadline
     asked_at = time.time()
     pids = _attempt(session)
@@ -80,8 +85,10 @@ def collect(session: int, folder: Path, node: int, step: int | None, deadline: f
         with contextlib.suppress(OSError):
             os.kill(pid, hook.STACKS_SIGNAL)
     _wait_until(lambda: all(_dumped(folder, pid, size) for pid, size in asked.items()), until)
-    ranks = [_rank(folder, pid, asked.get(pid), asked_at) for pid in pids]
-    evidence = NodeEvidence(node, tuple(rank for rank in ranks if rank is not None), step)
+    ranks = [rank for pid in pids if (rank := _rank(folder, pid, asked.get(pid), asked_at)) is not None]
+    if py_spy is not None:
+        ranks = _spied(py_spy, ranks, folder, until)
+    evidence = NodeEvidence(node, tuple(ranks), step)
     with contextlib.suppress(OSError):
         atomic_write(folder / SUMMARY, json.dumps(evidence.to_json(), indent=1) + "\n")
     return evidence
@@ -124,6 +131,44 @@ def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvid
     stack = _main_stack(_read_from(folder / f"{pid}.stacks", size or 0))
     collectives, last_op = _collectives(answer.get("flight_recorder") if answer else None)
     return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op)
+
+
+def _spied(py_spy: str, ranks: list[RankEvidence], folder: Path, until: float) -> list[RankEvidence]:
+    """The ranks, those without a stack given one by ``py-spy dump --nonblocking`` (it reads the
+    process's memory without stopping it, so a stopped process is read as it stands); its output
+    is kept as ``<pid>.py-spy``. A dump that fails or outlasts the deadline leaves the rank as it was."""
+    dumps = {}
+    for rank in ranks:
+        if not rank.stack and rank.state not in (GONE, ZOMBIE):
+            with contextlib.suppress(OSError), open(folder / f"{rank.pid}.py-spy", "wb") as out:
+                argv = [py_spy, "dump", "--nonblocking", "--pid", str(rank.pid)]
+                dumps[rank.pid] = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+    for proc in dumps.values():
+        try:
+            proc.wait(max(0.0, until - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return [
+        replace(rank, stack=_py_spy_stack(_read_from(folder / f"{rank.pid}.py-spy", 0), rank.pid)[:FRAMES])
+        if rank.pid in dumps and dumps[rank.pid].returncode == 0
+        else rank
+        for rank in ranks
+    ]
+
+
+def _py_spy_stack(dump: str, pid: int) -> tuple[str, ...]:
+    """The main thread's frames from ``py-spy dump``, innermost first: the thread whose id is the
+    process's (py-spy shows the native ids), else the first."""
+    threads: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in dump.splitlines():
+        if line.startswith("Thread "):
+            current = threads.setdefault(line.split()[1], [])
+        elif current is not None and line.startswith("    ") and line.strip():
+            current.append(line.strip())
+    main = threads.get(str(pid)) or next(iter(threads.values()), [])
+    return tuple(main)
 
 
 def _collectives(recorder: dict[str, Any] | None) -> tuple[dict[str, int] | None, str | None]:
