@@ -1,21 +1,27 @@
 """Who hung? The culprit a hang's verdict names, against the rank that was made to hang.
 
-Two emulated nodes (BENCH_NODES) on 127.0.0.1 run ``examples/resumable-training/train_ddp.py`` (torch DDP over
-gloo, CPU) under ``hacfg agent``, as docs/multi-node.md starts them, with a 3 s hang timeout. In
-each run one rank misbehaves at step 6 of the first attempt (``--fault KIND:RANK:6:1``), on node
-0, node 1, ... in turn:
+Emulated nodes on 127.0.0.1, one ``hacfg agent`` each as docs/multi-node.md starts them, each
+supervising one rank of ``tests/children/gloo_ranks.py`` (a gloo group on CPU that all-reduces
+every step: the same hook, flight recorder, evidence and group protocol as a DDP job, without
+a model to load), with a 3 s hang timeout. In each run one rank misbehaves at step 6, on node 0,
+node 1, ... in turn:
 
-  hang    stuck before its next collective
-  skip    leaves out one gradient all-reduce (a desync)
+  stuck   stuck before its next collective
+  skip    leaves out one collective (a desync)
   stop    SIGSTOPped
   spin    a pure-Python busy loop holding the GIL
 
 A run counts as right when node 0's first hang decision names the faulty node as the culprit;
-a ``null`` culprit (the evidence could not tell) is counted apart from a wrong one. Before this
-analysis the decision named the node that went quiet first: node 0, whoever hung.
+a ``null`` culprit (the evidence could not tell) is counted apart from a wrong one. For each
+kind and node count it also reports how long after the first node declared the hang the last
+node's summary (every rank's evidence) was written, which always precedes its stop signal, the
+running ranks whose stacks or collectives missed it, and the bytes each rank left. Then the steady-state cost of the armed hook: the step time of a
+two-rank gloo loop, armed against unarmed, interleaved.
 
-Run: python bench/culprit.py [KIND ...] (needs torch; BENCH_RUNS per kind and node, default 2).
-Target: the right node in at least 95 % of runs.
+Run: python bench/culprit.py [KIND ...] (needs torch), or ``overhead`` for the step times alone. BENCH_RUNS per kind and node count
+(default 13: 104 runs in all), BENCH_NODES (default "2,4"), BENCH_LANES jobs at once (default 2).
+Targets: the right node in at least 95 % of runs; every rank's evidence within 2 s and before
+the stop; at most 1 MB per rank; step time unchanged within noise.
 """
 
 from __future__ import annotations
@@ -26,18 +32,30 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
-KINDS = ("hang", "skip", "stop", "spin")
-RUNS = int(os.environ.get("BENCH_RUNS", "2"))
-NODES = int(os.environ.get("BENCH_NODES", "2"))
+sys.path.insert(0, str(REPO))
+
+from hacfg.agent.culprit import evidence  # noqa: E402
+
+CHILD = REPO / "tests" / "children" / "gloo_ranks.py"
+KINDS = ("stuck", "skip", "stop", "spin")
+RUNS = int(os.environ.get("BENCH_RUNS", "13"))
+NODES = tuple(int(n) for n in os.environ.get("BENCH_NODES", "2,4").split(","))
+LANES = int(os.environ.get("BENCH_LANES", "2"))  # jobs at once: most of a run is waiting
+LOCK = threading.Lock()
+STEPS = 3000  # of the overhead loop, per rank and run
 
 
 def free_port() -> int:
@@ -46,20 +64,27 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run(kind: str, faulty: int, root: Path) -> dict | None:
-    """One job with one fault; node 0's first decision if it is a hang's, else None."""
+@dataclass
+class Tally:
+    outcomes: Counter[str] = field(default_factory=Counter)
+    latency: list[float] = field(default_factory=list)  # first hang event -> the last node's summary
+    missing: int = 0  # running ranks whose stacks or recorder state did not make it into the summary
+    size: list[int] = field(default_factory=list)  # bytes each rank left
+
+
+def run(kind: str, nodes: int, faulty: int, root: Path) -> tuple[dict | None, Path]:
+    """One job with one fault; node 0's first decision if it is a hang's, and the job's state folder."""
     rdzv, master = free_port(), free_port()
     ckpt = root / "ckpt"
     agents = []
-    for rank in range(NODES):
-        env = {**os.environ, "PYTHONPATH": str(REPO), "NODE_RANK": str(rank), "WORLD_SIZE": str(NODES),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master)}
+    for rank in range(nodes):
+        env = {**os.environ, "PYTHONPATH": str(REPO), "NODE_RANK": str(rank), "WORLD_SIZE": str(nodes)}
         env.pop("RANK", None)
-        argv = [sys.executable, "-m", "hacfg", "agent", "--nnodes", str(NODES), "--node-rank", str(rank),
+        argv = [sys.executable, "-m", "hacfg", "agent", "--nnodes", str(nodes), "--node-rank", str(rank),
                 "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--checkpoint-path", str(ckpt), "--max-restarts", "3",
-                "--no-precheck", "--no-warm", "--hang-timeout", "3s", "--initial-hang-timeout", "120s", "--hang-retry",
-                "--grace", "5", "--", sys.executable, str(TRAIN), "--ckpt", str(ckpt), "--out", str(root / "out"),
-                "--steps", "12", "--fault", f"{kind}:{faulty}:6:1"]
+                "--no-precheck", "--no-warm", "--hang-timeout", "3s", "--initial-hang-timeout", "120s",
+                "--hang-retry", "--grace", "2", "--",
+                sys.executable, str(CHILD), str(rank), str(nodes), str(master), kind, str(faulty)]
         log = (root / f"node{rank}.log").open("wb")
         agents.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     events = ckpt / ".hacfg" / "node-0" / "events.jsonl"
@@ -74,43 +99,128 @@ def run(kind: str, faulty: int, root: Path) -> dict | None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(agent.pid, signal.SIGKILL)
         agent.wait()
-    return decision if decision is not None and decision["cause"] == "hang" else None
+    return (decision if decision is not None and decision["cause"] == "hang" else None), ckpt / ".hacfg"
+
+
+def measure_evidence(state: Path, tally: Tally) -> str:
+    """From the nodes' events and evidence files: how long after the first hang event every node's
+    summary was written, whether each running rank's stacks and recorder state made it in, and
+    the bytes each rank left; the same in words. Each node's summary precedes its stop signal
+    (the agent stops its workers only once it has sent it and waited for the others')."""
+    hangs, summaries, sizes = [], [], []
+    for node in sorted(state.glob("node-*")):
+        for record in map(json.loads, (node / "events.jsonl").read_text().splitlines()):
+            if record["event"] == "hang":
+                hangs.append(datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp())
+        folder = node / evidence.FOLDER / "attempt-1"
+        summary = folder / evidence.SUMMARY
+        if not summary.exists():
+            tally.missing += 1
+            continue
+        summaries.append(summary.stat().st_mtime)
+        for rank in json.loads(summary.read_text())["ranks"]:
+            files = [folder / f"{rank['pid']}{suffix}" for suffix in (".json", ".stacks")]
+            sizes.append(sum(path.stat().st_size for path in files if path.exists()))
+            answered = rank["state"] == "stopped" or (rank["stack"] and rank["collectives"] is not None)
+            tally.missing += not answered
+    tally.size += sizes
+    if not (hangs and summaries):
+        return ""
+    tally.latency.append(max(summaries) - min(hangs))
+    return f" evidence {tally.latency[-1]:.2f}s, max {max(sizes, default=0) / 1024:.1f} KB/rank"
+
+
+def trial(kind: str, nodes: int, faulty: int, tally: Tally) -> None:
+    folder = Path(tempfile.mkdtemp(prefix=f"culprit-{kind}-{nodes}-"))
+    started = time.monotonic()
+    decision, state = run(kind, nodes, faulty, folder)
+    took = time.monotonic() - started
+    if decision is None:
+        outcome, said = "no hang", "-"
+    elif decision.get("culprit") is None:
+        outcome, said = "unknown", decision.get("culprit_note") or "-"
+    else:
+        right = decision["culprit"]["node"] == faulty
+        outcome, said = "right" if right else "wrong", decision["culprit"]["how"]
+    with LOCK:
+        tally.outcomes[outcome] += 1
+        measured = measure_evidence(state, tally) if decision is not None else ""
+    kept = ""
+    if outcome == "right":
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        kept = f" (kept: {folder})"  # the events and the evidence, to see why
+    print(f"{nodes} nodes {kind:5} faulty node {faulty}: {outcome:7} {took:5.1f}s{measured}  {said[:90]}{kept}",
+          flush=True)
+
+
+OVERHEAD = """
+import sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=int(sys.argv[1]), world_size=2)
+x = torch.ones(4096)
+times = []
+for _ in range(int(sys.argv[3])):
+    started = time.perf_counter()
+    dist.all_reduce(x)
+    x.div_(2)
+    times.append(time.perf_counter() - started)
+times = sorted(times[len(times) // 5:])  # the first fifth warms up
+print(times[len(times) // 2])
+"""
+
+
+def step_time(armed: bool, root: Path) -> float:
+    """The median step of a two-rank gloo loop, with the hook armed as the agent arms it, or not."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != evidence.hook.ENV}
+    if armed:
+        env = evidence.armed(env, evidence.folder_for(root, 1))
+    procs = [subprocess.Popen([sys.executable, "-c", OVERHEAD, str(rank), str(port), str(STEPS)], env=env,
+                              stdout=subprocess.PIPE, text=True) for rank in range(2)]
+    return statistics.mean(float(proc.communicate()[0]) for proc in procs)
+
+
+def overhead() -> tuple[list[float], list[float]]:
+    root = Path(tempfile.mkdtemp(prefix="culprit-overhead-"))
+    unarmed, armed = [], []
+    for _ in range(5):
+        unarmed.append(step_time(False, root))
+        armed.append(step_time(True, root))
+    shutil.rmtree(root, ignore_errors=True)
+    return unarmed, armed
 
 
 def main() -> int:
+    if sys.argv[1:] == ["overhead"]:
+        return report_overhead()
     kinds = sys.argv[1:] or KINDS
-    tally: dict[str, Counter[str]] = {kind: Counter() for kind in kinds}
-    for kind in kinds:
-        for number in range(RUNS):
-            faulty = number % NODES
-            folder = Path(tempfile.mkdtemp(prefix=f"culprit-{kind}-"))
-            started = time.monotonic()
-            decision = run(kind, faulty, folder)
-            took = time.monotonic() - started
-            if decision is None:
-                outcome, said = "no hang", "-"
-            elif decision.get("culprit") is None:
-                outcome, said = "unknown", decision.get("culprit_note") or "-"
-            else:
-                right = decision["culprit"]["node"] == faulty
-                outcome, said = "right" if right else "wrong", decision["culprit"]["how"]
-            tally[kind][outcome] += 1
-            kept = ""
-            if outcome == "right":
-                shutil.rmtree(folder, ignore_errors=True)
-            else:
-                kept = f" (kept: {folder})"  # the events and the evidence, to see why
-            print(f"{kind:5} faulty node {faulty}: {outcome:7} {took:5.1f}s  {said[:110]}{kept}", flush=True)
-    print()
-    print(f"{'kind':6} {'runs':>4} {'right':>5} {'unknown':>7} {'wrong':>5} {'no hang':>7}")
-    total = Counter()
-    for kind, counts in tally.items():
+    print(f"load at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    tallies = {(kind, nodes): Tally() for nodes in NODES for kind in kinds}
+    jobs = [(kind, nodes, number % nodes, tallies[(kind, nodes)]) for (kind, nodes) in tallies for number in range(RUNS)]
+    with ThreadPoolExecutor(LANES) as pool:
+        for done in [pool.submit(trial, *job) for job in jobs]:
+            done.result()
+    print(f"\nload at end: {os.getloadavg()[0]:.1f}")
+    print(f"{'kind':6} {'nodes':>5} {'runs':>4} {'right':>5} {'unknown':>7} {'wrong':>5} {'no hang':>7} "
+          f"{'evidence p50/max s':>18} {'missing':>7} {'KB/rank max':>11}")
+    total: Counter[str] = Counter()
+    for (kind, nodes), tally in tallies.items():
+        counts = tally.outcomes
         total += counts
-        runs = sum(counts.values())
-        print(f"{kind:6} {runs:4} {counts['right']:5} {counts['unknown']:7} {counts['wrong']:5} {counts['no hang']:7}")
+        latency = f"{statistics.median(tally.latency):.2f}/{max(tally.latency):.2f}" if tally.latency else "-"
+        size = f"{max(tally.size) / 1024:.1f}" if tally.size else "-"
+        print(f"{kind:6} {nodes:5} {sum(counts.values()):4} {counts['right']:5} {counts['unknown']:7} {counts['wrong']:5} "
+              f"{counts['no hang']:7} {latency:>18} {tally.missing:7} {size:>11}")
     runs = sum(total.values())
-    share = total["right"] / runs if runs else 0.0
-    print(f"right culprit node: {total['right']}/{runs} = {share:.0%} (target >= 95%)")
+    print(f"right culprit node: {total['right']}/{runs} = {total['right'] / max(runs, 1):.0%} (target >= 95%)")
+    return report_overhead()
+
+
+def report_overhead() -> int:
+    unarmed, armed = overhead()
+    print(f"step time, median of 5 runs of {STEPS} steps: unarmed {statistics.median(unarmed) * 1e6:.0f} us "
+          f"(runs {', '.join(f'{t * 1e6:.0f}' for t in unarmed)}), armed {statistics.median(armed) * 1e6:.0f} us "
+          f"(runs {', '.join(f'{t * 1e6:.0f}' for t in armed)})")
     return 0
 
 

@@ -9,6 +9,7 @@ pure-Python busy loop.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,7 +70,8 @@ def test_a_stopped_rank_is_named_even_when_another_node_is_silent():
 
 def test_a_rank_without_a_count_keeps_the_lag_from_naming_anyone():
     nodes = [NodeEvidence(0, (rank(0), rank(1, seq=6))), NodeEvidence(1, (rank(2, seq=None),))]
-    assert attribute(nodes, 2).culprit is None
+    note = "rank 2 on node 1 did not report its collectives before the deadline, and may be the one behind"
+    assert attribute(nodes, 2) == Attribution(None, note)
 
 
 def test_ranks_behind_on_two_nodes_name_no_single_node():
@@ -136,6 +138,33 @@ def test_a_stopped_process_is_seen_stopped_and_not_signalled(tmp_path):
     assert [(r.pid, r.state, r.stack) for r in found.ranks] == [(proc.pid, "stopped", ())]
 
 
+def test_py_spy_gives_a_stopped_rank_the_stack_it_cannot_write(tmp_path):
+    py_spy = shutil.which("py-spy", path=os.path.dirname(sys.executable))
+    if py_spy is None:
+        pytest.skip("py-spy is not installed beside this Python (pip install py-spy)")
+    proc, folder = armed_child(tmp_path, "import time\ndef wait():\n    print('ready', flush=True)\n    time.sleep(60)\nwait()")
+    os.kill(proc.pid, signal.SIGSTOP)
+    os.waitpid(proc.pid, os.WUNTRACED)  # stopped before it is asked: a rank asked first spends the deadline
+    try:
+        found = evidence.collect(proc.pid, folder, node=0, step=None, py_spy=py_spy)
+    finally:
+        proc.kill()
+        proc.wait()
+    (only,) = found.ranks
+    assert only.state == "stopped" and only.stack[-1] == "<module> (<string>:5)"
+    assert only.stack[0] in ("wait (<string>:3)", "wait (<string>:4)")  # stopped in its print, or after
+    assert (folder / f"{proc.pid}.py-spy").read_text().startswith(f"Process {proc.pid}: ")
+
+
+def test_py_spy_asked_for_where_there_is_none_is_one_line_and_exit_2(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # nothing beside it either
+    result = cli("agent", "--py-spy", "--state-dir", tmp_path / "state", "--", "true")
+    assert result.code == 2 and result.err.splitlines() == [
+        "hacfg: error: --py-spy: no py-spy on PATH or beside this Python (pip install py-spy)"
+    ]
+
+
 def test_an_unarmed_process_is_left_alone(tmp_path):
     folder = evidence.folder_for(tmp_path / "state", 1)
     proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
@@ -145,6 +174,31 @@ def test_an_unarmed_process_is_left_alone(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_worker_a_launcher_started_in_a_session_of_its_own_is_asked_too(tmp_path):
+    """torch's elastic agent starts each worker with ``start_new_session=True`` (its
+    SubprocessHandler), so the attempt's session holds torchrun but not the ranks."""
+    folder = evidence.folder_for(tmp_path / "state", 1)
+    worker = "def work():\n    print('ready', flush=True)\n    while True: pass\nwork()"
+    launcher = (
+        "import os, subprocess, sys, time\n"
+        f"w = subprocess.Popen([sys.executable, '-c', {worker!r}], env={{**os.environ, 'RANK': '3'}}, start_new_session=True)\n"
+        "print(w.pid, flush=True)\ntime.sleep(60)"
+    )
+    env = evidence.armed({k: v for k, v in os.environ.items() if k != "RANK"}, folder)
+    proc = subprocess.Popen([sys.executable, "-c", launcher], env=env, start_new_session=True, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    worker_pid = int(proc.stdout.readline())
+    assert proc.stdout.readline() == b"ready\n"  # the worker's, through the launcher's stdout
+    try:
+        found = evidence.collect(proc.pid, folder, node=0, step=None)
+    finally:
+        os.kill(worker_pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+    (only,) = found.ranks  # the launcher armed itself too, but is no rank
+    assert (only.rank, only.pid, only.stack[:1]) == (3, worker_pid, ("work (<string>:3)",))
 
 
 def test_the_hook_stays_off_without_its_folder_and_keeps_a_users_sitecustomize(tmp_path):
@@ -226,6 +280,22 @@ def test_a_single_node_hang_names_its_only_rank_with_its_stack(tmp_path):
 
 
 @pytest.mark.slow
+def test_with_py_spy_a_stopped_ranks_verdict_carries_its_stack(tmp_path):
+    from test_multinode import free_port
+
+    from conftest import agent, read_events
+
+    if shutil.which("py-spy", path=os.path.dirname(sys.executable)) is None:
+        pytest.skip("py-spy is not installed beside this Python (pip install py-spy)")
+    options = ("--hang-timeout", "2s", "--initial-hang-timeout", "120s", "--grace", "1", "--py-spy")
+    result = agent(tmp_path, *options, child="gloo_ranks.py", args=(0, 1, free_port(), "stop", 0), timeout=240)
+    (decision,) = [e for e in read_events(tmp_path / "state") if e["event"] == "decision"]
+    culprit = decision["culprit"]
+    assert culprit["how"].startswith("its process is stopped"), result.stderr
+    assert culprit["stack"][0].startswith("fault (") and "gloo_ranks.py" in culprit["stack"][0]
+
+
+@pytest.mark.slow
 def test_evidence_that_fails_its_check_leaves_its_node_unknown_and_says_so(joined_pair):
     """Two real group members on a real TCPStore: node 1's signed summary is read, a value written
     under node 0's key by anyone else is not, and the verdict says why node 0 is unknown."""
@@ -246,6 +316,36 @@ def test_evidence_that_fails_its_check_leaves_its_node_unknown_and_says_so(joine
 
 
 @pytest.mark.slow
+def test_the_second_asker_of_a_nodes_evidence_waits_until_it_is_sent(joined_pair):
+    """A node's own detector and its monitor (seeing another node end the round) both ask for its
+    evidence; whichever comes second goes on to stop the workers, so it must not return while
+    the first is still asking them."""
+    import threading
+
+    _, follower = joined_pair
+    inside, second_done, seen = threading.Event(), threading.Event(), []
+
+    def slow_witness():
+        inside.set()
+        second_done.wait(3)  # over at once when the second asker does not wait for this one
+        return recorded("stuck-2")[1]
+
+    def second():
+        follower._testify(follower.store.clone(), 1, lambda: recorded("stuck-2")[1])
+        seen.append(follower.store.check(["r1/evidence/1"]))  # what it would stop the workers on
+        second_done.set()
+
+    first = threading.Thread(target=follower._testify, args=(follower.store, 1, slow_witness))
+    first.start()
+    inside.wait()
+    asker = threading.Thread(target=second)
+    asker.start()
+    first.join()
+    asker.join()
+    assert seen == [True]
+
+
+@pytest.mark.slow
 def test_a_warm_attempt_is_armed_as_a_cold_one(tmp_path):
     """Attempt 1 starts cold and hangs once the warm interpreter is ready; attempt 2 is forked from
     it and hangs too: both verdicts name the rank with the frame it hangs in."""
@@ -263,9 +363,17 @@ def test_a_warm_attempt_is_armed_as_a_cold_one(tmp_path):
         assert decision["culprit"]["ranks"] == [0] and decision["culprit"]["stack"][0].startswith("wait_here (")
 
 
-def test_a_rank_that_exited_before_it_was_asked_leaves_the_culprit_unknown_and_says_where():
-    nodes = [NodeEvidence(0, (rank(0, seq=16),)), NodeEvidence(1, (RankEvidence(None, 1001, "gone"),))]
+@pytest.mark.parametrize("state", ["gone", "zombie"])
+def test_a_rank_that_exited_before_it_was_asked_leaves_the_culprit_unknown_and_says_where(state):
+    nodes = [NodeEvidence(0, (rank(0, seq=16),)), NodeEvidence(1, (RankEvidence(None, 1001, state),))]
     assert attribute(nodes, 2) == Attribution(None, "a process on node 1 exited before it could be asked")
+
+
+def test_a_rank_stopped_before_its_node_asked_it_is_said_to_have_exited():
+    """Recorded by the benchmark: node 1's rank was a zombie when its agent asked, stopped by the
+    agent's own monitor while its main thread still asked (each node now asks before any stop)."""
+    result = attribute(recorded("exited-2"), 2)
+    assert result == Attribution(None, "a process on node 1 exited before it could be asked")
 
 
 def test_a_rank_outside_a_subgroup_is_not_behind_in_it():

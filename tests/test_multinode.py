@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -301,12 +302,12 @@ def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference, 
     decisions = assert_recovered(job, job.run(), reference)
     assert [d["cause"] for d in decisions] == ["hang", "success"]
     assert (decisions[0]["counted"], decisions[0]["hang_streak"], decisions[0]["restarts"]) == (0, 1, 1)
-    # The victim, node 0, may go quiet first. When the evidence names a culprit it is node 1, from
-    # its flight recorder; when it cannot tell (a rank that exited before it was asked, torchrun's
-    # workers, which are not asked yet), it says why: never a guess shown as a fact.
+    # The victim, node 0, may go quiet first. The evidence names node 1, from its flight recorder,
+    # torchrun's workers too (they sit in sessions of their own); it may say it cannot tell only
+    # for a rank that exited or kept silent past the deadline: never a guess shown as a fact.
     culprit = decisions[0]["culprit"]
     if culprit is None:
-        assert decisions[0]["culprit_note"]
+        assert re.search(r"exited before it could be asked|before the deadline", decisions[0]["culprit_note"])
         return
     assert (culprit["node"], culprit["ranks"]) == (1, [1]) and "newest collective" in culprit["how"]
     if culprit["stack"]:  # a stack dump that came too late is left out, not waited for

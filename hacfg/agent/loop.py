@@ -328,7 +328,7 @@ class Agent:
         step = reported_step(self.heartbeat, since)
         if folder is None or self.session is None:
             return NodeEvidence(self.rank, (), step)
-        return evidence.collect(self.session, folder, self.rank, step)
+        return evidence.collect(self.session, folder, self.rank, step, py_spy=self.options.py_spy)
 
     def _straggler(
         self, plan: Plan, started: float, pace: straggler.Pace, supervisor: Supervisor, over: threading.Event

@@ -39,6 +39,8 @@ class RunOptions:
     # (default: the script's installed top-level imports).
     warm: bool = True
     preload: tuple[str, ...] | None = None
+    # At a hang, the py-spy executable that dumps the stacks of ranks that cannot write their own.
+    py_spy: str | None = None
 
     def __post_init__(self) -> None:
         if not self.command:

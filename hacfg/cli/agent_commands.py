@@ -54,6 +54,7 @@ def run_agent(
     metrics_linger: str = "30s",
     warm: bool = True,
     preload: str | None = None,
+    py_spy: bool = False,
 ) -> int:
     """``hacfg agent``: supervise ``command`` with the scenario file's policy and the overrides given."""
     from hacfg.agent.loop import run_agent as supervise
@@ -90,8 +91,23 @@ def run_agent(
         metrics_linger=seconds(metrics_linger, "--metrics-linger"),
         warm=warm,
         preload=_module_names(preload) if preload is not None else None,
+        py_spy=_py_spy() if py_spy else None,
     )
     return supervise(options)
+
+
+def _py_spy() -> str:
+    """``--py-spy``: the executable, on PATH or beside this Python's (a virtualenv's bin)."""
+    import shutil
+    import sys
+
+    from hacfg.scenario.source import InputError
+
+    where = [os.environ.get("PATH", os.defpath), os.path.dirname(sys.executable)]
+    found = shutil.which("py-spy", path=os.pathsep.join(where))
+    if found is None:
+        raise InputError("--py-spy: no py-spy on PATH or beside this Python (pip install py-spy)")
+    return found
 
 
 def _module_names(text: str) -> tuple[str, ...]:

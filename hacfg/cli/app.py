@@ -361,6 +361,9 @@ def agent_command(
     preload: Optional[str] = typer.Option(
         None, "--preload", metavar="MOD,...", help="What the warm interpreter imports (default: the script's imports)."
     ),
+    py_spy: bool = typer.Option(
+        False, "--py-spy", help="At a hang, py-spy dumps the stacks of ranks that cannot write their own."
+    ),
 ) -> None:
     """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events.
 
@@ -401,6 +404,7 @@ def agent_command(
         metrics_linger=metrics_linger,
         warm=warm,
         preload=preload,
+        py_spy=py_spy,
     )
     raise typer.Exit(code)
 

@@ -29,6 +29,7 @@ from typing import Any
 _LINE = re.compile(r":\d+\)$")
 STOPPED = "stopped"
 GONE = "gone"
+ZOMBIE = "zombie"  # exited, not yet reaped: gone all the same
 
 
 @dataclass(frozen=True)
@@ -217,11 +218,14 @@ def _top(shape: tuple[str, ...]) -> str:
 def _undecided(ranks: list[tuple[int, RankEvidence]]) -> str:
     if not ranks:
         return "no rank answered: none had started its process group, or none runs Python"
-    gone = sorted({node for node, rank in ranks if rank.state == GONE})
+    gone = sorted({node for node, rank in ranks if rank.state in (GONE, ZOMBIE)})
     if gone:
         return f"a process on node {', '.join(map(str, gone))} exited before it could be asked"
     if not any(rank.collectives for _, rank in ranks):
         return "no rank recorded its collectives, and no stack or step stands out"
+    silent = [f"rank {rank.rank} on node {node}" for node, rank in ranks if rank.collectives is None]
+    if silent:
+        return f"{', '.join(silent)} did not report its collectives before the deadline, and may be the one behind"
     return "every rank reached the same collective, and no stack or step stands out"
 
 

@@ -15,13 +15,15 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hacfg.agent.culprit import hook
-from hacfg.agent.culprit.analysis import GONE, STOPPED, NodeEvidence, RankEvidence
+from hacfg.agent.culprit.analysis import GONE, STOPPED, ZOMBIE, NodeEvidence, RankEvidence
 from hacfg.fsutil import atomic_write
 
 FOLDER = "evidence"
@@ -33,7 +35,7 @@ FRAMES = 8  # of each stack, in the summary sent to node 0
 FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # the flight recorder's ring of entries (NCCL's and gloo's)
 RECORDED = 4 * hook.ENTRIES
 SETTLE = 0.05  # seconds for the hook's thread to park again between its answer and the stacks signal
-_STATES = {"R": "running", "S": "sleeping", "D": "disk", "T": STOPPED, "t": STOPPED, "Z": "zombie", "X": GONE}
+_STATES = {"R": "running", "S": "sleeping", "D": "disk", "T": STOPPED, "t": STOPPED, "Z": ZOMBIE, "X": GONE}
 _FRAME = re.compile(r'\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)')
 
 
@@ -61,11 +63,15 @@ def armed(env: dict[str, str], folder: Path) -> dict[str, str]:
     return {**env, **buffer, hook.ENV: str(folder), "PYTHONPATH": os.pathsep.join(path)}
 
 
-def collect(session: int, folder: Path, node: int, step: int | None, deadline: float = DEADLINE) -> NodeEvidence:
-    """Ask every armed process of the attempt's ``session``; what they and /proc said by the deadline."""
+def collect(
+    session: int, folder: Path, node: int, step: int | None, deadline: float = DEADLINE, py_spy: str | None = None
+) -> NodeEvidence:
+    """Ask every armed process of the attempt (its ``session`` and their descendants); what they
+    and /proc said by the deadline. With ``py_spy`` (its executable), the ranks that gave no stack
+    (a stopped one cannot run its handler) are dumped from outside, within the same deadline."""
     until = time.monotonic() + deadline
     asked_at = time.time()
-    pids = _session(session)
+    pids = _attempt(session)
     armed = [pid for pid in pids if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
     asked = {pid: _size(folder / f"{pid}.stacks") for pid in armed}  # the stacks files' sizes before
     # The flight recorder first, the stacks after: faulthandler walks every thread's frames from a
@@ -79,20 +85,22 @@ def collect(session: int, folder: Path, node: int, step: int | None, deadline: f
         with contextlib.suppress(OSError):
             os.kill(pid, hook.STACKS_SIGNAL)
     _wait_until(lambda: all(_dumped(folder, pid, size) for pid, size in asked.items()), until)
-    ranks = [_rank(folder, pid, asked.get(pid), asked_at) for pid in pids]
-    evidence = NodeEvidence(node, tuple(rank for rank in ranks if rank is not None), step)
+    ranks = [rank for pid in pids if (rank := _rank(folder, pid, asked.get(pid), asked_at)) is not None]
+    if py_spy is not None:
+        ranks = _spied(py_spy, ranks, folder, until)
+    evidence = NodeEvidence(node, tuple(ranks), step)
     with contextlib.suppress(OSError):
         atomic_write(folder / SUMMARY, json.dumps(evidence.to_json(), indent=1) + "\n")
     return evidence
 
 
 def arrivals(session: int, folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[list[int]]]:
-    """Per rank of the attempt's ``session``, the collectives its flight recorder holds and when the
-    rank enqueued each: ``[process group, sequence number, ns]``. Only the pipe is poked, never the
-    stacks signal: this runs while training goes on. A rank that has not answered by the deadline
-    is left out of this sample."""
+    """Per rank of the attempt (its ``session`` and their descendants), the collectives its flight
+    recorder holds and when the rank enqueued each: ``[process group, sequence number, ns]``. Only
+    the pipe is poked, never the stacks signal: this runs while training goes on. A rank that has
+    not answered by the deadline is left out of this sample."""
     asked_at = time.time()
-    armed = [pid for pid in _session(session) if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
+    armed = [pid for pid in _attempt(session) if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
     for pid in armed:
         _poke(folder / f"{pid}.fifo")
     fresh = functools.partial(_answer, asked_at=asked_at, slack=0.0)  # the last sample's answer is no answer
@@ -123,6 +131,44 @@ def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvid
     stack = _main_stack(_read_from(folder / f"{pid}.stacks", size or 0))
     collectives, last_op = _collectives(answer.get("flight_recorder") if answer else None)
     return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op)
+
+
+def _spied(py_spy: str, ranks: list[RankEvidence], folder: Path, until: float) -> list[RankEvidence]:
+    """The ranks, those without a stack given one by ``py-spy dump --nonblocking`` (it reads the
+    process's memory without stopping it, so a stopped process is read as it stands); its output
+    is kept as ``<pid>.py-spy``. A dump that fails or outlasts the deadline leaves the rank as it was."""
+    dumps = {}
+    for rank in ranks:
+        if not rank.stack and rank.state not in (GONE, ZOMBIE):
+            with contextlib.suppress(OSError), open(folder / f"{rank.pid}.py-spy", "wb") as out:
+                argv = [py_spy, "dump", "--nonblocking", "--pid", str(rank.pid)]
+                dumps[rank.pid] = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+    for proc in dumps.values():
+        try:
+            proc.wait(max(0.0, until - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return [
+        replace(rank, stack=_py_spy_stack(_read_from(folder / f"{rank.pid}.py-spy", 0), rank.pid)[:FRAMES])
+        if rank.pid in dumps and dumps[rank.pid].returncode == 0
+        else rank
+        for rank in ranks
+    ]
+
+
+def _py_spy_stack(dump: str, pid: int) -> tuple[str, ...]:
+    """The main thread's frames from ``py-spy dump``, innermost first: the thread whose id is the
+    process's (py-spy shows the native ids), else the first."""
+    threads: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in dump.splitlines():
+        if line.startswith("Thread "):
+            current = threads.setdefault(line.split()[1], [])
+        elif current is not None and line.startswith("    ") and line.strip():
+            current.append(line.strip())
+    main = threads.get(str(pid)) or next(iter(threads.values()), [])
+    return tuple(main)
 
 
 def _collectives(recorder: dict[str, Any] | None) -> tuple[dict[str, int] | None, str | None]:
@@ -157,11 +203,11 @@ def _wait_until(done: Callable[[], bool], until: float) -> None:
 
 
 def _recorded(folder: Path, pid: int, asked_at: float) -> bool:
-    return _state(pid) in (GONE, "zombie") or _answer(folder / f"{pid}.json", asked_at) is not None
+    return _state(pid) in (GONE, ZOMBIE) or _answer(folder / f"{pid}.json", asked_at) is not None
 
 
 def _dumped(folder: Path, pid: int, size: int) -> bool:
-    return _state(pid) in (GONE, "zombie") or _size(folder / f"{pid}.stacks") > size
+    return _state(pid) in (GONE, ZOMBIE) or _size(folder / f"{pid}.stacks") > size
 
 
 def _answer(path: Path, asked_at: float, slack: float = 1.0) -> dict[str, Any] | None:
@@ -178,8 +224,21 @@ def _poke(fifo: Path) -> None:
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
-def _session(session: int) -> list[int]:
-    return sorted(pid for pid in _pids() if _stat(pid)[3:4] == [str(session)])
+def _attempt(session: int) -> list[int]:
+    """The session's processes and every descendant of theirs: a launcher may start its workers in
+    sessions of their own (torchrun's elastic agent does, to signal each one's group), and they
+    are the attempt's all the same."""
+    stats = {pid: fields for pid in _pids() if len(fields := _stat(pid)) > 3}
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    found = {pid for pid, fields in stats.items() if fields[3] == str(session)}
+    todo = list(found)
+    while todo:
+        fresh = [child for child in children.get(todo.pop(), []) if child not in found]
+        found.update(fresh)
+        todo += fresh
+    return sorted(found)
 
 
 def _pids() -> Iterable[int]:

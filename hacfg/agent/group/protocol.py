@@ -389,15 +389,16 @@ class GroupRounds:
     def _testify(self, store: Any, number: int, witness: Callable[[], NodeEvidence]) -> None:
         """Send this node's evidence of round ``number``'s hang, once, whoever asks first; then wait
         (at most the evidence deadline) for every other node's. A node that stopped its workers
-        sooner would end its peers' too (their collectives fail), before they could be asked."""
+        sooner would end its peers' too (their collectives fail), before they could be asked; so
+        would this node, were the second asker to go on to its stop while the first still asks."""
         with self._testifying:
             if self._testified == number:
                 return
             self._testified = number
-        self._put(f"r{number}/evidence/{self.spec.rank}", number, witness().to_json(), store)
-        keys = [f"r{number}/evidence/{rank}" for rank in range(self.spec.nnodes)]
-        with contextlib.suppress(RuntimeError):  # DistStoreError: a node did not answer in time
-            store.wait(keys, timedelta(seconds=DEADLINE + POLL))
+            self._put(f"r{number}/evidence/{self.spec.rank}", number, witness().to_json(), store)
+            keys = [f"r{number}/evidence/{rank}" for rank in range(self.spec.nnodes)]
+            with contextlib.suppress(RuntimeError):  # DistStoreError: a node did not answer in time
+                store.wait(keys, timedelta(seconds=DEADLINE + POLL))
 
     def pace(self, node: int, arrivals: Arrivals) -> list[tuple[int, Arrivals]] | None:
         """Publish this node's sample; node 0 reads every node's newest. A sample that fails its
