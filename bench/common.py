@@ -7,6 +7,7 @@ import ctypes
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -186,3 +187,10 @@ def kill_tree(roots: Collection[int]) -> None:
 def kill_descendants() -> None:
     """Leave nothing behind: every process this one started, and theirs, however they detached."""
     kill_tree(descendants([os.getpid()]))
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for an emulated node's store."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

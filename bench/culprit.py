@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from common import free_port  # noqa: E402
+
 from hacfg.agent.culprit import evidence  # noqa: E402
 
 CHILD = REPO / "tests" / "children" / "gloo_ranks.py"
@@ -56,12 +57,6 @@ NODES = tuple(int(n) for n in os.environ.get("BENCH_NODES", "2,4").split(","))
 LANES = int(os.environ.get("BENCH_LANES", "2"))  # jobs at once: most of a run is waiting
 LOCK = threading.Lock()
 STEPS = 3000  # of the overhead loop, per rank and run
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

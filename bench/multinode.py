@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, become_subreaper, kill_descendants, verdicts_table
+from common import Verdict, become_subreaper, free_port, kill_descendants, verdicts_table
 
 from hacfg.agent.records.recovery import STAGES, Marks, recoveries
 from hacfg.agent.records.timeline import read_logs
@@ -44,12 +43,6 @@ FAULTS = {"worker killed": "kill:1:6", "collective error": "collective:0:6", "ki
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 NODES = 2
 TRAINING = ["--steps", "12", "--every", "4", "--step-time", "0.02"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from common import free_port
 
 from hacfg.agent.culprit import evidence, straggler
 
@@ -38,12 +39,6 @@ COMPUTE = float(os.environ.get("BENCH_COMPUTE", "0.1"))
 FAULT_STEP = 6  # gloo_ranks.py's faulty rank misbehaves after this step
 LIMIT = 20  # steps from the fault within which the straggler is to be named
 OVERHEAD_SECONDS = 10.0  # per half of an overhead measurement
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Pair:
