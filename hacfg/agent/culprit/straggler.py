@@ -45,8 +45,9 @@ class Pace:
         """Relative speed, 1.0 as fast as the group, 0.5 for half its speed."""
         return round(min(1.0, 1 / self.slowdown), 3) if self.slowdown > 0 else 1.0
 
-    def straggles(self, threshold: float = THRESHOLD, window: int = WINDOW) -> bool:
-        return self.collectives >= window and self.slowdown >= threshold
+    def straggles(self) -> bool:
+        """Slow by the threshold over a whole window: one slow collective is a spike, not a straggler."""
+        return self.collectives >= WINDOW and self.slowdown >= THRESHOLD
 
 
 class Pacer:
