@@ -3,7 +3,7 @@
 Emulated nodes on 127.0.0.1, one ``hacfg agent`` each as docs/multi-node.md starts them, each
 supervising one rank of ``tests/children/gloo_ranks.py`` (a gloo group on CPU that all-reduces
 every step: the same hook, flight recorder, evidence and group protocol as a DDP job, without
-a model to load), with a 3 s hang timeout. In each run one rank misbehaves at step 6, on node 0,
+a model to load), with a 3 s hang timeout. In each run one rank misbehaves at step 11, on node 0,
 node 1, ... in turn:
 
   stuck   stuck before its next collective

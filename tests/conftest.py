@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,13 @@ REPO = Path(__file__).resolve().parent.parent
 CHILDREN = REPO / "tests" / "children"  # small programs the agent supervises
 # The reference documents live beside the repository (``../shared``), or beside a folder holding it, as a worktree.
 SHARED = next((folder / "shared" for folder in REPO.parents if (folder / "shared").is_dir()), REPO.parent / "shared")
+
+
+def free_port() -> int:
+    """A TCP port nobody holds now, for a store or a process group (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @dataclass
@@ -183,8 +191,6 @@ def joined_pair(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
     torch = pytest.importorskip("torch")
-    from test_multinode import free_port
-
     from hacfg.agent.group.discovery import GroupSpec
     from hacfg.agent.group.protocol import GroupRounds
     from hacfg.agent.records.state import NodeState

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHILDREN
+from conftest import CHILDREN, free_port
 from hacfg.agent.culprit import evidence, hook
 from hacfg.agent.culprit.analysis import Attribution, NodeEvidence, RankEvidence, attribute
 
@@ -49,13 +49,69 @@ def test_a_skipped_collective_among_four_ranks_names_the_odd_one():
     assert found is not None and found.node == 3 and "skipped collective" in found.how
 
 
-def test_a_skipped_collective_between_two_ranks_names_no_one():
-    result = attribute(recorded("skip-2"), 2)
-    assert result.culprit is None and "no majority" in result.note
+def test_a_skipped_collective_between_two_ranks_is_named_by_the_jobs_rhythm():
+    found = attribute(recorded("skip-2"), 2).culprit
+    assert found is not None and (found.node, found.ranks) == (1, (1,))
+    assert "waits in gloo:barrier where the job's collectives on process group 0, repeating every 5" in found.how
 
 
 def rank(number, *, seq=7, op="gloo:all_reduce", state="sleeping", stack=("all_reduce (d.py:10)", "<module> (t.py:5)")):
     return RankEvidence(number, 1000 + number, state, stack, {"0": seq} if seq is not None else None, op)
+
+
+RHYTHM = ("gloo:all_reduce",) * 4 + ("gloo:barrier",)  # a step's collectives, as gloo_ranks.py calls them
+
+
+def split(before: tuple[str, ...], zero: str, one: str) -> list[NodeEvidence]:
+    """Two ranks at the same collective number, waiting in different ones after ``before``."""
+    def waiting(number: int, op: str) -> RankEvidence:
+        history = (*before, op)
+        return RankEvidence(number, 1000 + number, "sleeping", (), {"0": len(history)}, op, {"0": history})
+
+    return [NodeEvidence(0, (waiting(0, zero),)), NodeEvidence(1, (waiting(1, one),))]
+
+
+@pytest.mark.parametrize("faulty", [0, 1])
+def test_of_two_ranks_split_between_collectives_the_one_off_the_rhythm_is_named(faulty):
+    """Twice over the rhythm calls all_reduce next: the rank in barrier skipped one, whichever it is."""
+    ops = ["gloo:all_reduce", "gloo:all_reduce"]
+    ops[faulty] = "gloo:barrier"
+    found = attribute(split(RHYTHM * 2 + RHYTHM[:2], *ops), 2).culprit
+    assert found is not None and (found.node, found.ranks) == (faulty, (faulty,))
+    assert "call gloo:all_reduce: it skipped or added a collective" in found.how
+
+
+@pytest.mark.parametrize(
+    "before",
+    [RHYTHM + RHYTHM[:3], ("gloo:all_reduce", "gloo:barrier", "gloo:broadcast")],
+    ids=["seen-once", "no-rhythm"],
+)
+def test_of_two_ranks_split_without_a_rhythm_seen_twice_no_one_is_named(before):
+    result = attribute(split(before, "gloo:all_reduce", "gloo:barrier"), 2)
+    assert result.culprit is None and "neither a majority nor the job's repeating pattern shows whose" in result.note
+
+
+def test_the_rhythm_counts_only_what_both_ranks_recorded_alike():
+    """Rank 1's older entries differ (a different recorder window): the run both agree on is too
+    short to show a rhythm, so no one is named."""
+    nodes = split(RHYTHM * 2, "gloo:all_reduce", "gloo:barrier")
+    other = ("gloo:broadcast",) * 6 + RHYTHM[1:] + ("gloo:barrier",)
+    nodes[1] = NodeEvidence(1, (RankEvidence(1, 1001, "sleeping", (), {"0": 11}, "gloo:barrier", {"0": other}),))
+    assert attribute(nodes, 2).culprit is None
+
+
+def test_the_recorders_entries_give_each_groups_newest_run_of_collectives():
+    entries = [
+        {"process_group": ["0", "default_pg"], "collective_seq_id": 1, "profiling_name": "gloo:broadcast"},
+        {"process_group": ["0", "default_pg"], "collective_seq_id": 3, "profiling_name": "gloo:all_reduce"},
+        {"process_group": ["1", "tp"], "collective_seq_id": 7, "profiling_name": "gloo:all_gather"},
+        {"process_group": ["0", "default_pg"], "collective_seq_id": 4, "profiling_name": "gloo:barrier"},
+        {"process_group": ["0", "default_pg"], "collective_seq_id": 0, "is_p2p": True, "profiling_name": "gloo:send"},
+    ]
+    status = {"0": {"last_enqueued_collective": "4"}, "1": {"last_enqueued_collective": "7"}}
+    counts, last, history = evidence._collectives({"pg_status": status, "entries": entries})
+    assert counts == {"0": 4, "1": 7} and last == "gloo:send"
+    assert history == {"0": ("gloo:all_reduce", "gloo:barrier"), "1": ("gloo:all_gather",)}  # #2 missing: the run starts at #3
 
 
 def test_a_node_that_sent_nothing_leaves_the_culprit_unknown():
@@ -219,22 +275,24 @@ def test_only_the_newest_attempts_keep_their_evidence(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_real_gloo_group_names_the_rank_stuck_before_its_collective(tmp_path):
-    procs = []
+@pytest.mark.parametrize("kind", ["stuck", "skip"])
+def test_a_real_gloo_group_names_the_rank_stuck_before_its_collective_or_that_skipped_one(tmp_path, kind):
+    procs, port = [], str(free_port())
     for number in range(2):
         folder = evidence.folder_for(tmp_path / f"node-{number}", 1)
         env = evidence.armed({**os.environ}, folder)
-        argv = [sys.executable, str(CHILDREN / "gloo_ranks.py"), str(number), "2", "29391", "stuck", "1"]
+        argv = [sys.executable, str(CHILDREN / "gloo_ranks.py"), str(number), "2", port, kind, "1"]
         procs.append((subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE), folder))
     try:
         for line in procs[1][0].stdout:
-            if line == b"rank 1 fault stuck\n":
+            if line == f"rank 1 fault {kind}\n".encode():
                 break
-        result = Attribution(None, "")
-        for _ in range(100):  # until rank 0 has reached the collective rank 1 never will
+        result, before = Attribution(None, ""), None
+        for _ in range(100):  # until the ranks stand still: the same verdict twice, 0.2 s apart
             result = attribute([evidence.collect(p.pid, f, n, None) for n, (p, f) in enumerate(procs)], 2)
-            if result.culprit is not None:
+            if result.culprit is not None and result == before:
                 break
+            before = result
             time.sleep(0.2)
     finally:
         for proc, _ in procs:
@@ -281,8 +339,6 @@ def test_a_single_node_hang_names_its_only_rank_with_its_stack(tmp_path):
 
 @pytest.mark.slow
 def test_with_py_spy_a_stopped_ranks_verdict_carries_its_stack(tmp_path):
-    from test_multinode import free_port
-
     from conftest import agent, read_events
 
     if shutil.which("py-spy", path=os.path.dirname(sys.executable)) is None:

@@ -18,9 +18,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-from test_multinode import free_port
 
-from conftest import REPO
+from conftest import REPO, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_spec("torch") is None, reason="torch is not installed")]
 SCRIPT = 'echo "rank $NODE_RANK resume=$HACFG_RESUME_FROM"; sleep "$RUN_FOR"; echo "rank $NODE_RANK finished"'

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, free_port
 
 # groups of agents around real torch DDP; torch is imported where it is used, so collecting this
 # module (every xdist worker does) costs no torch import
@@ -35,12 +34,6 @@ READY_THEN = REPO / "tests" / "children" / "warm" / "ready_then.py"
 STORE_ROUNDS = REPO / "tests" / "children" / "store_rounds.py"
 PRELOAD = "torch,torch.distributed,torch.nn.parallel,hacfg.checkpoint"  # what train_ddp.py imports
 STEPS, EVERY = 16, 4
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

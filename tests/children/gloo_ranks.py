@@ -1,4 +1,4 @@
-"""One rank of a gloo group on CPU that all-reduces every step; one rank misbehaves at step 6.
+"""One rank of a gloo group on CPU that all-reduces every step; one rank misbehaves at step 11.
 
     gloo_ranks.py RANK WORLD PORT KIND FAULTY [COMPUTE]
 
@@ -18,6 +18,7 @@ rank, world, port, kind, faulty = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
 dist.init_process_group("gloo", rank=rank, world_size=world)
 tensor = torch.ones(8)
+FAULT_STEP = 11  # late enough that the collectives before it repeat twice over
 compute = float(sys.argv[6]) if len(sys.argv) > 6 else 0.02  # seconds of "work" per step
 
 
@@ -38,7 +39,7 @@ def fault() -> bool:
 
 
 for step in range(1, 1000):
-    if not (rank == faulty and step == 6 and fault()):
+    if not (rank == faulty and step == FAULT_STEP and fault()):
         dist.all_reduce(tensor)
     if step % 4 == 0:
         dist.barrier()

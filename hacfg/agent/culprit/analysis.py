@@ -7,7 +7,9 @@ and ``how`` says which one did:
 2. **Collective count.** torch's flight recorder numbers the collectives each process group
    enqueues; a rank that never reached the collective the others wait in has a lower number
    (the wavefront's missing ranks, as NVIDIA's trace analyzer calls them). This holds for a rank
-   stuck before a collective, busy in Python, or one that skipped a collective.
+   stuck before a collective, busy in Python, or one that skipped a collective. Where every rank
+   has the same number but they wait in different collectives, the few in the odd one are named;
+   with no majority (two ranks), the one whose call breaks the collectives' repeating pattern.
 3. **Outlier stack.** Ranks grouped by their main thread's stack: when all but a few share one,
    the few are elsewhere (ByteRobust's aggregation). Needs three ranks or more.
 4. **Oldest step.** The node whose heartbeat reported the oldest step, when every node reported one.
@@ -42,6 +44,7 @@ class RankEvidence:
     stack: tuple[str, ...] = ()  # its main thread's frames, innermost first: "func (file:line)"
     collectives: Mapping[str, int] | None = None  # process group -> newest collective enqueued; None: unknown
     last_op: str | None = None  # the newest collective's name (gloo:all_reduce)
+    history: Mapping[str, tuple[str, ...]] | None = None  # process group -> its newest collectives, oldest first
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,11 +54,14 @@ class RankEvidence:
             "stack": list(self.stack),
             "collectives": dict(self.collectives) if self.collectives is not None else None,
             "last_op": self.last_op,
+            "history": {group: list(names) for group, names in self.history.items()}
+            if self.history is not None
+            else None,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RankEvidence:
-        found = data.get("collectives")
+        found, history = data.get("collectives"), data.get("history")
         return cls(
             None if data.get("rank") is None else int(data["rank"]),
             int(data["pid"]),
@@ -63,6 +69,7 @@ class RankEvidence:
             tuple(str(frame) for frame in data.get("stack") or ()),
             {str(group): int(seq) for group, seq in found.items()} if found is not None else None,
             None if data.get("last_op") is None else str(data["last_op"]),
+            {str(group): tuple(map(str, names)) for group, names in history.items()} if history is not None else None,
         )
 
 
@@ -146,18 +153,74 @@ def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None
 
 def _desync(known: list[tuple[int, RankEvidence]]) -> Attribution | None:
     """Every rank at the same collective number, but not the same collective: a rank skipped one
-    earlier, and the group paired the wrong calls. The odd ones out are named when they are few."""
+    earlier, and the group paired the wrong calls. The odd ones out are named when they are few,
+    or when the job's own rhythm shows which call belongs there."""
     ops = Counter(rank.last_op for _, rank in known)
     if len(ops) < 2:
         return None
     (common, count), *_ = ops.most_common()
-    odd = [(node, rank) for node, rank in known if rank.last_op != common]
+    if count > len(known) / 2:
+        odd = [(node, rank) for node, rank in known if rank.last_op != common]
+        return _named(
+            odd,
+            f"it waits in {odd[0][1].last_op} where the other {count} ranks wait in {common}: "
+            "a skipped collective paired the wrong calls",
+        )
     said = ", ".join(f"rank {rank.rank} in {rank.last_op}" for _, rank in sorted(known, key=lambda k: k[1].rank or 0))
-    if count <= len(known) / 2:
-        return Attribution(None, f"the ranks wait in different collectives of the same number ({said}): "
-                                 "a skipped collective, but no majority shows whose")
-    return _named(odd, f"it waits in {odd[0][1].last_op} where the other {count} ranks wait in {common}: "
-                       "a skipped collective paired the wrong calls")
+    return _off_rhythm(known) or Attribution(
+        None,
+        f"the ranks wait in different collectives of the same number ({said}): "
+        "a skipped collective, but neither a majority nor the job's repeating pattern shows whose",
+    )
+
+
+def _off_rhythm(known: list[tuple[int, RankEvidence]]) -> Attribution | None:
+    """Ranks split evenly between different collectives of one number (two ranks, say): the
+    collectives they all agreed on before it repeat with a period, seen at least twice, which
+    says what comes next. The ranks whose call breaks that rhythm skipped or added one."""
+    groups = set().union(*(rank.history or {} for _, rank in known))
+    for group in sorted(groups):
+        members = [(node, rank) for node, rank in known if group in (rank.collectives or {})]
+        histories = [(rank.history or {}).get(group, ()) for _, rank in members]
+        if not all(histories) or len({history[-1] for history in histories}) < 2:
+            continue
+        agreed = _agreed([history[:-1] for history in histories])
+        period = _period(agreed)
+        if period is None:
+            continue
+        expected = agreed[len(agreed) - period]
+        off = [
+            (node, rank) for (node, rank), history in zip(members, histories, strict=True) if history[-1] != expected
+        ]
+        if len(off) == len(members):
+            continue
+        rhythm = ", ".join(agreed[-period:])
+        waits_in = next(history[-1] for history in histories if history[-1] != expected)
+        return _named(
+            off,
+            f"it waits in {waits_in} where the job's collectives on process group {group}, "
+            f"repeating every {period} ({rhythm}), call {expected}: it skipped or added a collective",
+        )
+    return None
+
+
+def _agreed(histories: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The newest run of collectives every history shows alike (histories end at the same number)."""
+    run: list[str] = []
+    for back in range(1, min(map(len, histories)) + 1):
+        names = {history[-back] for history in histories}
+        if len(names) != 1:
+            break
+        run.append(names.pop())
+    return tuple(reversed(run))
+
+
+def _period(names: tuple[str, ...]) -> int | None:
+    """The shortest period the names repeat with, seen at least twice over; None if there is none."""
+    for period in range(1, len(names) // 2 + 1):
+        if all(names[i] == names[i - period] for i in range(period, len(names))):
+            return period
+    return None
 
 
 def _outlier_stack(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None:

@@ -129,8 +129,8 @@ def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvid
         return None
     rank = answer.get("rank") if answer else _environ_rank(pid)
     stack = _main_stack(_read_from(folder / f"{pid}.stacks", size or 0))
-    collectives, last_op = _collectives(answer.get("flight_recorder") if answer else None)
-    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op)
+    collectives, last_op, history = _collectives(answer.get("flight_recorder") if answer else None)
+    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op, history)
 
 
 def _spied(py_spy: str, ranks: list[RankEvidence], folder: Path, until: float) -> list[RankEvidence]:
@@ -171,16 +171,34 @@ def _py_spy_stack(dump: str, pid: int) -> tuple[str, ...]:
     return tuple(main)
 
 
-def _collectives(recorder: dict[str, Any] | None) -> tuple[dict[str, int] | None, str | None]:
-    """Per process group, the newest collective enqueued (torch's ``pg_status``), and its name."""
+def _collectives(
+    recorder: dict[str, Any] | None,
+) -> tuple[dict[str, int] | None, str | None, dict[str, tuple[str, ...]] | None]:
+    """Per process group, the newest collective enqueued (torch's ``pg_status``); the newest
+    collective's name; and per group, the names of its newest collectives in order, as far back as
+    the recorder's entries run without a gap."""
     if not recorder:
-        return None, None
+        return None, None, None
     counts = {
         str(group): int(status.get("last_enqueued_collective", -1))
         for group, status in (recorder.get("pg_status") or {}).items()
     }
     entries = recorder.get("entries") or []
-    return counts, str(entries[-1].get("profiling_name")) if entries else None
+    names: dict[str, dict[int, str]] = {}
+    for entry in entries:
+        seq = entry.get("collective_seq_id")
+        if entry.get("is_p2p") or not isinstance(seq, int):
+            continue  # point-to-point calls are numbered apart
+        group = (entry.get("process_group") or [entry.get("pg_id")])[0]
+        names.setdefault(str(group), {})[seq] = str(entry.get("profiling_name"))
+    history = {}
+    for group, by_seq in names.items():
+        seq, run = max(by_seq), []
+        while seq in by_seq:
+            run.append(by_seq[seq])
+            seq -= 1
+        history[group] = tuple(reversed(run))
+    return counts, str(entries[-1].get("profiling_name")) if entries else None, history
 
 
 def _main_stack(dump: str) -> tuple[str, ...]:
