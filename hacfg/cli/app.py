@@ -8,6 +8,7 @@ the agent's side, :mod:`hacfg.cli.agent_commands`), which imports what it needs 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar
@@ -50,6 +51,16 @@ class _App(typer.Typer):
     def command(self, *args: Any, cls: Any = None, **kwargs: Any) -> Callable[[_F], _F]:
         decorator: Callable[[_F], _F] = super().command(*args, cls=cls or _Command, **kwargs)
         return decorator
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run a command line. typer builds its click command from the declarations on every call
+        (about 35 ms); a process that runs many, as a test suite does, builds it once."""
+        return _click_command(self)(*args, **kwargs)
+
+
+@functools.cache
+def _click_command(app: typer.Typer) -> Any:
+    return typer.main.get_command(app)
 
 
 app = _App(
