@@ -119,6 +119,9 @@ def test_a_warm_attempt_is_observably_a_cold_one(tmp_path, ending, module):
     assert cold_record is not None and warm_record is not None
     for key in DIFFERENT:
         assert (key, cold_record.pop(key)) != (key, warm_record.pop(key))
+    # what the warm interpreter imported is frozen out of the collector's way; the attempt's own garbage is not
+    assert (cold_record.pop("frozen"), warm_record.pop("frozen")) == (False, True)
+    assert warm_record["collects"] and cold_record["collects"]
     # threads an import started (OpenBLAS's pool) do not survive a fork; their library restarts them
     assert int(warm_record["proc"].pop("Threads")) <= int(cold_record["proc"].pop("Threads"))
     assert warm_record == cold_record

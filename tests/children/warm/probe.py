@@ -8,6 +8,7 @@ RECORDS/attempt-2.json and ends with ENDING: success, exit3, exception, interrup
 import atexit
 import ctypes
 import faulthandler
+import gc
 import json
 import multiprocessing
 import os
@@ -16,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import helper
@@ -65,7 +67,21 @@ def record():
         "pools": [pooled(method, 7) for method in ("spawn", "fork", "forkserver")],
         "random": random.random(), "hash": hash("warm"), "numpy": float(numpy.random.rand()) if numpy else None,
         "matmul": float((numpy.ones((256, 256)) @ numpy.ones((256, 256))).sum()) if numpy else None,
+        "frozen": gc.get_freeze_count() > 0, "collects": collects(),
     }
+
+
+def collects():
+    """Whether a reference cycle this process makes is collected."""
+    class Cycle:
+        pass
+
+    cycle = Cycle()
+    cycle.self = cycle
+    alive = weakref.ref(cycle)
+    del cycle
+    gc.collect()
+    return alive() is None
 
 
 def pooled(method, x):
