@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -78,6 +79,11 @@ def main() -> int:
         # gradient buckets, and so the order of the sums over 4+ ranks, are the same whether a run
         # starts at step 1 or resumes at step 9; otherwise a resumed run differs in the last bits.
         ddp = DistributedDataParallel(model, find_unused_parameters=True)
+    # What start-up made (torch, and the torch._dynamo the optimizer imports) lives as long as the
+    # process: out of the collector's way, its collections skip it. A rank that fails then exits in
+    # a fraction of a second instead of the second a last collection over torch takes, and the
+    # restart of every rank waits for that exit.
+    gc.freeze()
     faults = [parse(spec) for spec in args.fault]
     skip = slow = False
     saving = Path(args.ckpt) / ".saving"  # rank 0 is inside the save a kill-in-save fault waits for
