@@ -96,7 +96,7 @@ def launch(launcher: str, workdir: Path, fault: str | None) -> list[str]:
         log = workdir / f"node{rank}.log"
         logs.append(log)
         procs.append(subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**env, "NODE_RANK": str(rank)}, start_new_session=True))
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 90  # a run takes 5-20 s; torchrun leaves some restarts hanging in init_process_group
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):  # the job never finished: no recovery to time
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))

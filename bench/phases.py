@@ -13,7 +13,8 @@ The goal at full scale is the 60 s floor; the bench scales it down (BENCH_FLOOR,
 a 0.25 s step, BENCH_STEP) so that a run takes seconds: the agent's heartbeat interval is a
 quarter of the floor, so every step is reported, as with 60 s and steps of 15 s or more.
 
-Run: python bench/phases.py (BENCH_RUNS clean and as many stuck runs, default 5; about 20 s a run).
+Run: python bench/phases.py (BENCH_RUNS clean runs, default 100, and BENCH_STUCK stuck ones, default
+20; about 20 s a run, BENCH_LANES at a time, default 4: each run mostly sleeps).
 Targets: every stuck run caught within the bound (the learned timeout runs from the step reports as
 the agent saw them, a few percent longer than the loop's own step times); 0 false verdicts.
 """
@@ -26,13 +27,16 @@ import random
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
 from hacfg.restart.learning import p99
 
 REPO = Path(__file__).resolve().parent.parent
-RUNS = int(os.environ.get("BENCH_RUNS", "5"))
+RUNS = int(os.environ.get("BENCH_RUNS", "100"))
+STUCK = int(os.environ.get("BENCH_STUCK", "20"))
+LANES = int(os.environ.get("BENCH_LANES", "4"))
 FLOOR = float(os.environ.get("BENCH_FLOOR", "1"))
 STEP = float(os.environ.get("BENCH_STEP", "0.25"))
 
@@ -88,28 +92,33 @@ def run(root: Path, stuck_at: int, chatty: bool) -> dict:
 
 def main() -> None:
     rng = random.Random(7)
-    false, latencies = 0, []
-    with tempfile.TemporaryDirectory() as tmp:
-        for number in range(RUNS):
-            root = Path(tmp) / f"clean-{number}"
+    stuck_at = [(rng.randrange(11, 24), number % 2 == 1) for number in range(STUCK)]
+    print(f"load at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(LANES) as pool:
+
+        def one(name: str, at: int, chatty: bool) -> dict:
+            root = Path(tmp) / name
             root.mkdir()
-            false += len(run(root, 0, False)["hangs"])
-        for number in range(RUNS):
-            root = Path(tmp) / f"stuck-{number}"
-            root.mkdir()
-            result = run(root, rng.randrange(11, 24), chatty=number % 2 == 1)
+            return run(root, at, chatty)
+
+        clean = [pool.submit(one, f"clean-{number}", 0, False) for number in range(RUNS)]
+        stuck = [pool.submit(one, f"stuck-{number}", at, chatty) for number, (at, chatty) in enumerate(stuck_at)]
+        false = sum(len(done.result()["hangs"]) for done in clean)
+        latencies = []
+        for number, done in enumerate(stuck):
+            result = done.result()
             hang = result["hangs"][0] if result["hangs"] else None
-            bound = max(FLOOR, 5 * p99(result["steps"]))
             if hang is None:
                 print(f"stuck run {number}: never caught")
                 continue
             caught = datetime.fromisoformat(hang["time"]).timestamp() - result["stalled"]
-            latencies.append((caught, bound, hang["timeout_from"], hang["timeout"]))
+            latencies.append((caught, max(FLOOR, 5 * p99(result["steps"])), hang["timeout_from"], hang["timeout"]))
+    print(f"load at end: {os.getloadavg()[0]:.1f}")
     print(f"{RUNS} clean runs (saves 20 x a {STEP}s step, evals in a declared phase): {false} false hang verdicts")
     for caught, bound, source, timeout in latencies:
         print(f"  stuck: caught after {caught:.2f}s, bound {bound:.2f}s ({caught / bound:.2f}x), by the {source} timeout {timeout}s")
     within = sum(caught <= 1.1 * bound for caught, bound, *_ in latencies)
-    print(f"stuck runs caught within 1.1 x the bound: {within} of {RUNS}")
+    print(f"stuck runs caught within 1.1 x the bound: {within} of {STUCK}")
 
 
 if __name__ == "__main__":

@@ -4,14 +4,14 @@ Each trial starts two real gloo ranks of ``tests/children/gloo_ranks.py`` on 127
 own flight recorder), each armed with the agent's evidence hook in a folder of its own as if on its
 own node, and runs the agent's own sampler over them: :class:`hacfg.agent.culprit.straggler.Watch`
 taking :func:`hacfg.agent.culprit.evidence.arrivals` once a second (only the group store's signing
-is left out). Perturbed trials make rank 1 compute twice as long from step 6; unperturbed ones
+is left out). Perturbed trials make rank 1 compute twice as long from step 11; unperturbed ones
 perturb no one and run as many steps as a perturbed trial may take to be named.
 
 Figures: the detection rate (named within ``LIMIT`` steps of the fault), steps from the fault to
 the verdict, false flags over the unperturbed trials, and the overhead of sampling: the steps per
 second of an unperturbed pair with the sampler running against without, measured alternately.
 
-Run: python bench/straggler.py (needs torch; BENCH_RUNS trials of each kind, default 10;
+Run: python bench/straggler.py (needs torch; BENCH_RUNS trials of each kind, default 20;
 BENCH_COMPUTE seconds of work per step, default 0.1). Target: at least 95 % named within 20 steps,
 0 false flags, under 1 % overhead.
 """
@@ -34,9 +34,9 @@ from hacfg.agent.culprit import evidence, straggler
 
 REPO = Path(__file__).resolve().parent.parent
 CHILD = REPO / "tests" / "children" / "gloo_ranks.py"
-RUNS = int(os.environ.get("BENCH_RUNS", "10"))
+RUNS = int(os.environ.get("BENCH_RUNS", "20"))
 COMPUTE = float(os.environ.get("BENCH_COMPUTE", "0.1"))
-FAULT_STEP = 6  # gloo_ranks.py's faulty rank misbehaves after this step
+FAULT_STEP = 11  # gloo_ranks.py's faulty rank misbehaves after this step
 LIMIT = 20  # steps from the fault within which the straggler is to be named
 OVERHEAD_SECONDS = 10.0  # per half of an overhead measurement
 
