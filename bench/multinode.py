@@ -9,6 +9,10 @@ Recovery time: from the moment a worker fails (it prints the time before it fire
 the first training step of the next round on every rank. Divergent: a run in which two ranks
 resumed from different steps, or whose final weights differ from a fault-free run.
 
+Alone: the trainer's own stages of a cold start (start, rendezvous, load, first step) taken by
+two plain ranks resuming from the same checkpoint with nothing else running and no agent: what
+those stages of a cold recovery would take by themselves.
+
 Run: python bench/multinode.py (needs torch). Targets: hacfg's cold recovery at most torchrun's,
 its warm recovery at most 0.15x torchrun's, with zero divergent runs.
 """
@@ -18,12 +22,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -104,6 +110,26 @@ def launch(launcher: str, workdir: Path, fault: str | None) -> list[str]:
     return [log.read_text(errors="replace") for log in logs]
 
 
+def alone(root: Path, checkpoint: Path) -> dict[str, float]:
+    """Two plain ranks (no agent) resuming from ``checkpoint``: their slowest rank's seconds per stage
+    of a cold start, from the launch to the first step."""
+    ckpt = root / "ckpt"
+    ckpt.mkdir(parents=True)
+    shutil.copytree(checkpoint, ckpt / checkpoint.name)
+    train = [sys.executable, str(TRAIN), "--ckpt", str(ckpt), "--out", str(root / "out"), *TRAINING]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(NODES)}
+    launched = time.time()
+    ranks = [subprocess.Popen(train, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**env, "NODE_RANK": str(rank)}) for rank in range(NODES)]
+    outputs = [rank.communicate(timeout=120)[0].decode(errors="replace") for rank in ranks]
+    slowest: dict[str, float] = {}
+    for times in marks(outputs).values():
+        line = [launched, times.started, times.grouped, times.resumed, times.stepped]
+        for stage, (begin, end) in zip(("start", "rendezvous", "load", "first step"), pairwise(line), strict=True):
+            if begin is not None and end is not None:
+                slowest[stage] = max(slowest.get(stage, 0.0), end - begin)
+    return slowest
+
+
 def measure(outputs: list[str], final: Path, reference: dict) -> Run:
     import torch
 
@@ -139,6 +165,8 @@ def compare() -> list[Verdict]:
         root = Path(tmp)
         launch("hacfg", root / "reference", None)
         reference = torch.load(root / "reference" / "out" / "rank0.pt", weights_only=True)
+        saved = min((root / "reference" / "ckpt").glob("step_*"), key=lambda path: int(path.name[5:]))  # what the faults resume from
+        by_itself = [alone(root / f"alone-{i}", saved) for i in range(RUNS)]
         totals: dict[str, list[Run]] = {launcher: [] for launcher in LAUNCHERS}
         for name, fault in FAULTS.items():
             runs: dict[str, list[Run]] = {launcher: [] for launcher in LAUNCHERS}
@@ -169,6 +197,7 @@ def compare() -> list[Verdict]:
                             f"torchrun {sum(r.divergent for r in totals['torchrun'])} of {len(totals['torchrun'])}", None, "0", divergent == 0))
     for launcher in ("hacfg", "hacfg-warm"):
         _stage_table(launcher, [r.stages for r in totals[launcher] if r.stages])
+    _stage_table("alone (plain ranks, a cold start)", by_itself)
     stops = [r.stages["stop"] for r in totals["hacfg"] if r.stages and "stop" in r.stages]
     if stops:
         worst = max(stops)
