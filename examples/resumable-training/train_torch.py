@@ -8,6 +8,7 @@ the same weights as uninterrupted ones.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 from pathlib import Path
 
@@ -43,6 +44,9 @@ def main() -> None:
         optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
     print(f"pid {os.getpid()} attempt {os.environ.get('HACFG_ATTEMPT', '-')} starts at step {start}", flush=True)
+    # Start-up's objects (torch) live as long as the process: out of the collector's way, so that a
+    # failed attempt exits without a last second-long collection over them.
+    gc.freeze()
 
     for step in range(start, args.steps):
         generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
