@@ -233,7 +233,7 @@ def assert_restarts_started_warm(job: Job) -> None:
 # Each fault runs on the paths where it differs: cold and warm on two nodes, and the warm path on four
 # (four cold nodes are the checkpoint-save test's).
 @pytest.mark.parametrize(("nnodes", "warm"), [(2, False), (2, True), (4, True)], ids=["2-cold", "2-warm", "4-warm"])
-def test_a_killed_worker_restarts_every_node_from_one_checkpoint(tmp_path, reference, nnodes, warm):
+def test_a_killed_worker_restarts_every_node_from_one_checkpoint(tmp_path, reference, nnodes, warm, cli):
     job = Job(tmp_path, nnodes, faults=(f"kill:{nnodes - 1}:6",), warm=warm)
     decisions = assert_recovered(job, job.run(), reference)
     assert [(d["action"], d["cause"], d["cause_node"]) for d in decisions] == [("proc_restart", "environment", nnodes - 1), ("success", "success", 0)]
@@ -243,6 +243,7 @@ def test_a_killed_worker_restarts_every_node_from_one_checkpoint(tmp_path, refer
     peers = [e for r in range(nnodes - 1) for e in job.events(r) if e["event"] == "attempt_exit" and e["cause"] != "success"]
     assert peers and all(e["cause"] == "peer" or e.get("peer") for e in peers)  # recorded as consequences, not counted
     assert stop_latency(job) < 2.0  # every node's workers stopped within 2 s of the first failure seen
+    assert_one_timeline(job, cli, tmp_path / "job.svg")
 
 
 def stop_latency(job: Job) -> float:
@@ -253,25 +254,25 @@ def stop_latency(job: Job) -> float:
     return (max(exits) - min(exits)).total_seconds()
 
 
-def test_several_nodes_logs_make_one_job_timeline(tmp_path, reference, cli):
-    job = Job(tmp_path, 2, faults=("kill:1:6",))
-    assert_recovered(job, job.run(), reference)
-    logs = [job.ckpt / ".hacfg" / f"node-{rank}" / "events.jsonl" for rank in range(2)]
+def assert_one_timeline(job: Job, cli, svg: Path) -> None:
+    """The nodes' logs read together: one job timeline in time order, one decision per node for the
+    fault on the last node, the recovery's stages per node, and one plot lane per node."""
+    culprit, nodes = job.nnodes - 1, [str(rank) for rank in range(job.nnodes)]
+    logs = [job.ckpt / ".hacfg" / f"node-{rank}" / "events.jsonl" for rank in range(job.nnodes)]
     result = cli("events", *logs)
     assert result.code == 0, result.err
     rows = result.out.split("\n\n")[0].splitlines()[1:]
-    assert {"node 0:", "node 1:"} <= {row.split("  ")[-1][:7] for row in rows if "node " in row}
+    assert {f"node {rank}:" for rank in nodes} <= {row.split("  ")[-1][:7] for row in rows if "node " in row}
     times = [row.split()[0] for row in rows]
     assert times == sorted(times)
     decisions = [row for row in rows if " decision " in f" {row} " and "proc_restart" in row]
-    assert len(decisions) == 2 and all("environment on node 1" in row for row in decisions)
-    stages = result.out.split("recovery after round 1 (environment on node 1): ")[1].splitlines()[1:4]
+    assert len(decisions) == job.nnodes and all(f"environment on node {culprit}" in row for row in decisions)
+    stages = result.out.split(f"recovery after round 1 (environment on node {culprit}): ")[1].splitlines()[1:]
     assert stages[0].split() == ["node", "stop", "decision", "start", "total"]  # where the recovery went, per node
-    assert [row.split()[0] for row in stages[1:]] == ["0", "1"]
-    svg = tmp_path / "job.svg"
+    assert [row.split()[0] for row in stages[1:job.nnodes + 1]] == nodes
     assert cli("events", *logs, "--plot", svg).code == 0
     labels = "".join(ElementTree.parse(svg).getroot().itertext())
-    assert "node 0" in labels and "node 1" in labels and labels.count("attempt 2") == 2  # one lane per node, one job axis
+    assert all(f"node {rank}" in labels for rank in nodes) and labels.count("attempt 2") == job.nnodes  # one lane per node, one job axis
 
 
 @pytest.mark.parametrize(("nnodes", "torchrun", "warm"), [(2, False, False), (4, False, False), (2, True, False), (2, False, True)],
