@@ -38,6 +38,7 @@ from hacfg.restart.learning import Intervals, Learned
 
 TAIL_BYTES = 64 * 1024
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+QUICK_START = 10.0  # seconds from the start in which a first sign of life is timed to 50 ms
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -278,8 +279,10 @@ class Supervisor:
                 self._stop(proc.pid, signal.SIGTERM, now)
                 kill_at = now + self.grace
             # 1 s: sample accelerators, notice an exit with the pipes held open; until the first sign
-            # of life, 50 ms, so the start-up time is measured from it, not from the next look
-            waits = [0.05 if exited_at or not seen_activity else self._look]
+            # of life, 50 ms, so the start-up time is measured from it, not from the next look (for a
+            # start-up that stays silent longer, a look: a quiet child costs no more than a busy one)
+            quick = exited_at or (not seen_activity and now - started < QUICK_START)
+            waits = [0.05 if quick else self._look]
             waits += [
                 t - now
                 for t in (kill_at, last_activity + timeout if timeout and kill_at is None else None)
