@@ -537,7 +537,7 @@ class GroupRounds:
             stale = [rank for rank in self._missing(keys) if self._silent(rank, seen)]
             if stale and len(stale) == len(self._missing(keys)):
                 break
-            time.sleep(POLL)
+            self._wait(keys, POLL)  # returns as soon as the last report is in
         outcomes = []
         for rank, key in enumerate(keys):
             if self.store.check([key]):
