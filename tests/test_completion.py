@@ -88,7 +88,8 @@ def test_bash_under_a_pty_completes_rule_ids_and_targets(tmp_path):
         return seen.decode(errors="replace")
 
     try:
-        typed(f"source {tmp_path / 'completion.bash'}\n", "$ ")
+        typed("", "$ ")  # what is typed before bash's first prompt may be thrown away
+        typed(f"source {tmp_path / 'completion.bash'}; complete -p hacfg\n", "-F _hacfg_completion hacfg\r\n")
         assert "HA001" in typed("hacfg explain HA00\t\t", "HA001")
         typed("\x15", "")  # ^U: a fresh line
         assert "volcano" in typed("hacfg build --target \t\t", "volcano")

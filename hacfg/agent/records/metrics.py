@@ -68,8 +68,8 @@ class Metrics:
         self.server: Any = None
         self.broken = False
         self.finished = threading.Event()  # the agent's last event is recorded
-        self.final_scrape = threading.Event()  # ... and a scrape has read it
-        self._writing = threading.local()  # a textfile write is no scrape
+        self.final_scrape = threading.Event()  # ... and a scrape has been sent it
+        self._collected = threading.local()  # whether this thread's last collection had the final values
         self._stop_refresh = threading.Event()
         if textfile is not None:
             threading.Thread(target=self._refresh, args=(refresh,), name="hacfg-metrics", daemon=True).start()
@@ -77,7 +77,20 @@ class Metrics:
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` from a background thread; the port it listens on (OSError if it cannot)."""
         self.server, _ = self.prometheus.start_http_server(port, addr=host, registry=self.registry)
+        self.server.set_app(self._telling_final_scrape(self.server.get_app()))
         return int(self.server.server_port)
+
+    def _telling_final_scrape(self, app: Callable[..., Any]) -> Callable[..., Any]:
+        """``app``, setting ``final_scrape`` once a response with the final values has been sent: the
+        agent exits then, and a response cut short by its exit would be no scrape."""
+
+        def respond(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterator[bytes]:
+            self._collected.final = False
+            yield from app(environ, start_response)
+            if self._collected.final:
+                self.final_scrape.set()
+
+        return respond
 
     def record(self, event: dict[str, Any]) -> None:
         """One more event (an :class:`~hacfg.agent.records.state.EventLog` listener); rewrite the textfile."""
@@ -95,7 +108,6 @@ class Metrics:
             return
         from hacfg.fsutil import write_output
 
-        self._writing.active = True
         try:
             write_output(self.textfile, self.prometheus.generate_latest(self.registry))
         except OSError as err:
@@ -103,8 +115,6 @@ class Metrics:
                 self.broken = True
                 reason = err.strerror or err
                 self.echo(f"[hacfg] cannot write metrics to {self.textfile}: {reason}; supervision continues")
-        finally:
-            self._writing.active = False
 
     def close(self, linger: float = 0.0) -> None:
         """Stop, once a scrape has read the final values or after ``linger`` seconds."""
@@ -121,9 +131,7 @@ class Metrics:
 
         with self.lock:
             events = list(self.events)
-        finished = self.finished.is_set()
-        if finished and not getattr(self._writing, "active", False):
-            self.final_scrape.set()
+        finished = self._collected.final = self.finished.is_set()
         # while the agent runs, time runs on between its events
         result = goodput.breakdown(events, now=None if finished else datetime.now(UTC))
         counters: dict[str, Any] = next((e for e in reversed(events) if "counted" in e), {})
