@@ -89,8 +89,13 @@ def test_bash_under_a_pty_completes_rule_ids_and_targets(tmp_path):
 
     try:
         typed("", "$ ")  # what is typed before bash's first prompt may be thrown away
-        typed(f"source {tmp_path / 'completion.bash'}; complete -p hacfg\n", "-F _hacfg_completion hacfg\r\n")
-        assert "HA001" in typed("hacfg explain HA00\t\t", "HA001")
+        # typed once the function is in place and readline waits at the next prompt
+        typed(f"source {tmp_path / 'completion.bash'}; complete -p hacfg\n", "-F _hacfg_completion hacfg\r\n$ ")
+        shown = typed("hacfg explain HA00\t\t", "HA001")
+        if "HA001" not in shown:  # what the function itself answers, for the failure's message
+            asked = "\x15COMP_WORDS=(hacfg explain HA00) COMP_CWORD=2; _hacfg_completion hacfg; echo \"[${COMPREPLY[*]}]\"\n"
+            answered = typed(asked, "]\r\n$ ", 10)
+            pytest.fail(f"TAB showed {shown!r}; the function answers {answered!r}")
         typed("\x15", "")  # ^U: a fresh line
         assert "volcano" in typed("hacfg build --target \t\t", "volcano")
     finally:
