@@ -60,8 +60,10 @@ def serving(tmp_path, *options: str) -> tuple[subprocess.Popen, str]:
 
 
 @pytest.mark.slow
-def test_the_port_is_scraped_while_the_command_runs_and_once_more_after_it_ended(tmp_path):
-    agent, url = serving(tmp_path)
+@pytest.mark.parametrize("textfile", [False, True], ids=["port", "port-and-textfile"])
+def test_the_port_is_scraped_while_the_command_runs_and_once_more_after_it_ended(tmp_path, textfile):
+    # the textfile's last write collects the final values too, and is no scrape
+    agent, url = serving(tmp_path, *(("--metrics-file", str(tmp_path / "hacfg.prom")) if textfile else ()))
     try:
         assert url.startswith("http://127.0.0.1:") and not url.startswith("http://127.0.0.1:0/")  # a bare port: this machine only
         got = scrape(url)

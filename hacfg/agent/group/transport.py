@@ -30,9 +30,9 @@ def torch_store() -> Any | None:
     finally:
         if quiet:  # read at import; the workers keep the user's own setting
             del os.environ["TORCH_CPP_LOG_LEVEL"]
-        gc.freeze()
         if collecting:
             gc.enable()
+    gc.freeze()
     return TCPStore
 
 
