@@ -185,10 +185,14 @@ def test_an_import_that_fails_in_the_warm_interpreter_means_a_cold_start(tmp_pat
 SIGNAL_THE_WARM_INTERPRETER = """\
 import os, signal, time
 from pathlib import Path
+def is_the_agents_warm_interpreter(proc, agent):
+    try:  # any other process may exit while /proc is walked
+        return b'warm_server' in (proc / 'cmdline').read_bytes() and (proc / 'stat').read_text().rsplit(')', 1)[1].split()[1] == agent
+    except OSError:
+        return False
 if os.environ['HACFG_ATTEMPT'] == '1':
     agent = str(os.getppid())
-    [warm] = [int(p.name) for p in Path('/proc').iterdir() if p.name.isdigit() and b'warm_server' in (p / 'cmdline').read_bytes()
-              and (p / 'stat').read_text().rsplit(')', 1)[1].split()[1] == agent]
+    [warm] = [int(p.name) for p in Path('/proc').iterdir() if p.name.isdigit() and is_the_agents_warm_interpreter(p, agent)]
     os.kill(warm, signal.{signal})
     while (Path('/proc') / str(warm) / 'stat').read_text().rsplit(')', 1)[1].split()[0] != '{state}':
         time.sleep(0.01)
