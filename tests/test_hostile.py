@@ -336,7 +336,7 @@ def test_an_event_record_not_as_the_agent_writes_it_is_an_error_at_its_line(cli,
 def test_event_logs_of_any_type_are_one_line_and_exit_2(tmp_path_factory, examples):
     """Records with the agent's event names and any JSON in the fields its readers compute with,
     through `hacfg events` and `hacfg plan --from-events`."""
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, example, given, settings
     from test_fuzz import run_in_process
 
     from hacfg.restart.vocabulary import Event
@@ -354,8 +354,11 @@ def test_event_logs_of_any_type_are_one_line_and_exit_2(tmp_path_factory, exampl
     record = st.fixed_dictionaries({"time": times, "event": st.sampled_from([e.value for e in Event])},
                                    optional=dict.fromkeys(fields, value))
 
+    unknown_node = [{"time": "2026-12-01T07:00:00+00:00", "event": "agent_start"}, {"time": "2026-12-01T07:00:00+00:00", "event": "agent_start", "node": None}]
+
     @settings(max_examples=examples // 4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(st.lists(record, min_size=1, max_size=8))
+    @example(unknown_node)  # sorted by node once: null beside 0 broke the sort
     def property_(records):
         events = folder / "events.jsonl"
         events.write_text("".join(json.dumps(r) + "\n" for r in records))

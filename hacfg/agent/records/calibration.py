@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from hacfg.agent.records.goodput import attempts, when
+from hacfg.agent.records.goodput import attempts, node_of, when
 from hacfg.plan.inputs import Measured
 
 FAILED = ("environment", "user", "hang")
@@ -20,7 +20,7 @@ FAILED = ("environment", "user", "hang")
 def measure(events: list[dict[str, Any]]) -> Measured:
     """The measurements over one job's merged events (every node's log)."""
     spans = attempts(events)
-    nodes = len({event.get("node", 0) for event in events}) or 1
+    nodes = len({node_of(event) for event in events}) or 1
     hours = (when(events[-1]) - when(events[0])).total_seconds() / 3600 if events else 0.0
     failed = [a for a in spans if a.cause in FAILED]
     restarts = []

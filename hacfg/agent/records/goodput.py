@@ -58,6 +58,12 @@ def when(event: dict[str, Any]) -> datetime:
     return parse_time(str(event["time"]))
 
 
+def node_of(event: dict[str, Any]) -> int:
+    """The node whose agent wrote ``event``: a single node's log names none, and null (not known)
+    reads the same."""
+    return event.get("node") or 0
+
+
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
@@ -153,7 +159,7 @@ def attempts(events: list[dict[str, Any]], node: int | None = None, now: datetim
     found: list[Attempt] = []
     current: Attempt | None = None
     # a straggler slows the whole job: its event (node 0's, naming the straggler's node) is every node's
-    for event in (e for e in events if e.get("node", 0) == node or e.get("event") == Event.STRAGGLER):
+    for event in (e for e in events if node_of(e) == node or e.get("event") == Event.STRAGGLER):
         kind, time = event.get("event"), when(event)
         if current is not None and kind in (Event.ATTEMPT_START, Event.AGENT_START):  # the agent stopped mid-attempt
             current.end, current.cut, current.cause = time, True, Ending.ENVIRONMENT

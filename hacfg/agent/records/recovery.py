@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from hacfg.agent.records.goodput import when
+from hacfg.agent.records.goodput import node_of, when
 from hacfg.restart.vocabulary import Action, Event
 
 STAGES = ("detection", "stop", "decision", "start", "rendezvous", "load", "first step")
@@ -72,7 +72,7 @@ def recoveries(events: list[dict[str, Any]], marks: dict[tuple[int, int], Marks]
     above per node. ``marks``: the trainer's times, by (node, attempt)."""
     marks = marks or {}
     found = []
-    for decision in (e for e in events if e.get("event") == Event.DECISION and e.get("node", 0) == 0):
+    for decision in (e for e in events if e.get("event") == Event.DECISION and node_of(e) == 0):
         failed = decision.get("round")
         if decision.get("action") in (Action.SUCCESS, None) or failed is None:
             continue
@@ -109,7 +109,7 @@ def _moments(events: list[dict[str, Any]], failed: int) -> dict[int, dict[str, A
     """Per node that took part in both rounds: when it knew, stopped, started again and showed life."""
     nodes: dict[int, dict[str, Any]] = {}
     for event in events:
-        node, kind, number = int(event.get("node", 0)), event.get("event"), event.get("round")
+        node, kind, number = node_of(event), event.get("event"), event.get("round")
         if kind == Event.ATTEMPT_EXIT and number == failed:
             stopped = when(event).timestamp()
             nodes.setdefault(node, {}).update(exit=stopped, knowing=stopped - float(event.get("stopping") or 0))

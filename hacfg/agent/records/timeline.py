@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg.agent.culprit.analysis import describe_culprit
+from hacfg.agent.records import goodput
 from hacfg.fsutil import write_figure
 from hacfg.restart.vocabulary import Action, Event
 
@@ -62,7 +63,7 @@ def _nothing(event: Record) -> str:
 
 
 def table(events: list[dict[str, Any]]) -> str:
-    nodes = len({e.get("node") for e in events}) > 1
+    nodes = len({goodput.node_of(e) for e in events}) > 1
     rows = [("time", "attempt", "restarts", "event", "detail")]
     attempt = restarts = ""
     for event in events:
@@ -74,7 +75,7 @@ def table(events: list[dict[str, Any]]) -> str:
         )
         describe = _SHOWN.get(str(event.get("event", "")), _nothing)
         time_text = str(event.get("time", ""))[11:23]
-        node = f"node {event.get('node')}: " if nodes else ""
+        node = f"node {goodput.node_of(event)}: " if nodes else ""
         rows.append((time_text, attempt, restarts, str(event.get("event", "?")), node + describe(event)))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return (
@@ -88,7 +89,7 @@ def table(events: list[dict[str, Any]]) -> str:
 
 def merge(logs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Several nodes' event logs as one job timeline, in time order (the sort is stable per node)."""
-    return sorted((event for log in logs for event in log), key=lambda e: (str(e.get("time", "")), e.get("node", 0)))
+    return sorted((event for log in logs for event in log), key=lambda e: (str(e.get("time", "")), goodput.node_of(e)))
 
 
 def read_logs(
@@ -135,10 +136,8 @@ def plot(events: list[dict[str, Any]], path: str) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    from hacfg.agent.records import goodput
-
     result = goodput.breakdown(events)
-    nodes = sorted({int(e.get("node", 0)) for e in events}) or [0]
+    nodes = sorted({goodput.node_of(e) for e in events}) or [0]
     origin = goodput.when(events[0]) if events else datetime.now()
 
     def x(moment: datetime) -> float:
