@@ -13,7 +13,9 @@ at most once per ``HACFG_HEARTBEAT_INTERVAL`` seconds (the agent picks a quarter
 timeout, at most 1 s), so calling it every step costs a clock read. With ``step``, the file holds
 the step (replaced atomically), so the agent's goodput accounting knows when progress stopped,
 not only when the process went quiet; and from the first step reported, a new step (or phase) is
-what proves the loop alive in training, not output. Outside the agent it does nothing.
+what proves the loop alive in training, not output. The first step is written at once, whatever the
+interval: the agent records when it came (``first_step``), the end of a restart's start-up. Outside
+the agent it does nothing.
 
 A phase (``"checkpoint"``, ``"eval"``, ``"init"``, ``"data"``, ``"shutdown"`` or a name of your own) tells the agent
 which hang timeout applies: a save or an evaluation may be silent for longer than a training step
@@ -47,13 +49,14 @@ _said = False  # a step or phase was written: from then on every beat writes the
 def beat(step: int | None = None, phase: str | None = None) -> None:
     """Say the loop is alive; ``step`` is the last one finished, ``phase`` what it does from now on."""
     global _step, _phase
+    first_step = step is not None and _step is None  # the end of the start-up: timed by the agent, written at once
     if step is not None:
         _step = int(step)
     if phase is not None and phase != _phase:
         _phase = _checked(phase)
         _write(force=True)
     else:
-        _write(force=False)
+        _write(force=first_step)
 
 
 @contextmanager

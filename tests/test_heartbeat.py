@@ -38,6 +38,15 @@ def test_a_phase_is_written_on_entry_and_exit_whatever_the_interval(beating):
     assert heartbeat.read(beating) == (7, "train")
 
 
+def test_the_first_step_is_written_at_once_the_next_at_the_interval(beating):
+    with heartbeat.phase("init"):
+        pass
+    heartbeat.beat(step=1)  # the end of the start-up, which the agent times
+    assert heartbeat.read(beating) == (1, "train")
+    heartbeat.beat(step=2)
+    assert heartbeat.read(beating) == (1, "train")
+
+
 def test_a_phase_ends_even_when_its_block_raises(beating):
     with pytest.raises(KeyError), heartbeat.phase("data"):
         raise KeyError("shard")

@@ -268,7 +268,8 @@ def assert_one_timeline(job: Job, cli, svg: Path) -> None:
     decisions = [row for row in rows if " decision " in f" {row} " and "proc_restart" in row]
     assert len(decisions) == job.nnodes and all(f"environment on node {culprit}" in row for row in decisions)
     stages = result.out.split(f"recovery after round 1 (environment on node {culprit}): ")[1].splitlines()[1:]
-    assert stages[0].split() == ["node", "stop", "decision", "start", "total"]  # where the recovery went, per node
+    # where the recovery went, per node: the trainer's start-up after its first line, up to the first step it beats
+    assert stages[0].split() == ["node", "stop", "decision", "start", "rendezvous+load+first", "step", "total"]
     assert [row.split()[0] for row in stages[1:job.nnodes + 1]] == nodes
     assert cli("events", *logs, "--plot", svg).code == 0
     labels = "".join(ElementTree.parse(svg).getroot().itertext())

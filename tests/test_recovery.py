@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conftest import REPO, agent, read_events
 from hacfg.agent.records.goodput import when
-from hacfg.agent.records.recovery import Marks, recoveries
+from hacfg.agent.records.recovery import Marks, recoveries, report
 from hacfg.agent.records.timeline import read_logs
 
 LOGS = sorted((Path(__file__).parent / "data" / "events" / "two-nodes-killed-worker").glob("node-*/events.jsonl"))
@@ -64,3 +65,20 @@ def test_hacfg_events_prints_and_exports_the_breakdown(cli):
     document = json.loads(cli("events", *LOGS, "-f", "json").out)
     [exported] = document["recoveries"]
     assert set(exported["nodes"]) == {"0", "1"} and exported["nodes"]["1"]["stop"] == 0.0
+
+
+
+def test_a_real_runs_heartbeat_adds_its_first_step_to_the_breakdown(tmp_path):
+    """Without the trainer's lines, its start-up after the first line is one stage, up to the first
+    step its heartbeat reports: never split by a guess."""
+    proc = agent(tmp_path, "--no-warm", "--max-restarts", "1", child="started_stepped_killed.py", env={"PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    events = read_events(tmp_path / "state")
+    for attempt in (1, 2):
+        first_line, first_step = (next(e["after"] for e in events if e["event"] == kind and e["attempt"] == attempt)
+                                  for kind in ("first_activity", "first_step"))
+        assert first_step >= first_line + 0.5, (first_line, first_step)
+    [recovery] = recoveries(events)
+    assert list(recovery.stages[0]) == ["stop", "decision", "start", "rendezvous+load+first step"]
+    assert recovery.stages[0]["rendezvous+load+first step"] >= 0.5
+    assert report([recovery]).splitlines()[1].split() == ["node", "stop", "decision", "start", "rendezvous+load+first", "step", "total"]

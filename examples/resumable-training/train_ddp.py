@@ -103,6 +103,7 @@ def main() -> int:
             torch.nn.functional.mse_loss(ddp(inputs), targets).backward()
         skip = False
         optimizer.step()
+        heartbeat.beat(step=step)
         say(f"rank {rank} step {step} at {time.time():.3f}")
         time.sleep(args.step_time)
         if slow:  # the step's work once more: the last to arrive, this rank hardly waits in the all-reduce

@@ -238,8 +238,8 @@ class Agent:
             on_signal=lambda signum: self.events.write(
                 Event.SIGNAL, signal=signal.Signals(signum).name, attempt=budgets.attempt
             ),
-            on_first_activity=lambda after: self.events.write(
-                Event.FIRST_ACTIVITY, round=plan.round, attempt=budgets.attempt, after=round(after, 3)
+            on_milestone=lambda event, after: self.events.write(
+                event, round=plan.round, attempt=budgets.attempt, after=round(after, 3)
             ),
             on_start=self._started,
             accelerator=nvml_probe() if detect and self.policy.accelerator in ("gpu", None) else None,  # None: unknown

@@ -17,7 +17,9 @@ planned       a round is planned: attempt number,  (none; the plan is in ``attem
                                                    the checkpoint chosen)
 running       the workers start                    ``attempt_start`` (with how they started, a
                                                    :class:`Start`), then ``first_activity`` at
-                                                   the first output or heartbeat;
+                                                   the first output or heartbeat and
+                                                   ``first_step`` at the first step its
+                                                   heartbeat reports;
                                                    ``checkpoint_overdue`` once no new complete
                                                    checkpoint came for 2 x checkpoint.interval;
                                                    ``straggler`` (node 0) once per rank that
@@ -113,6 +115,7 @@ class Event(StrEnum):
     PRECHECK = "precheck"
     ATTEMPT_START = "attempt_start"
     FIRST_ACTIVITY = "first_activity"
+    FIRST_STEP = "first_step"  # the command's heartbeat reported its first step: set up, loaded, trained
     CHECKPOINT_DOUBT = "checkpoint_doubt"  # the resume checkpoint was chosen despite a doubt (a dangling pointer, say)
     CHECKPOINT_OVERDUE = "checkpoint_overdue"  # no new complete checkpoint for 2 x checkpoint.interval of training
     SIGNAL = "signal"

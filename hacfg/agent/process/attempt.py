@@ -35,6 +35,7 @@ from hacfg.agent.process.accelerator import UtilizationProbe
 from hacfg.agent.process.relay import prepare, relay
 from hacfg.plugin.recovery import TAIL_LINES
 from hacfg.restart.learning import Intervals, Learned
+from hacfg.restart.vocabulary import Event
 
 TAIL_BYTES = 64 * 1024
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -122,7 +123,8 @@ class Supervisor:
         # told the output's tail, the seconds quiet, the timeout that fired, the phase, whether steps were followed
         on_hang: Callable[[tuple[str, ...], float, Limit, str, bool], None] = lambda *hang: None,
         on_signal: Callable[[int], object] = lambda signum: None,
-        on_first_activity: Callable[[float], object] = lambda after: None,
+        # told each milestone of the start (first_activity, first_step), seconds after the launch
+        on_milestone: Callable[[Event, float], object] = lambda event, after: None,
         on_start: Callable[[int], object] = lambda pid: None,
         accelerator: UtilizationProbe | None = None,
         launch: Callable[[list[str], dict[str, str]], Process] = start_cold,
@@ -140,7 +142,7 @@ class Supervisor:
         self.grace = grace
         self.on_hang = on_hang
         self.on_signal = on_signal
-        self.on_first_activity = on_first_activity
+        self.on_milestone = on_milestone
         self.on_start = on_start  # told the PID of the command, the leader of its own session
         self.accelerator = accelerator
         self.launch = launch
@@ -243,11 +245,13 @@ class Supervisor:
                 heartbeat_stamp = stamp
                 following = stepping and intervals.phase == heartbeat.TRAIN
                 step, phase = heartbeat.read(self.heartbeat)
+                # from when it was written, not seen: a hang is caught within its timeout of the last
+                # beat (the file's time moves with the wall clock: at most one look is taken back)
+                written = now - min(max(0.0, time.time() - stamp[0] / 1e9), self._look)
                 if intervals.write(stamp[0], step, phase) or not following:
-                    # from when it was written, not seen: a hang is caught within its timeout of the last
-                    # beat (the file's time moves with the wall clock: at most one look is taken back)
-                    late = min(max(0.0, time.time() - stamp[0] / 1e9), self._look)
-                    last_activity, seen_activity = max(last_activity, now - late), True
+                    last_activity, seen_activity = max(last_activity, written), True
+                if step is not None and not stepping:
+                    self.on_milestone(Event.FIRST_STEP, written - started)
                 stepping = stepping or step is not None
             phase = intervals.phase
             following = stepping and phase == heartbeat.TRAIN  # progress proves life, output does not
@@ -255,7 +259,7 @@ class Supervisor:
             if output_at is not None and output_at > last_activity and not following:
                 last_activity, seen_activity = output_at, True
             if seen_activity and not was_active:
-                self.on_first_activity(last_activity - started)
+                self.on_milestone(Event.FIRST_ACTIVITY, last_activity - started)
             if proc.poll() is not None:
                 exited_at = exited_at or now
                 # a grandchild may hold the pipes open: drain briefly, then stop waiting

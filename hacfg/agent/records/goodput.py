@@ -175,7 +175,7 @@ def attempts(events: list[dict[str, Any]], node: int | None = None, now: datetim
                 found[-1].action = event.get("action")
                 found[-1].cause = event.get("cause", found[-1].cause)
         elif kind == Event.FIRST_ACTIVITY:
-            current.first_activity = current.start + timedelta(seconds=float(event.get("after", 0)))
+            current.first_activity = current.start + timedelta(seconds=float(event.get("after") or 0))
         elif kind == Event.STRAGGLER and current.slow is None:
             since = parse_time(event["since"]) if event.get("since") else time  # the window the verdict rests on
             current.slow = min(since, time), float(event.get("slowdown") or 0)

@@ -14,15 +14,16 @@ Each stage runs from the end of the one before::
 * **load**: to the checkpoint loaded.
 * **first step**: to the first training step done.
 
-The agent's events give stop, decision and start; the fault and the trainer's own stages are
-known only from the trainer's timestamped lines (``Marks``), and are left out without them, not
-guessed. A round resumes when its slowest node does: a recovery's total is the largest node's.
+The agent's events give stop, decision and start, and with the trainer's heartbeat the end of the
+first step (``first_step``). The fault and the trainer's other moments are known only from its
+timestamped lines (``Marks``). A moment not known is not guessed: the stages on either side of it
+are shown as one ("rendezvous+load+first step"). A round resumes when its slowest node does: a
+recovery's total is the largest node's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Any
 
 from hacfg.agent.records.goodput import node_of, when
@@ -94,15 +95,26 @@ def recoveries(events: list[dict[str, Any]], marks: dict[tuple[int, int], Marks]
                 mark.started if mark.started is not None else moments.get("first_activity"),
                 mark.grouped,
                 mark.resumed,
-                mark.stepped,
+                mark.stepped if mark.stepped is not None else moments.get("first_step"),
             ]
-            stages[node] = {
-                stage: round(end - begin, 3)
-                for stage, (begin, end) in zip(STAGES, pairwise(line), strict=True)
-                if begin is not None and end is not None
-            }
+            stages[node] = _stages(line)
         found.append(Recovery(failed, str(decision.get("cause", "?")), decision.get("cause_node"), stages))
     return found
+
+
+def _stages(moments: list[float | None]) -> dict[str, float]:
+    """Seconds per stage between consecutive known ``moments`` (one more than STAGES); a stage that
+    ends at an unknown moment is joined to the next one."""
+    stages: dict[str, float] = {}
+    begin, joined = moments[0], []
+    for stage, end in zip(STAGES, moments[1:], strict=True):
+        joined.append(stage)
+        if end is None:
+            continue
+        if begin is not None:
+            stages["+".join(joined)] = round(end - begin, 3)
+        begin, joined = end, []
+    return stages
 
 
 def _moments(events: list[dict[str, Any]], failed: int) -> dict[int, dict[str, Any]]:
@@ -115,8 +127,10 @@ def _moments(events: list[dict[str, Any]], failed: int) -> dict[int, dict[str, A
             nodes.setdefault(node, {}).update(exit=stopped, knowing=stopped - float(event.get("stopping") or 0))
         elif kind == Event.ATTEMPT_START and number == failed + 1:
             nodes.setdefault(node, {}).update(start=when(event).timestamp(), attempt=int(event.get("attempt", 0)))
-        elif kind == Event.FIRST_ACTIVITY and number == failed + 1 and "start" in nodes.get(node, {}):
-            nodes[node]["first_activity"] = nodes[node]["start"] + float(event.get("after", 0))
+        elif kind in (Event.FIRST_ACTIVITY, Event.FIRST_STEP) and number == failed + 1:
+            started = nodes.get(node, {}).get("start")
+            if started is not None:
+                nodes[node][kind] = started + float(event.get("after") or 0)
     return {node: moments for node, moments in nodes.items() if {"exit", "start"} <= moments.keys()}
 
 
@@ -124,7 +138,10 @@ def report(found: list[Recovery]) -> str:
     """Each recovery as a table: one row per node, one column per stage known, then the total."""
     lines = []
     for recovery in found:
-        shown = [stage for stage in STAGES if any(stage in stages for stages in recovery.stages.values())]
+        shown = sorted(
+            {stage for stages in recovery.stages.values() for stage in stages},
+            key=lambda joined: [STAGES.index(stage) for stage in reversed(joined.split("+"))],
+        )
         where = f" on node {recovery.cause_node}" if recovery.cause_node is not None else ""
         lines.append(
             f"recovery after round {recovery.round} ({recovery.cause}{where}): {recovery.seconds:.2f}s,"

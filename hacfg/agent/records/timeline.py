@@ -22,6 +22,7 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
     ).strip(),
     Event.ATTEMPT_START: lambda e: f"resume from {e.get('resume_from') or '(nothing)'}",
     Event.FIRST_ACTIVITY: lambda e: f"first output or heartbeat after {e.get('after')}s",
+    Event.FIRST_STEP: lambda e: f"first step reported after {e.get('after')}s",
     Event.HANG: lambda e: ("no step progress" if e.get("progress") else "no output or heartbeat")
     + f" for {e.get('idle', e.get('timeout'))}s"
     + (f" in phase {e['phase']}" if e.get("phase") not in (None, "train") else "")
