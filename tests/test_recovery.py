@@ -77,8 +77,8 @@ def test_a_real_runs_heartbeat_adds_its_first_step_to_the_breakdown(tmp_path):
     for attempt in (1, 2):
         first_line, first_step = (next(e["after"] for e in events if e["event"] == kind and e["attempt"] == attempt)
                                   for kind in ("first_activity", "first_step"))
-        assert first_step >= first_line + 0.5, (first_line, first_step)
+        assert first_step >= first_line + 0.45, (first_line, first_step)  # 0.5 s apart, timed by file times
     [recovery] = recoveries(events)
     assert list(recovery.stages[0]) == ["stop", "decision", "start", "rendezvous+load+first step"]
-    assert recovery.stages[0]["rendezvous+load+first step"] >= 0.5
+    assert recovery.stages[0]["rendezvous+load+first step"] >= 0.45
     assert report([recovery]).splitlines()[1].split() == ["node", "stop", "decision", "start", "rendezvous+load+first", "step", "total"]
