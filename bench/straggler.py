@@ -66,7 +66,7 @@ class Pair:
                 self.step[number] = int(words[3])
 
     def sample(self) -> dict[int, list[list[int]]]:
-        return {rank: entries for proc, folder in self.procs for rank, entries in evidence.arrivals(proc.pid, folder).items()}
+        return {rank: entries for proc, folder in self.procs for rank, entries in evidence.arrivals(folder).items()}
 
     def wait_for_step(self, step: int, timeout: float = 300) -> None:
         until = time.monotonic() + timeout

@@ -9,11 +9,15 @@ rank 1 computing twice as long from step 6 (``slow-rank-1``), or neither (``unpe
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 from pytest import approx
 
+from hacfg.agent.culprit import evidence
 from hacfg.agent.culprit.straggler import THRESHOLD, WINDOW, Pace, Pacer
 from hacfg.agent.records.goodput import breakdown
 from hacfg.plan.model import straggler_price
@@ -199,3 +203,15 @@ def test_the_flight_recorder_is_cut_to_what_the_hook_reads_unless_the_job_sized_
     assert evidence.armed({}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == str(evidence.RECORDED)
     assert evidence.armed({"TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}, tmp_path).get("TORCH_FR_BUFFER_SIZE") is None
     assert evidence.armed({"TORCH_FR_BUFFER_SIZE": "5000"}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == "5000"
+
+
+def test_a_sample_asks_only_the_living_among_the_pipes_it_finds(tmp_path):
+    """Ranks are found from their pipes in the attempt's folder, not from all of /proc, every
+    second: a rank that exited leaves its pipe behind, and is not waited for."""
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    os.mkfifo(tmp_path / f"{exited.pid}.fifo")
+    (tmp_path / "summary.json").write_text("{}")
+    started = time.monotonic()
+    assert evidence.arrivals(tmp_path, deadline=30) == {}
+    assert time.monotonic() - started < 10, "waited for an exited rank's answer"

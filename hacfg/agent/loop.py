@@ -192,7 +192,7 @@ class Agent:
         pacing = (
             straggler.Watch(
                 self.rank,
-                sample=lambda: evidence.arrivals(self.session, folder) if self.session is not None else {},
+                sample=lambda: evidence.arrivals(folder),
                 share=self.rounds.pace,
                 found=lambda pace: self._straggler(plan, started, pace, supervisor, over),
             )

@@ -94,13 +94,14 @@ def collect(
     return evidence
 
 
-def arrivals(session: int, folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[list[int]]]:
-    """Per rank of the attempt (its ``session`` and their descendants), the collectives its flight
-    recorder holds and when the rank enqueued each: ``[process group, sequence number, ns]``. Only
-    the pipe is poked, never the stacks signal: this runs while training goes on. A rank that has
-    not answered by the deadline is left out of this sample."""
+def arrivals(folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[list[int]]]:
+    """Per rank of the attempt, the collectives its flight recorder holds and when the rank enqueued
+    each: ``[process group, sequence number, ns]``. Only the pipe is poked, never the stacks signal:
+    this runs while training goes on, every second, so the armed processes are found from their
+    pipes in the attempt's ``folder``, not from all of /proc. A rank that has not answered by the
+    deadline is left out of this sample."""
     asked_at = time.time()
-    armed = [pid for pid in _attempt(session) if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
+    armed = [pid for pid in _piped(folder) if _state(pid) not in (STOPPED, ZOMBIE, GONE)]
     for pid in armed:
         _poke(folder / f"{pid}.fifo")
     fresh = functools.partial(_answer, asked_at=asked_at, slack=0.0)  # the last sample's answer is no answer
@@ -240,6 +241,14 @@ def _poke(fifo: Path) -> None:
     """Wake the hook's thread: open its pipe for writing, without blocking if no one reads it."""
     with contextlib.suppress(OSError):
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _piped(folder: Path) -> list[int]:
+    """The processes that armed themselves in ``folder``, each by its ``<pid>.fifo``; some may have exited since."""
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        names = [entry.name.removesuffix(".fifo") for entry in entries if entry.name.endswith(".fifo")]
+        return [int(name) for name in names if name.isdigit()]
+    return []
 
 
 def _attempt(session: int) -> list[int]:
