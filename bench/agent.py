@@ -8,7 +8,6 @@ the plain pipe; idle CPU < 1% of a core; hang detected within timeout + 1 s.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, verdicts_table
+from common import Verdict, cpu_seconds, verdicts_table
 
 RESTARTS = 20
 RELAY_MB = 200
@@ -101,15 +100,9 @@ def idle_cpu(tmp: Path, seconds: float = 5.0, *, silent: bool = False) -> float:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     time.sleep(QUICK_START + 1 if silent else 1.5)  # past start-up
-    ticks = os.sysconf("SC_CLK_TCK")
-
-    def cpu() -> float:
-        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / ticks
-
-    before, started = cpu(), time.monotonic()
+    before, started = cpu_seconds(proc.pid), time.monotonic()
     time.sleep(seconds)
-    used, elapsed = cpu() - before, time.monotonic() - started
+    used, elapsed = cpu_seconds(proc.pid) - before, time.monotonic() - started
     proc.wait()
     return 100 * used / elapsed
 

@@ -189,6 +189,12 @@ def kill_descendants() -> None:
     kill_tree(descendants([os.getpid()]))
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds process ``pid`` has used so far (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now, for an emulated node's store."""
     with socket.socket() as sock:

@@ -33,7 +33,7 @@ from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Verdict, become_subreaper, free_port, kill_descendants, verdicts_table
+from common import Verdict, become_subreaper, cpu_seconds, free_port, kill_descendants, verdicts_table
 
 from hacfg.agent.records.recovery import STAGES, Marks, recoveries
 from hacfg.agent.records.timeline import read_logs
@@ -155,6 +155,29 @@ def measure(outputs: list[str], final: Path, reference: dict) -> Run:
     return Run(max(first_steps) - min(fault_at) if recovered else None, diverged)
 
 
+def idle(seconds: float = 20.0) -> list[float]:
+    """Percent of one core each node's agent uses while its worker sleeps, hang detection on: the
+    group's monitor and keep-alives, and the straggler sampling that asks the armed worker every
+    second. Node 0 also serves the group's store."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rdzv = free_port()
+        worker = [sys.executable, "-c", f"import time; print('up', flush=True); time.sleep({seconds + 30})"]
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(NODES)}
+        agents = [subprocess.Popen([sys.executable, "-m", "hacfg", "agent", "--nnodes", str(NODES), "--node-rank", str(rank),
+                                    "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--checkpoint-path", f"{tmp}/ckpt", "--no-precheck",
+                                    "--no-warm", "--hang-timeout", "30m", "--", *worker],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**env, "NODE_RANK": str(rank)})
+                  for rank in range(NODES)]
+        try:
+            time.sleep(10)  # grouped, the workers started and seen
+            before, started = [cpu_seconds(agent.pid) for agent in agents], time.monotonic()
+            time.sleep(seconds)
+            used = [cpu_seconds(agent.pid) - cpu for agent, cpu in zip(agents, before, strict=True)]
+            return [100 * cpu / (time.monotonic() - started) for cpu in used]
+        finally:
+            kill_descendants()
+
+
 def compare() -> list[Verdict]:
     """The verdicts; each fault's line goes to stderr as soon as its runs are done."""
     import torch
@@ -203,6 +226,8 @@ def compare() -> list[Verdict]:
         worst = max(stops)
         verdicts.append(Verdict("multi-node stop, all ranks", f"{statistics.median(stops) * 1000:.0f}ms (max {worst * 1000:.0f})",
                                 "first agent knowing to the last worker stopped", None, "< 2 s", worst < 2.0))
+    node0, *others = idle()
+    verdicts.append(Verdict("multi-node idle CPU, node 0", f"{node0:.2f}% of a core", f"node 1 {others[0]:.2f}%", None, "< 1%", node0 < 1))
     return verdicts
 
 
