@@ -165,7 +165,7 @@ def attempts(events: list[dict[str, Any]], node: int | None = None, now: datetim
             current.end, current.cut, current.cause = time, True, Ending.ENVIRONMENT
             current = None
         if kind == Event.ATTEMPT_START:
-            number = int(event.get("attempt", len(found) + 1))
+            number = int(event.get("attempt") or len(found) + 1)
             current = Attempt(number, node, time, time, resume_from=event.get("resume_from"))
             if found:
                 found[-1].next_start = time
@@ -180,7 +180,8 @@ def attempts(events: list[dict[str, Any]], node: int | None = None, now: datetim
             since = parse_time(event["since"]) if event.get("since") else time  # the window the verdict rests on
             current.slow = min(since, time), float(event.get("slowdown") or 0)
         elif kind == Event.HANG:
-            current.hang, current.idle = time, float(event.get("idle", event.get("timeout", 0)))
+            idle = event.get("idle")
+            current.hang, current.idle = time, float(idle if idle is not None else event.get("timeout") or 0)
         elif kind == Event.ATTEMPT_EXIT:
             current.end, current.cause = time, event.get("cause", "?")
             current.stopping, current.step = event.get("stopping"), event.get("step")

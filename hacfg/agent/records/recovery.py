@@ -126,7 +126,7 @@ def _moments(events: list[dict[str, Any]], failed: int) -> dict[int, dict[str, A
             stopped = when(event).timestamp()
             nodes.setdefault(node, {}).update(exit=stopped, knowing=stopped - float(event.get("stopping") or 0))
         elif kind == Event.ATTEMPT_START and number == failed + 1:
-            nodes.setdefault(node, {}).update(start=when(event).timestamp(), attempt=int(event.get("attempt", 0)))
+            nodes.setdefault(node, {}).update(start=when(event).timestamp(), attempt=int(event.get("attempt") or 0))
         elif kind in (Event.FIRST_ACTIVITY, Event.FIRST_STEP) and number == failed + 1:
             started = nodes.get(node, {}).get("start")
             if started is not None:
