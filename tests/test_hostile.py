@@ -345,7 +345,8 @@ def test_event_logs_of_any_type_are_one_line_and_exit_2(tmp_path_factory, exampl
     plan = folder / "ha.yaml"
     plan.write_text("version: 1\nscenario: single-node\njob: {duration: 1d}\ncheckpoint: {save_time: 1m}\nreliability: {restart_time: 1m}\n")
     fields = ["node", "round", "attempt", "exit_code", "cause", "action", "after", "idle", "timeout", "duration", "stopping",
-              "step", "checkpoints", "progressed", "resume_from", "reason", "signal", "start", "pid", "cause_node", "command"]
+              "step", "checkpoints", "progressed", "resume_from", "reason", "signal", "start", "pid", "cause_node", "command",
+              "rank", "score", "slowdown", "since", "phase", "culprit", "culprit_note"]
     times = st.sampled_from(["2026-12-01T07:00:00+00:00", "2026-12-01T08:00:00.5Z", "2026-12-01T07:00:00", "0001-01-01T00:00:00+00:00",
                              "9999-12-31T23:59:59+00:00", "2026-12-01T07:00:00-23:59", "2026-12-01", "soon"])
     checkpoint = st.fixed_dictionaries({"step": json_values | st.integers(), "path": json_values | plain_strings, "time": times | json_values},
@@ -357,11 +358,14 @@ def test_event_logs_of_any_type_are_one_line_and_exit_2(tmp_path_factory, exampl
     at = "2026-12-01T07:00:00+00:00"
     unknown_node = [{"time": at, "event": "agent_start"}, {"time": at, "event": "agent_start", "node": None}]
     unknown_attempt_and_idle = [{"time": at, "event": "attempt_start", "attempt": None}, {"time": at, "event": "hang", "idle": None}]
+    malformed = [{"time": at, "event": "attempt_start"}, {"time": at, "event": "straggler", "since": "x", "slowdown": "x"},
+                 {"time": at, "event": "decision", "round": 1, "action": "proc_restart", "culprit": {"node": None}}]
 
     @settings(max_examples=examples // 4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(st.lists(record, min_size=1, max_size=8))
     @example(unknown_node)  # sorted by node once: null beside 0 broke the sort
     @example(unknown_attempt_and_idle)  # null, "not known", in the fields the readers convert
+    @example(malformed)  # a straggler's time and slowdown, a hang's culprit: refused like the rest
     def property_(records):
         events = folder / "events.jsonl"
         events.write_text("".join(json.dumps(r) + "\n" for r in records))

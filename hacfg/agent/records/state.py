@@ -235,22 +235,39 @@ def _checkpoints(value: object) -> bool:
     )
 
 
+def _culprit(value: object) -> bool:
+    """The shape ``Culprit.to_json`` writes: a node, its ranks, how it was named, its stack top."""
+    stack = value.get("stack") if isinstance(value, dict) else None
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("node"), int)
+        and isinstance(value.get("ranks"), list)
+        and all(isinstance(rank, int) for rank in value["ranks"])
+        and isinstance(value.get("how"), str)
+        and (stack is None or (isinstance(stack, list) and all(isinstance(frame, str) for frame in stack)))
+    )
+
+
 # The fields the readers (hacfg events, goodput, the metrics, what plan measures) compute with, as
 # the agent writes them; None stands for "not known" in any of them.
 _FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
     **dict.fromkeys(
-        ("node", "round", "attempt", "exit_code", "pid", "step", "cause_node", "counted", "max_restarts"),
+        ("node", "round", "attempt", "exit_code", "pid", "step", "cause_node", "counted", "max_restarts", "rank"),
         (lambda v: isinstance(v, int), "a whole number"),
     ),
     **dict.fromkeys(
         ("after", "idle", "timeout", "duration", "stopping"), (lambda v: isinstance(v, int | float), "seconds")
     ),
+    **dict.fromkeys(("slowdown", "score"), (lambda v: isinstance(v, int | float), "a number")),
     **dict.fromkeys(
-        ("event", "cause", "action", "reason", "resume_from", "signal", "start", "start_reason"),
+        ("event", "cause", "action", "reason", "resume_from", "signal", "start", "start_reason", "culprit_note"),
         (lambda v: isinstance(v, str), "text"),
     ),
+    "phase": (lambda v: isinstance(v, str), "text"),
     "progressed": (lambda v: isinstance(v, bool), "true or false"),
     "checkpoints": (_checkpoints, "checkpoints, each with its step, path and zoned time"),
+    "since": (lambda v: bool(_zoned_time(v)), "a zoned time"),
+    "culprit": (_culprit, "a culprit: its node, ranks, how and stack"),
 }
 
 
