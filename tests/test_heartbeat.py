@@ -150,3 +150,18 @@ def test_a_phase_declared_before_the_watch_begins_still_counts(tmp_path):
                             heartbeat=beat, grace=1, launch=fast_start)
     result = supervisor.run()
     assert (result.hung, result.exit_code) == (False, 0)
+
+
+def test_a_bare_beat_never_shows_the_last_attempts_step_as_this_ones(tmp_path):
+    """A bare ``beat()`` only touches the file: the step the last attempt left in it is not this one's."""
+    from hacfg.agent.process.attempt import Supervisor
+
+    beat = tmp_path / "heartbeat"
+    beat.write_text("16 train\n")  # the previous attempt's
+    script = "from hacfg import heartbeat\nimport time\nheartbeat.beat()\ntime.sleep(0.5)\nheartbeat.beat(step=1)\n"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HACFG_HEARTBEAT_FILE": str(beat)}
+    seen: dict[str, float] = {}
+    supervisor = Supervisor([sys.executable, "-c", script], env, hang_timeout=None, first_hang_timeout=None,
+                            heartbeat=beat, grace=1, on_milestone=lambda event, after: seen.setdefault(event, after))
+    assert supervisor.run().exit_code == 0
+    assert seen["first_step"] >= seen["first_activity"] + 0.45, seen

@@ -173,8 +173,10 @@ class Supervisor:
         previous = {sig: signal.signal(sig, lambda *_: None) for sig in (*FORWARDED, signal.SIGCHLD)}
         previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
         self._wake = wake_write
-        # Taken before the launch: a warm fork may declare its phase before the watch below begins.
-        heartbeat_stamp = self._heartbeat_stamp()
+        # Gone before the launch (a warm fork may declare its phase before the watch below begins): a bare
+        # beat() only touches the file, and the last attempt's step would read as this one's.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.heartbeat)
         try:
             proc = self.launch(self.argv, self.env)
             assert proc.stdout is not None and proc.stderr is not None
@@ -187,7 +189,7 @@ class Supervisor:
             for pump in pumps:
                 pump.start()
             try:
-                hung, interrupted, stopped = self._watch(proc, pumps, wake_read, started, heartbeat_stamp)
+                hung, interrupted, stopped = self._watch(proc, pumps, wake_read, started)
             finally:
                 _kill_group(proc.pid)
                 code = proc.wait()
@@ -220,7 +222,6 @@ class Supervisor:
         pumps: list[threading.Thread],
         wake_read: int,
         started: float,
-        heartbeat_stamp: tuple[int, int] | None,
     ) -> tuple[bool, int | None, bool]:
         """Wait for the child to end, watching for hangs, signals and stop requests;
         (hung, signal received, stopped on request)."""
@@ -228,6 +229,7 @@ class Supervisor:
         seen_activity = False
         intervals = Intervals(self.learned or Learned(floor=0))  # not learning: nothing keeps what is observed
         stepping = False  # the attempt reported a step: in training, only progress proves life
+        heartbeat_stamp: tuple[int, int] | None = None
         hung = False
         interrupted: int | None = None
         kill_at: float | None = None
