@@ -21,8 +21,10 @@ print(json.dumps({"found": found, "metadata_imported": "importlib.metadata" in s
 
 
 def probe(tmp_path, site):
+    """Run in tmp_path: ``-c`` puts the working folder on the path, and the repository's egg-info
+    there changes whenever another test builds the wheel, which rightly misses the cache."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(site)}
-    result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True, cwd=tmp_path)
     return json.loads(result.stdout)
 
 
