@@ -6,6 +6,7 @@ Plain functions are imported (``from conftest import findings``); fixtures are n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -169,6 +170,11 @@ class Venv:
     def run(self, *args: str | Path, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
 
+    def pip_install(self, *requirements: str | Path) -> subprocess.CompletedProcess:
+        """This interpreter's pip installing into the virtualenv: seeding one of its own (ensurepip)
+        costs 7 s of CPU."""
+        return self.run(sys.executable, "-m", "pip", "--python", self.python, "install", "--quiet", *requirements)
+
 
 @pytest.fixture(scope="session")
 def wheel_venv(tmp_path_factory) -> Venv:
@@ -178,9 +184,9 @@ def wheel_venv(tmp_path_factory) -> Venv:
     tmp = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp / "dist", REPO], check=True, capture_output=True)
     wheel = next((tmp / "dist").glob("hacfg-*.whl"))
-    venv.create(tmp / "venv", with_pip=True)
+    venv.create(tmp / "venv", with_pip=False)
     env = Venv(tmp / "venv" / "bin" / "python", tmp / "venv" / "bin")
-    installed = env.run(env.python, "-m", "pip", "install", "--quiet", wheel)
+    installed = env.pip_install(wheel)
     assert installed.returncode == 0, installed.stderr
     return env
 
@@ -234,7 +240,7 @@ def pytest_configure(config):
     settings.load_profile("slow" if many else os.environ.get("HYPOTHESIS_PROFILE", "ci"))
     if not hasattr(config, "workerinput"):  # once per run, before xdist's workers start
         write_bytecode()
-        write_rewritten_tests(config)
+        write_rewritten_modules(config)
 
 
 def write_bytecode() -> None:
@@ -247,18 +253,39 @@ def write_bytecode() -> None:
         compileall.compile_dir(REPO / folder, quiet=2)  # a file it cannot write is compiled as before, in memory
 
 
-def write_rewritten_tests(config: pytest.Config) -> None:
-    """Write the test modules as pytest's assertion rewriting makes them, into the cache it reads
-    (checked against each source's hash). With PYTHONDONTWRITEBYTECODE set, pytest writes none, and
-    every xdist worker rewrites every module for itself: 5 s of CPU each, half of collecting."""
+def write_rewritten_modules(config: pytest.Config) -> None:
+    """Write the modules pytest's assertion rewriting changes (the tests, and every module of a package
+    that brings a pytest plugin, such as hypothesis) as it makes them, into the cache it reads (checked
+    against each source). With PYTHONDONTWRITEBYTECODE set, pytest writes none, and every xdist worker
+    rewrites each module it imports for itself: 2 s of CPU each, a third of collecting."""
     try:
         from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, assertstate_key
     except ImportError:  # pytest's internals moved: each worker rewrites for itself, as before
         return
-    state, cache = config.stash[assertstate_key], REPO / "tests" / "__pycache__"
-    cache.mkdir(exist_ok=True)
-    for module in (REPO / "tests").glob("*.py"):
+    state = config.stash.get(assertstate_key, None)
+    if state is None:  # --assert=plain: nothing is rewritten
+        return
+    for module in [*(REPO / "tests").glob("*.py"), *marked_for_rewrite(state.hook)]:
+        cache = module.parent / "__pycache__"
         pyc = cache / f"{module.stem}{PYC_TAIL}"
         if _read_pyc(module, pyc, state.trace) is None:
             source_hash, code = _rewrite_test(module, config)
-            _write_pyc(state, code, source_hash, pyc)
+            with contextlib.suppress(OSError):  # a folder it cannot write: the workers rewrite that module
+                cache.mkdir(exist_ok=True)
+                _write_pyc(state, code, source_hash, pyc)
+
+
+def marked_for_rewrite(hook) -> list[Path]:
+    """The source files of the modules and packages pytest rewrites on import."""
+    from importlib.util import find_spec
+
+    files = []
+    for name in getattr(hook, "_must_rewrite", ()):
+        spec = find_spec(name) if "." not in name else None
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            continue
+        if spec.submodule_search_locations:
+            files += [path for folder in spec.submodule_search_locations for path in Path(folder).rglob("*.py")]
+        else:
+            files.append(Path(spec.origin))
+    return files

@@ -32,7 +32,7 @@ def test_wheel_installs_and_builds_from_another_directory(wheel_venv, tmp_path):
 
 def test_third_party_plugin_package_is_picked_up_with_no_change_to_hacfg(wheel_venv, tmp_path):
     plugin = REPO / "examples" / "hacfg-plugin-ascend"
-    installed = wheel_venv.run(wheel_venv.python, "-m", "pip", "install", "--quiet", f"{plugin}[test]")
+    installed = wheel_venv.pip_install(f"{plugin}[test]")
     assert installed.returncode == 0, installed.stderr
     hacfg = wheel_venv.bin / "hacfg"
 
