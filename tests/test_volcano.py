@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -11,8 +12,12 @@ from conftest import REPO
 from hacfg.plugin.provided import presets
 from hacfg.scenario.config import load_config
 
-CRD = yaml.safe_load((REPO / "tests/data/volcano-batch.volcano.sh_jobs.yaml").read_text())
-JOB_SCHEMA = next(v for v in CRD["spec"]["versions"] if v["name"] == "v1alpha1")["schema"]["openAPIV3Schema"]
+
+@functools.cache
+def job_schema() -> dict:
+    """The Job's schema in Volcano's CRD: read when a test asks, not while every worker collects."""
+    crd = yaml.load((REPO / "tests/data/volcano-batch.volcano.sh_jobs.yaml").read_text(), Loader=yaml.CSafeLoader)
+    return next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")["schema"]["openAPIV3Schema"]
 
 
 def build(cli, path):
@@ -26,7 +31,7 @@ def test_job_validates_against_the_volcano_crd(cli):
     from jsonschema import Draft202012Validator
 
     _, job, _ = build(cli, REPO / "examples/llama-pretrain/ha.yaml")
-    assert [e.message for e in Draft202012Validator(JOB_SCHEMA).iter_errors(job)] == []
+    assert [e.message for e in Draft202012Validator(job_schema()).iter_errors(job)] == []
     assert (job["apiVersion"], job["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
 
 
@@ -80,7 +85,7 @@ def test_kubernetes_names_and_missing_pieces_are_reported(cli, write):
 
 def test_shipped_schema_embeds_the_crd_unchanged():
     shipped = json.loads((REPO / "schemas/volcano-job.schema.json").read_text())
-    assert shipped["$defs"]["job"] == JOB_SCHEMA
+    assert shipped["$defs"]["job"] == job_schema()
 
 
 def test_a_job_with_no_command_is_refused(cli, write):
