@@ -49,7 +49,8 @@ def check(tmp_path_factory, examples, strategy, name, encode):
         except InputError as err:
             assert str(err).count("\n") == 0
 
-    property_()
+    with contextlib.chdir(folder):  # settings are looked for from here, as from a user's project
+        property_()
 
 
 def test_arbitrary_text(tmp_path_factory, examples):
@@ -166,7 +167,8 @@ def never_internal(folder, commands: tuple[str, ...], examples: int) -> None:
             code, err = run_in_process(command, str(path))
             assert code in (0, 1, 2) and "Traceback" not in err and "internal error" not in err, (command, err[-500:])
 
-    property_()
+    with contextlib.chdir(folder):
+        property_()
 
 
 @pytest.mark.slow
