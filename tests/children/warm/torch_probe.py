@@ -25,8 +25,8 @@ class Squares(Dataset):
         return torch.tensor([i * i, torch.randint(0, 1 << 30, ()).item()])
 
 
-def loaded(context):
-    loader = DataLoader(Squares(), batch_size=4, num_workers=2, multiprocessing_context=context)
+def loaded(context, workers):
+    loader = DataLoader(Squares(), batch_size=4, num_workers=workers, multiprocessing_context=context)
     batches = list(loader)
     return [b[:, 0].tolist() for b in batches], [b[:, 1].tolist() for b in batches]
 
@@ -39,8 +39,8 @@ if __name__ == "__main__":
         log = Path(os.environ["HACFG_HEARTBEAT_FILE"]).with_name("warm.log")
         while " ready:" not in (log.read_text() if log.exists() else ""):
             time.sleep(0.05)
-    fork, fork_draws = loaded("fork")
-    spawn, spawn_draws = loaded("spawn")
+    fork, fork_draws = loaded("fork", 2)
+    spawn, spawn_draws = loaded("spawn", 1)  # a spawned worker imports torch anew: one shows it works
     weight = torch.nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([weight], lr=0.5)
     weight.sum().backward()
