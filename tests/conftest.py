@@ -225,8 +225,9 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="session")
 def examples(request) -> int:
-    """How many examples each property-based test runs: thousands in CI, far more with --many-examples."""
-    return 20000 if request.config.getoption("--many-examples") else 1000
+    """How many examples each property-based test runs: thousands in all in CI (four fuzzers, five
+    hundred each, and their siblings), far more with --many-examples."""
+    return 20000 if request.config.getoption("--many-examples") else 500
 
 
 # The invariants across commands (tests/test_invariants.py) run the whole CLI several times per example:
