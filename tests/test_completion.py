@@ -72,9 +72,10 @@ def test_a_tab_imports_neither_typer_nor_pydantic():
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_bash_under_a_pty_completes_rule_ids_and_targets(tmp_path):
-    script = subprocess.run([shutil.which("hacfg") or "hacfg", "--show-completion", "bash"], capture_output=True,
-                            text=True, env={**os.environ, "SHELL": "/bin/bash"}, timeout=60).stdout
-    (tmp_path / "completion.bash").write_text(script)
+    shown = subprocess.run([shutil.which("hacfg") or "hacfg", "--show-completion", "bash"], capture_output=True,
+                           text=True, env={**os.environ, "SHELL": "/bin/bash"}, timeout=60)
+    assert "complete -o default -F _hacfg_completion hacfg" in shown.stdout, (shown.returncode, shown.stderr)
+    (tmp_path / "completion.bash").write_text(shown.stdout)
     pid, fd = pty.fork()
     if pid == 0:
         os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], {**os.environ, "PS1": "$ ", "TERM": "dumb"})
@@ -89,8 +90,14 @@ def test_bash_under_a_pty_completes_rule_ids_and_targets(tmp_path):
 
     try:
         typed("", "$ ")  # what is typed before bash's first prompt may be thrown away
-        # typed once the function is in place and readline waits at the next prompt
-        typed(f"source {tmp_path / 'completion.bash'}; complete -p hacfg\n", "-F _hacfg_completion hacfg\r\n$ ")
+        # and so, now and then, is a line typed while bash still sets its terminal up (pexpect waits before
+        # every line it sends for this): typed again until bash shows the function in place
+        for _ in range(3):
+            sourced = typed(f"source {tmp_path / 'completion.bash'}; complete -p hacfg\n", "-F _hacfg_completion hacfg\r\n$ ", 10)
+            if "-F _hacfg_completion hacfg\r\n" in sourced:
+                break
+        else:
+            pytest.fail(f"bash never showed the completion function: {sourced!r}")
         shown = typed("hacfg explain HA00\t\t", "HA001")
         if "HA001" not in shown:  # what the function itself answers, for the failure's message
             asked = "\x15COMP_WORDS=(hacfg explain HA00) COMP_CWORD=2; _hacfg_completion hacfg; echo \"[${COMPREPLY[*]}]\"\n"
