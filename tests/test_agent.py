@@ -112,7 +112,7 @@ def test_signals_to_the_agent_are_forwarded_to_the_group(tmp_path, signum):
     proc.send_signal(signum)
     try:
         out, _ = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:  # once in a full run (SIGHUP): the child's state, for the next time
+    except subprocess.TimeoutExpired:  # the child's state says whether it had the signal, pending or blocked
         states = children_states(proc.pid)
         proc.kill()
         proc.communicate()
