@@ -28,6 +28,21 @@ CHILDREN = REPO / "tests" / "children"  # small programs the agent supervises
 SHARED = next((folder / "shared" for folder in REPO.parents if (folder / "shared").is_dir()), REPO.parent / "shared")
 
 
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """The processes whose parent is ``pid``, each with its state letter (``S``, ``Z``...)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.append((int(entry.name), fields[0]))
+    return found
+
+
 def free_port() -> int:
     """A TCP port nobody holds now, for a store or a process group (the OS picks it)."""
     with socket.socket() as sock:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHILDREN, REPO, agent, agent_argv, read_events
+from conftest import CHILDREN, REPO, agent, agent_argv, children_of, read_events
 
 
 def decisions(tmp_path: Path) -> list[str]:
@@ -126,11 +126,11 @@ def test_signals_to_the_agent_are_forwarded_to_the_group(tmp_path, signum):
 def children_states(parent: int) -> dict[int, list[str]]:
     """Each child's command, state, signal masks and where it waits, from /proc."""
     states = {}
-    for entry in Path("/proc").iterdir():
+    for pid, _ in children_of(parent):
+        entry = Path(f"/proc/{pid}")
         try:
-            if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(parent):
-                status = [line for line in (entry / "status").read_text().splitlines() if line.startswith(("State", "Sig", "ShdPnd"))]
-                states[int(entry.name)] = [(entry / "cmdline").read_text().replace("\0", " "), *status, (entry / "wchan").read_text()]
+            status = [line for line in (entry / "status").read_text().splitlines() if line.startswith(("State", "Sig", "ShdPnd"))]
+            states[pid] = [(entry / "cmdline").read_text().replace("\0", " "), *status, (entry / "wchan").read_text()]
         except OSError:
             continue
     return states

@@ -8,27 +8,12 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import CHILDREN, REPO, agent_argv, read_events
+from conftest import CHILDREN, REPO, agent_argv, children_of, read_events
 
 pytestmark = pytest.mark.slow  # a hundred kills, clock jumps, broken disks
-
-
-def children_of(pid: int) -> list[tuple[int, str]]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                found.append((int(entry.name), fields[0]))
-    return found
 
 
 def open_fds(pid: int) -> int:
