@@ -260,10 +260,10 @@ _FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
     ),
     **dict.fromkeys(("slowdown", "score"), (lambda v: isinstance(v, int | float), "a number")),
     **dict.fromkeys(
-        ("event", "cause", "action", "reason", "resume_from", "signal", "start", "start_reason", "culprit_note"),
+        ("event", "cause", "action", "reason", "resume_from", "signal", "start", "start_reason", "phase",
+         "culprit_note"),
         (lambda v: isinstance(v, str), "text"),
     ),
-    "phase": (lambda v: isinstance(v, str), "text"),
     "progressed": (lambda v: isinstance(v, bool), "true or false"),
     "checkpoints": (_checkpoints, "checkpoints, each with its step, path and zoned time"),
     "since": (lambda v: bool(_zoned_time(v)), "a zoned time"),
