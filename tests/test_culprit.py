@@ -109,9 +109,24 @@ def test_the_recorders_entries_give_each_groups_newest_run_of_collectives():
         {"process_group": ["0", "default_pg"], "collective_seq_id": 0, "is_p2p": True, "profiling_name": "gloo:send"},
     ]
     status = {"0": {"last_enqueued_collective": "4"}, "1": {"last_enqueued_collective": "7"}}
-    counts, last, history = evidence._collectives({"pg_status": status, "entries": entries})
-    assert counts == {"0": 4, "1": 7} and last == "gloo:send"
-    assert history == {"0": ("gloo:all_reduce", "gloo:barrier"), "1": ("gloo:all_gather",)}  # #2 missing: the run starts at #3
+    counts, last, history = evidence._collectives({"gloo": {"pg_status": status, "entries": entries}})
+    assert counts == {"0 (gloo)": 4, "1 (gloo)": 7} and last == "gloo:send"
+    assert history == {"0 (gloo)": ("gloo:all_reduce", "gloo:barrier"), "1 (gloo)": ("gloo:all_gather",)}  # #2 missing
+
+
+def test_a_group_two_backends_serve_is_two_groups_and_the_newest_entry_is_the_last_op():
+    """``cpu:gloo,cuda:nccl`` (init_process_group's default on a GPU machine): gloo and NCCL number
+    their collectives apart, each in its own recorder, under the same process group."""
+    def entry(seq, name, ns):
+        return {"process_group": ["0", "default_pg"], "collective_seq_id": seq, "profiling_name": name, "time_created_ns": ns}
+
+    recorders = {
+        "gloo": {"pg_status": {"0": {"last_enqueued_collective": 2}}, "entries": [entry(2, "gloo:barrier", 50)]},
+        "nccl": {"pg_status": {"0": {"last_enqueued_collective": 90}}, "entries": [entry(90, "nccl:all_reduce", 40)]},
+    }
+    counts, last, history = evidence._collectives(recorders)
+    assert counts == {"0 (gloo)": 2, "0 (nccl)": 90} and last == "gloo:barrier"
+    assert history == {"0 (gloo)": ("gloo:barrier",), "0 (nccl)": ("nccl:all_reduce",)}
 
 
 def test_a_node_that_sent_nothing_leaves_the_culprit_unknown():
@@ -167,6 +182,64 @@ def armed_child(tmp_path, code):
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True, stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     return proc, folder
+
+
+RANK = """
+import time, torch, torch.distributed as dist
+{start}
+for _ in range(3):
+    dist.all_reduce(torch.ones(2))
+print('ready', flush=True)
+time.sleep(60)
+"""
+
+
+def asked(tmp_path, start):
+    """What the hook of a one-rank job, three all-reduces in, said: its arrivals, its answer to a
+    hang's question and its evidence."""
+    proc, folder = armed_child(tmp_path, RANK.format(start=start))
+    try:
+        arrived = evidence.arrivals(folder, deadline=30)
+        found = evidence.collect(proc.pid, folder, node=0, step=None)
+    finally:
+        proc.kill()
+        proc.wait()
+    (only,) = found.ranks
+    return arrived, json.loads((folder / f"{proc.pid}.json").read_text()), only
+
+
+@pytest.mark.torch
+def test_every_flight_recorder_the_installed_torch_keeps_is_read(tmp_path):
+    """A CUDA build of torch keeps NCCL's recorder beside the generic one gloo records into; the
+    collectives of a gloo group are in the second, whichever the first holds."""
+    from torch._C import _distributed_c10d as c10d
+
+    start = f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)"
+    arrived, answer, only = asked(tmp_path, start)
+    expected = {"gloo"} | ({"nccl"} if hasattr(c10d, "_dump_nccl_trace_json") else set())
+    assert set(answer["flight_recorders"]) == expected and only.recorders == tuple(sorted(expected))
+    assert only.collectives == {"0 (gloo)": 3} and only.last_op == "gloo:all_reduce"
+    assert [entry[:2] for entry in arrived[0]] == [["0 (gloo)", n] for n in (1, 2, 3)]
+
+
+@pytest.mark.torch
+def test_a_backend_torch_records_through_its_hook_is_read_under_its_own_name(tmp_path):
+    """``FlightRecorderHook.attach`` records any backend's collectives into the generic recorder
+    (torch 2.14); from torch 2.15 that recorder is kept per backend and read by its name."""
+    from torch._C import _distributed_c10d as c10d
+
+    if not hasattr(c10d, "FlightRecorderHook"):
+        pytest.skip("this torch has no FlightRecorderHook")
+    start = (
+        "from torch.testing._internal.distributed.fake_pg import FakeStore\n"
+        "dist.init_process_group('fake', store=FakeStore(), rank=0, world_size=2)\n"
+        "hooked = torch._C._distributed_c10d.FlightRecorderHook.attach(dist.group.WORLD)"
+    )
+    arrived, answer, only = asked(tmp_path, start)
+    assert "fake" in answer["flight_recorders"] and only.collectives is not None
+    assert "0 (fake)" in only.collectives and only.last_op == "fake:all_reduce"
+    assert only.history is not None and only.history["0 (fake)"] == ("fake:all_reduce",) * 3
+    assert [entry[:2] for entry in arrived[0]] == [["0 (fake)", n] for n in (1, 2, 3)]
 
 
 def test_the_hook_dumps_a_busy_loop_that_holds_the_gil(tmp_path):

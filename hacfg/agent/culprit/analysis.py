@@ -45,6 +45,7 @@ class RankEvidence:
     collectives: Mapping[str, int] | None = None  # process group -> newest collective enqueued; None: unknown
     last_op: str | None = None  # the newest collective's name (gloo:all_reduce)
     history: Mapping[str, tuple[str, ...]] | None = None  # process group -> its newest collectives, oldest first
+    recorders: tuple[str, ...] | None = None  # the flight recorders read (gloo, nccl, ...); None: none answered
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,11 +58,12 @@ class RankEvidence:
             "history": {group: list(names) for group, names in self.history.items()}
             if self.history is not None
             else None,
+            "recorders": list(self.recorders) if self.recorders is not None else None,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RankEvidence:
-        found, history = data.get("collectives"), data.get("history")
+        found, history, recorders = data.get("collectives"), data.get("history"), data.get("recorders")
         return cls(
             None if data.get("rank") is None else int(data["rank"]),
             int(data["pid"]),
@@ -70,6 +72,7 @@ class RankEvidence:
             {str(group): int(seq) for group, seq in found.items()} if found is not None else None,
             None if data.get("last_op") is None else str(data["last_op"]),
             {str(group): tuple(map(str, names)) for group, names in history.items()} if history is not None else None,
+            tuple(map(str, recorders)) if recorders is not None else None,
         )
 
 
@@ -285,7 +288,9 @@ def _undecided(ranks: list[tuple[int, RankEvidence]]) -> str:
     if gone:
         return f"a process on node {', '.join(map(str, gone))} exited before it could be asked"
     if not any(rank.collectives for _, rank in ranks):
-        return "no rank recorded its collectives, and no stack or step stands out"
+        read = sorted({name for _, rank in ranks for name in rank.recorders or ()})
+        where = f" in torch's flight recorders ({', '.join(read)})" if read else ""
+        return f"no rank recorded its collectives{where}, and no stack or step stands out"
     silent = [f"rank {rank.rank} on node {node}" for node, rank in ranks if rank.collectives is None]
     if silent:
         return f"{', '.join(silent)} did not report its collectives before the deadline, and may be the one behind"
