@@ -68,6 +68,7 @@ class SavedCheckpoint(NamedTuple):
     complete: bool = True
     layout: str = ""
     doubt: str = ""  # what makes the layout unsure of it (a dangling pointer, say): said when it is resumed
+    lacks: str = ""  # of one that is not complete, what its layout's rule still waits for ("no .metadata")
 
 
 class CheckpointLayout:
