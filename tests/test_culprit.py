@@ -411,6 +411,20 @@ def test_a_single_node_hang_names_its_only_rank_with_its_stack(tmp_path):
 
 
 @pytest.mark.slow
+def test_stopping_counts_from_the_stop_signal_and_the_evidence_gathered_before_it_is_its_own_figure(tmp_path):
+    """A rank in C code that holds the GIL (a regular expression backtracking) keeps its hook's
+    thread from answering: the evidence waits for it until its deadline, and only then is the stop
+    signal sent, which ends the rank at once."""
+    from conftest import agent, read_events
+
+    child = tmp_path / "holds_the_gil.py"
+    child.write_text("import re\nprint('started', flush=True)\nre.match(r'(a+)+$', 'a' * 64 + 'b')\n")
+    result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "30s", child=str(child), env={"RANK": "0"})
+    (ended,) = [e for e in read_events(tmp_path / "state") if e["event"] == "attempt_exit"]
+    assert ended["gathering"] >= evidence.DEADLINE / 2 > ended["stopping"], result.stderr
+
+
+@pytest.mark.slow
 def test_with_py_spy_a_stopped_ranks_verdict_carries_its_stack(tmp_path):
     from conftest import agent, read_events
 

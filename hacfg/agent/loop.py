@@ -265,6 +265,7 @@ class Agent:
             "signal": signal.Signals(result.signal).name if result.signal else None,
             "duration": round(result.duration, 3),
             "stopping": _rounded(result.stopping),
+            "gathering": _rounded(result.gathering),
             "step": result.step,
             "checkpoints": _saved_since(self.policy.checkpoint_path, started),
         }
