@@ -438,6 +438,26 @@ def test_with_py_spy_a_stopped_ranks_verdict_carries_its_stack(tmp_path):
     assert culprit["stack"][0].startswith("fault (") and "gloo_ranks.py" in culprit["stack"][0]
 
 
+def test_a_hangs_node_is_its_culprits_whichever_detector_fired_first(tmp_path, cli):
+    """Every rank goes quiet when one hangs: node 0's detector fired first here, but the hung rank is
+    on node 1; with no culprit, the decision does not name a node either."""
+    from hacfg.agent.records.state import EventLog
+    from hacfg.agent.rounds import Verdict, with_culprit
+    from hacfg.restart.policy import Budgets
+    from hacfg.restart.vocabulary import Action, Ending, Event
+
+    hang = Verdict(round=1, cause=Ending.HANG, reason="hang", rank=0, action=Action.PROC_RESTART, detail="", budgets=Budgets())
+    named = with_culprit(hang, recorded("stuck-2"), 2)
+    assert named.culprit is not None and named.rank == named.culprit.node == 1
+    unknown = with_culprit(hang, recorded("stuck-2")[:1], 2)
+    assert (unknown.culprit, unknown.rank) == (None, None)
+    log = EventLog(tmp_path / "events.jsonl", node=0)
+    log.write(Event.DECISION, round=1, cause="hang", cause_node=None, action="proc_restart", reason="restart",
+              culprit=None, culprit_note=unknown.culprit_note)
+    shown = cli("events", tmp_path / "events.jsonl").out
+    assert "proc_restart: restart (round 1, hang); the hang's culprit is unknown: no evidence from node 1" in shown
+
+
 @pytest.mark.slow
 def test_evidence_that_fails_its_check_leaves_its_node_unknown_and_says_so(joined_pair):
     """Two real group members on a real TCPStore: node 1's signed summary is read, a value written

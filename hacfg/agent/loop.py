@@ -424,7 +424,7 @@ class Agent:
         if verdict.cause == Ending.HANG:
             self.echo(f"[hacfg] {describe_culprit(verdict.culprit, verdict.culprit_note)}")
         if verdict.action != Action.SUCCESS:
-            where = f" on node {verdict.rank}" if self.events.node is not None else ""
+            where = f" on node {verdict.rank}" if self.events.node is not None and verdict.rank is not None else ""
             self.echo(
                 f"[hacfg] attempt {verdict.budgets.attempt} {verdict.cause}{where} ({verdict.reason}): "
                 f"{verdict.action}, {verdict.detail}"

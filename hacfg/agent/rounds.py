@@ -85,7 +85,7 @@ class Verdict:
     round: int
     cause: Ending
     reason: str
-    rank: int  # the node where the cause was seen
+    rank: int | None  # the node the cause is on; of a hang, its culprit's (None when the evidence names none)
     action: Action
     detail: str
     budgets: Budgets
@@ -165,12 +165,16 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
 
 def with_culprit(verdict: Verdict, reports: Sequence[NodeEvidence], nodes: int, refused: Sequence[str] = ()) -> Verdict:
     """A hang's verdict with the rank the nodes' evidence names (or why none); others unchanged.
-    ``refused`` says which evidence could not be used (a summary that failed its check)."""
+    ``refused`` says which evidence could not be used (a summary that failed its check).
+
+    The hang's node is its culprit's: whose detector fired first is a race among victims, since
+    every rank goes quiet when one hangs, so with no culprit the node is not known either."""
     if verdict.cause != Ending.HANG:
         return verdict
     found = attribute(reports, nodes)
     note = "; ".join(filter(None, [found.note, *refused])) or None
-    return dataclasses.replace(verdict, culprit=found.culprit, culprit_note=note)
+    node = found.culprit.node if found.culprit else None
+    return dataclasses.replace(verdict, rank=node, culprit=found.culprit, culprit_note=note)
 
 
 def precheck_verdict(number: int, budgets: Budgets, policy: Policy, reason: str, rank: int = 0) -> Verdict:
