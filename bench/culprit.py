@@ -3,25 +3,33 @@
 Emulated nodes on 127.0.0.1, one ``hacfg agent`` each as docs/multi-node.md starts them, each
 supervising one rank of ``tests/children/gloo_ranks.py`` (a gloo group on CPU that all-reduces
 every step: the same hook, flight recorder, evidence and group protocol as a DDP job, without
-a model to load), with a 3 s hang timeout. In each run one rank misbehaves at step 11, on node 0,
-node 1, ... in turn:
+a model to load), with a 3 s hang timeout. In each run one node's rank misbehaves at step 11, on
+node 0, node 1, ... in turn:
 
   stuck   stuck before its next collective
   skip    leaves out one collective (a desync)
   stop    SIGSTOPped
   spin    a pure-Python busy loop holding the GIL
+  fifo    blocked opening a FIFO no one writes
+  lock    deadlocked with a thread of its own over two locks
+  loader  waiting for a batch its DataLoader worker never delivers
+  save    blocked writing its part of a DCP save every rank makes
+  size    all-reduces a tensor of no elements: it returns at once and waits in the next collective
+  two     two ranks of four stuck, both on the faulty node (two ranks per node, on 2 nodes only)
 
 A run counts as right when node 0's first hang decision names the faulty node as the culprit;
-a ``null`` culprit (the evidence could not tell) is counted apart from a wrong one. For each
+a ``null`` culprit (the evidence could not tell) is counted apart from a wrong one. The
+decision's ``cause_node`` is checked against the culprit: the same node, or null with it. For each
 kind and node count it also reports how long after the first node declared the hang the last
 node's summary (every rank's evidence) was written, which always precedes its stop signal, the
 running ranks whose stacks or collectives missed it, and the bytes each rank left. Then the steady-state cost of the armed hook: the step time of a
 two-rank gloo loop, armed against unarmed, interleaved.
 
 Run: python bench/culprit.py [KIND ...] (needs torch), or ``overhead`` for the step times alone. BENCH_RUNS per kind and node count
-(default 13: 104 runs in all), BENCH_NODES (default "2,4"), BENCH_LANES jobs at once (default 2).
-Targets: the right node in at least 95 % of runs; every rank's evidence within 2 s and before
-the stop; at most 1 MB per rank; step time unchanged within noise.
+(default 13: 247 runs in all), BENCH_NODES (default "2,4"), BENCH_LANES jobs at once (default 2).
+Targets: the right node in at least 95 % of runs and no wrong one; ``cause_node`` always the
+culprit's; every rank's evidence within 2 s and before the stop; at most 1 MB per rank; step time
+unchanged within noise.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from importlib.metadata import version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +60,9 @@ from common import free_port  # noqa: E402
 from hacfg.agent.culprit import evidence  # noqa: E402
 
 CHILD = REPO / "tests" / "children" / "gloo_ranks.py"
-KINDS = ("stuck", "skip", "stop", "spin")
+KINDS = ("stuck", "skip", "stop", "spin", "fifo", "lock", "loader", "save", "size", "two")
+PER_NODE = {"two": 2}  # ranks per node, where not one
+CHILD_KIND = {"two": "stuck"}  # what the faulty node's ranks do, where the kind's name is not the child's
 RUNS = int(os.environ.get("BENCH_RUNS", "13"))
 NODES = tuple(int(n) for n in os.environ.get("BENCH_NODES", "2,4").split(","))
 LANES = int(os.environ.get("BENCH_LANES", "2"))  # jobs at once: most of a run is waiting
@@ -64,6 +75,7 @@ class Tally:
     outcomes: Counter[str] = field(default_factory=Counter)
     latency: list[float] = field(default_factory=list)  # first hang event -> the last node's summary
     missing: int = 0  # running ranks whose stacks or recorder state did not make it into the summary
+    apart: int = 0  # decisions whose cause_node is not the culprit's node (or not null with it)
     size: list[int] = field(default_factory=list)  # bytes each rank left
 
 
@@ -79,7 +91,8 @@ def run(kind: str, nodes: int, faulty: int, root: Path) -> tuple[dict | None, Pa
                 "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--checkpoint-path", str(ckpt), "--max-restarts", "3",
                 "--no-precheck", "--no-warm", "--hang-timeout", "3s", "--initial-hang-timeout", "120s",
                 "--hang-retry", "--grace", "2", "--",
-                sys.executable, str(CHILD), str(rank), str(nodes), str(master), kind, str(faulty)]
+                sys.executable, str(CHILD), str(rank), str(nodes), str(master), CHILD_KIND.get(kind, kind), str(faulty),
+                "0.02", str(PER_NODE.get(kind, 1))]
         log = (root / f"node{rank}.log").open("wb")
         agents.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     events = ckpt / ".hacfg" / "node-0" / "events.jsonl"
@@ -137,8 +150,10 @@ def trial(kind: str, nodes: int, faulty: int, tally: Tally) -> None:
     else:
         right = decision["culprit"]["node"] == faulty
         outcome, said = "right" if right else "wrong", decision["culprit"]["how"]
+    agrees = decision is None or decision.get("cause_node") == (decision.get("culprit") or {}).get("node")
     with LOCK:
         tally.outcomes[outcome] += 1
+        tally.apart += not agrees
         measured = measure_evidence(state, tally) if decision is not None else ""
     kept = ""
     if outcome == "right":
@@ -189,15 +204,15 @@ def main() -> int:
     if sys.argv[1:] == ["overhead"]:
         return report_overhead()
     kinds = sys.argv[1:] or KINDS
-    print(f"load at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    tallies = {(kind, nodes): Tally() for nodes in NODES for kind in kinds}
+    print(f"torch {version('torch')}; load at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    tallies = {(kind, nodes): Tally() for nodes in NODES for kind in kinds if kind not in PER_NODE or nodes == 2}
     jobs = [(kind, nodes, number % nodes, tallies[(kind, nodes)]) for (kind, nodes) in tallies for number in range(RUNS)]
     with ThreadPoolExecutor(LANES) as pool:
         for done in [pool.submit(trial, *job) for job in jobs]:
             done.result()
     print(f"\nload at end: {os.getloadavg()[0]:.1f}")
     print(f"{'kind':6} {'nodes':>5} {'runs':>4} {'right':>5} {'unknown':>7} {'wrong':>5} {'no hang':>7} "
-          f"{'evidence p50/max s':>18} {'missing':>7} {'KB/rank max':>11}")
+          f"{'evidence p50/max s':>18} {'missing':>7} {'KB/rank max':>11} {'cause_node apart':>16}")
     total: Counter[str] = Counter()
     for (kind, nodes), tally in tallies.items():
         counts = tally.outcomes
@@ -205,9 +220,11 @@ def main() -> int:
         latency = f"{statistics.median(tally.latency):.2f}/{max(tally.latency):.2f}" if tally.latency else "-"
         size = f"{max(tally.size) / 1024:.1f}" if tally.size else "-"
         print(f"{kind:6} {nodes:5} {sum(counts.values()):4} {counts['right']:5} {counts['unknown']:7} {counts['wrong']:5} "
-              f"{counts['no hang']:7} {latency:>18} {tally.missing:7} {size:>11}")
+              f"{counts['no hang']:7} {latency:>18} {tally.missing:7} {size:>11} {tally.apart:16}")
     runs = sum(total.values())
-    print(f"right culprit node: {total['right']}/{runs} = {total['right'] / max(runs, 1):.0%} (target >= 95%)")
+    apart = sum(tally.apart for tally in tallies.values())
+    print(f"right culprit node: {total['right']}/{runs} = {total['right'] / max(runs, 1):.0%} (target >= 95%), "
+          f"wrong: {total['wrong']} (target 0); cause_node apart from the culprit: {apart} (target 0)")
     return report_overhead()
 
 

@@ -4,7 +4,7 @@ synthetic summaries, and the hook and collector on real processes.
 The recordings under tests/data/culprit/ are what ``evidence.collect`` gathered from one emulated
 node per rank of tests/children/gloo_ranks.py on CPU (torch 2.13, gloo), the last rank faulty:
 ``stuck`` before a collective, ``skip`` of one collective, ``stop`` by SIGSTOP, ``spin`` in a
-pure-Python busy loop.
+pure-Python busy loop; and ``size-2``, by bench/culprit.py, rank 0 all-reducing an empty tensor.
 """
 
 import json
@@ -53,6 +53,26 @@ def test_a_skipped_collective_between_two_ranks_is_named_by_the_jobs_rhythm():
     found = attribute(recorded("skip-2"), 2).culprit
     assert found is not None and (found.node, found.ranks) == (1, (1,))
     assert "waits in gloo:barrier where the job's collectives on process group 0, repeating every 5" in found.how
+
+
+def test_a_rank_that_went_through_a_collective_alone_is_named_though_it_is_ahead():
+    """Rank 0 all-reduced a tensor of no elements: gloo sent nothing, the call returned, and rank 0
+    waits in #14 while rank 1 still waits in #13. The count alone would name rank 1 as behind."""
+    found = attribute(recorded("size-2"), 2).culprit
+    assert found is not None and (found.node, found.ranks) == (0, (0,))
+    assert found.how.startswith("it completed collective #13 on process group 0 (gloo), which the other ranks still wait in")
+
+
+def test_without_completions_the_count_decides_as_before():
+    def waiting(number, seq, completed):
+        return RankEvidence(number, 1000 + number, "sleeping", (), {"0": seq}, "gloo:all_reduce", completed=completed)
+
+    ahead = [NodeEvidence(0, (waiting(0, 14, {"0": 13}),)), NodeEvidence(1, (waiting(1, 13, {"0": 12}),))]
+    assert attribute(ahead, 2).culprit.node == 0
+    unknown = [NodeEvidence(0, (waiting(0, 14, None),)), NodeEvidence(1, (waiting(1, 13, None),))]
+    assert attribute(unknown, 2).culprit.node == 1  # older summaries, or a recorder that keeps no completions
+    stuck = [NodeEvidence(0, (waiting(0, 14, {"0": 13}),)), NodeEvidence(1, (waiting(1, 13, {"0": 13}),))]
+    assert attribute(stuck, 2).culprit.node == 1  # rank 1 finished #13 and never reached #14
 
 
 def rank(number, *, seq=7, op="gloo:all_reduce", state="sleeping", stack=("all_reduce (d.py:10)", "<module> (t.py:5)")):

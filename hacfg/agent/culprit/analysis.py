@@ -5,7 +5,9 @@ and ``how`` says which one did:
 
 1. **Stopped.** A rank whose process is stopped (SIGSTOP, a debugger) cannot be waiting for anyone.
 2. **Collective count.** torch's flight recorder numbers the collectives each process group
-   enqueues; a rank that never reached the collective the others wait in has a lower number
+   enqueues and completes. A rank that completed a collective the others still wait in went
+   through it alone (an empty or mismatched tensor) and on: it is ahead, and the culprit.
+   Otherwise a rank that never reached the collective the others wait in has a lower number
    (the wavefront's missing ranks, as NVIDIA's trace analyzer calls them). This holds for a rank
    stuck before a collective, busy in Python, or one that skipped a collective. Where every rank
    has the same number but they wait in different collectives, the few in the odd one are named;
@@ -46,6 +48,7 @@ class RankEvidence:
     last_op: str | None = None  # the newest collective's name (gloo:all_reduce)
     history: Mapping[str, tuple[str, ...]] | None = None  # process group -> its newest collectives, oldest first
     recorders: tuple[str, ...] | None = None  # the flight recorders read (gloo, nccl, ...); None: none answered
+    completed: Mapping[str, int] | None = None  # process group -> newest collective completed; None: unknown
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,11 +62,13 @@ class RankEvidence:
             if self.history is not None
             else None,
             "recorders": list(self.recorders) if self.recorders is not None else None,
+            "completed": dict(self.completed) if self.completed is not None else None,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RankEvidence:
         found, history, recorders = data.get("collectives"), data.get("history"), data.get("recorders")
+        completed = data.get("completed")
         return cls(
             None if data.get("rank") is None else int(data["rank"]),
             int(data["pid"]),
@@ -73,6 +78,7 @@ class RankEvidence:
             None if data.get("last_op") is None else str(data["last_op"]),
             {str(group): tuple(map(str, names)) for group, names in history.items()} if history is not None else None,
             tuple(map(str, recorders)) if recorders is not None else None,
+            {str(group): int(seq) for group, seq in completed.items()} if completed is not None else None,
         )
 
 
@@ -136,6 +142,8 @@ def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None
     if not known or len(known) != len(ranks):
         return None  # a rank without a count could be the one behind
     groups = set().union(*(rank.collectives or {} for _, rank in known))
+    if (alone := _completed_alone(known, groups)) is not None:
+        return alone
     for group in sorted(groups):
         # only the group's members: a rank outside a subgroup has no count for it, not count 0
         members = [(node, rank) for node, rank in known if group in (rank.collectives or {})]
@@ -152,6 +160,32 @@ def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None
         )
         return _named(behind, how)
     return _desync(known)
+
+
+def _completed_alone(known: list[tuple[int, RankEvidence]], groups: set[str]) -> Attribution | None:
+    """A collective completes only once every member is in it: a rank that completed one the others
+    still wait in went through it without them (an empty or mismatched tensor, a call that
+    returned early) and went on, ahead of ranks that are not the ones behind."""
+    for group in sorted(groups):
+        members = [(node, rank) for node, rank in known if group in (rank.collectives or {})]
+        if any(rank.completed is None or group not in rank.completed for _, rank in members):
+            continue  # a recorder that keeps no completions (a hooked backend's) shows nothing here
+        waiting = [
+            (rank.collectives or {})[group]
+            for _, rank in members
+            if (rank.completed or {})[group] < (rank.collectives or {})[group]
+        ]
+        if not waiting:
+            continue
+        waited = min(waiting)
+        through = [(node, rank) for node, rank in members if (rank.completed or {})[group] >= waited]
+        if through:
+            how = (
+                f"it completed collective #{waited} on process group {group}, which the other ranks still wait "
+                "in: it went through without them (an empty or mismatched tensor) and on"
+            )
+            return _named(through, how)
+    return None
 
 
 def _desync(known: list[tuple[int, RankEvidence]]) -> Attribution | None:

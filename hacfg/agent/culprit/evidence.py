@@ -132,7 +132,8 @@ def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvid
     recorders = answer.get("flight_recorders") if answer else None
     collectives, last_op, history = _collectives(recorders)
     read = tuple(sorted(recorders)) if isinstance(recorders, dict) else None
-    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op, history, read)
+    done = _status(recorders, "last_completed_collective") if recorders else None
+    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op, history, read, done)
 
 
 def _spied(py_spy: str, ranks: list[RankEvidence], folder: Path, until: float) -> list[RankEvidence]:
@@ -194,11 +195,7 @@ def _collectives(
     names of its newest collectives in order, as far back as the recorder's entries run without a gap."""
     if not recorders:
         return None, None, None
-    counts = {
-        group_key(group, name): int(status.get("last_enqueued_collective", -1))
-        for name, recorder in recorders.items()
-        for group, status in ((recorder or {}).get("pg_status") or {}).items()
-    }
+    counts = _status(recorders, "last_enqueued_collective")
     entries = list(_entries(recorders))
     names: dict[str, dict[int, str]] = {}
     for group, entry in entries:
@@ -216,6 +213,15 @@ def _collectives(
     # the newest entry across the recorders; within one, the later in its ring
     order = sorted(range(len(entries)), key=lambda i: (entries[i][1].get("time_created_ns") or 0, i))
     return counts, str(entries[order[-1]][1].get("profiling_name")) if entries else None, history
+
+
+def _status(recorders: Mapping[str, Any], field: str) -> dict[str, int]:
+    """Per process group, a number torch's ``pg_status`` keeps: the newest collective enqueued, or completed."""
+    return {
+        group_key(group, name): int(status.get(field, -1))
+        for name, recorder in recorders.items()
+        for group, status in ((recorder or {}).get("pg_status") or {}).items()
+    }
 
 
 def _main_stack(dump: str) -> tuple[str, ...]:
