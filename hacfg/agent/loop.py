@@ -293,9 +293,12 @@ class Agent:
             peer=verdict.peer,
             evidence=[line[-500:] for line in verdict.evidence],
             not_counted=list(verdict.not_counted),
+            relocate=verdict.relocate,
             **exit_fields,
         )
-        return Outcome(self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer)
+        return Outcome(
+            self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer, relocate=verdict.relocate
+        )
 
     def _beat_interval(self) -> float:
         """How often the command's heartbeat is written at most: four times in the shortest timeout."""

@@ -68,6 +68,7 @@ class Outcome:
     peer: bool = False  # a consequence of another node's failure: recorded, never the round's cause
     seq: int = 0  # the order in which the group heard the reports
     seen_on: int | None = None  # the node the cause is on, when not the reporting one (a straggler's)
+    relocate: bool = False  # no restart on this node can fix it (a GPU fallen off the bus): the job moves
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -159,7 +160,7 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
     if first.cause == Ending.STOPPED:
         return verdict(Ending.STOPPED, first.reason, first.rank, Action.STOP, "the agent was told to stop", first.code)
     cause = Cause.ENVIRONMENT if first.peer else Cause(first.cause)  # only consequences seen: the peer is gone
-    decision = decide(cause, budgets, policy, progressed=progressed, command_code=first.code)
+    decision = decide(cause, budgets, policy, progressed=progressed, command_code=first.code, relocate=first.relocate)
     return verdict(Ending(cause), first.reason, first.rank, decision.action, decision.reason, decision.exit_code)
 
 

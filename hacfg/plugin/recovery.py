@@ -47,6 +47,7 @@ class Classification(NamedTuple):
     peer: bool = False  # the failure follows from another rank's (connection closed by a peer, say)
     evidence: tuple[str, ...] = ()  # the lines of the tail the verdict rests on
     not_counted: tuple[str, ...] = ()  # why other telling lines did not count, one entry per reason
+    relocate: bool = False  # no restart on the same node can fix it (a GPU fallen off the bus): the job moves
 
 
 class Restart(NamedTuple):
