@@ -4,7 +4,9 @@ synthetic summaries, and the hook and collector on real processes.
 The recordings under tests/data/culprit/ are what ``evidence.collect`` gathered from one emulated
 node per rank of tests/children/gloo_ranks.py on CPU (torch 2.13, gloo), the last rank faulty:
 ``stuck`` before a collective, ``skip`` of one collective, ``stop`` by SIGSTOP, ``spin`` in a
-pure-Python busy loop; and ``size-2``, by bench/culprit.py, rank 0 all-reducing an empty tensor.
+pure-Python busy loop; ``size-2``, by bench/culprit.py, rank 0 all-reducing an empty tensor; and
+``ddp-hang-2``, two agents around examples/resumable-training/train_ddp.py (torch 2.15, gloo), rank 1
+made to hang at step 6 outside any collective, after DDP enqueued an all-reduce it had not waited for.
 """
 
 import json
@@ -63,9 +65,18 @@ def test_a_rank_that_went_through_a_collective_alone_is_named_though_it_is_ahead
     assert found.how.startswith("it completed collective #13 on process group 0 (gloo), which the other ranks still wait in")
 
 
-def test_without_completions_the_count_decides_as_before():
-    def waiting(number, seq, completed):
-        return RankEvidence(number, 1000 + number, "sleeping", (), {"0": seq}, "gloo:all_reduce", completed=completed)
+def test_a_rank_behind_outside_any_collective_is_the_one_behind_whatever_it_saw_complete():
+    """DDP enqueues its all-reduces and waits for them late: rank 1 hung in its own code before it
+    saw #16 complete, which rank 0 did. Rank 1 is not inside #16: it is the one behind."""
+    found = attribute(recorded("ddp-hang-2"), 2).culprit
+    assert found is not None and (found.node, found.ranks) == (1, (1,)) and "is #16" in found.how
+
+
+def test_without_completions_or_stacks_the_count_decides_as_before():
+    inside = ("all_reduce (/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3252)",)
+
+    def waiting(number, seq, completed, stack=inside):
+        return RankEvidence(number, 1000 + number, "sleeping", stack, {"0": seq}, "gloo:all_reduce", completed=completed)
 
     ahead = [NodeEvidence(0, (waiting(0, 14, {"0": 13}),)), NodeEvidence(1, (waiting(1, 13, {"0": 12}),))]
     assert attribute(ahead, 2).culprit.node == 0
@@ -73,6 +84,8 @@ def test_without_completions_the_count_decides_as_before():
     assert attribute(unknown, 2).culprit.node == 1  # older summaries, or a recorder that keeps no completions
     stuck = [NodeEvidence(0, (waiting(0, 14, {"0": 13}),)), NodeEvidence(1, (waiting(1, 13, {"0": 13}),))]
     assert attribute(stuck, 2).culprit.node == 1  # rank 1 finished #13 and never reached #14
+    unseen = [NodeEvidence(0, (waiting(0, 14, {"0": 13}),)), NodeEvidence(1, (waiting(1, 13, {"0": 12}, ()),))]
+    assert attribute(unseen, 2).culprit.node == 1  # no stack: not known to be inside #13
 
 
 def rank(number, *, seq=7, op="gloo:all_reduce", state="sleeping", stack=("all_reduce (d.py:10)", "<module> (t.py:5)")):

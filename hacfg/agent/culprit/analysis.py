@@ -5,9 +5,9 @@ and ``how`` says which one did:
 
 1. **Stopped.** A rank whose process is stopped (SIGSTOP, a debugger) cannot be waiting for anyone.
 2. **Collective count.** torch's flight recorder numbers the collectives each process group
-   enqueues and completes. A rank that completed a collective the others still wait in went
-   through it alone (an empty or mismatched tensor) and on: it is ahead, and the culprit.
-   Otherwise a rank that never reached the collective the others wait in has a lower number
+   enqueues and completes. A rank that completed a collective the others still wait in (their
+   main threads inside it) went through it alone (an empty or mismatched tensor) and on: it is
+   ahead, and the culprit. Otherwise a rank that never reached the collective the others wait in has a lower number
    (the wavefront's missing ranks, as NVIDIA's trace analyzer calls them). This holds for a rank
    stuck before a collective, busy in Python, or one that skipped a collective. Where every rank
    has the same number but they wait in different collectives, the few in the odd one are named;
@@ -163,29 +163,36 @@ def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None
 
 
 def _completed_alone(known: list[tuple[int, RankEvidence]], groups: set[str]) -> Attribution | None:
-    """A collective completes only once every member is in it: a rank that completed one the others
-    still wait in went through it without them (an empty or mismatched tensor, a call that
-    returned early) and went on, ahead of ranks that are not the ones behind."""
+    """Ranks behind the others, each inside its newest collective (its main thread in a
+    torch.distributed call, that collective not completed), while a rank ahead completed it: a
+    collective completes only with every member in it, so that rank went through it alone (an
+    empty or mismatched tensor, a call that returned early) and on. A rank behind outside any
+    collective is the usual one behind, whatever it has not seen complete (DDP waits for its
+    all-reduces late), and is left to the count."""
     for group in sorted(groups):
         members = [(node, rank) for node, rank in known if group in (rank.collectives or {})]
         if any(rank.completed is None or group not in rank.completed for _, rank in members):
             continue  # a recorder that keeps no completions (a hooked backend's) shows nothing here
-        waiting = [
-            (rank.collectives or {})[group]
-            for _, rank in members
-            if (rank.completed or {})[group] < (rank.collectives or {})[group]
-        ]
-        if not waiting:
+        counts = {rank.rank: (rank.collectives or {})[group] for _, rank in members}
+        low = min(counts.values())
+        behind = [rank for _, rank in members if counts[rank.rank] == low]
+        if len(behind) == len(members) or not all(
+            _in_collective(rank) and (rank.completed or {})[group] < low for rank in behind
+        ):
             continue
-        waited = min(waiting)
-        through = [(node, rank) for node, rank in members if (rank.completed or {})[group] >= waited]
+        through = [(node, rank) for node, rank in members if (rank.completed or {})[group] >= low]
         if through:
             how = (
-                f"it completed collective #{waited} on process group {group}, which the other ranks still wait "
+                f"it completed collective #{low} on process group {group}, which the other ranks still wait "
                 "in: it went through without them (an empty or mismatched tensor) and on"
             )
             return _named(through, how)
     return None
+
+
+def _in_collective(rank: RankEvidence) -> bool:
+    """Whether the rank's main thread stands in a torch.distributed call (its innermost frame)."""
+    return bool(rank.stack) and "/torch/distributed/" in rank.stack[0]
 
 
 def _desync(known: list[tuple[int, RankEvidence]]) -> Attribution | None:
