@@ -24,6 +24,8 @@ from conftest import CHILDREN, free_port
 from hacfg.agent.culprit import evidence, hook
 from hacfg.agent.culprit.analysis import Attribution, NodeEvidence, RankEvidence, attribute
 
+pytestmark = pytest.mark.torch  # the hook and evidence in real ranks, or what they recorded
+
 RECORDED = Path(__file__).parent / "data" / "culprit"
 
 

@@ -253,6 +253,7 @@ def lightning_checkpoint(path: Path, epoch: int, step: int, sharded: bool = Fals
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_lightning_last_ckpt_carries_its_step_inside(tmp_path):
     lightning_checkpoint(tmp_path / "epoch=1-step=2000.ckpt", 1, 2000)
     lightning_checkpoint(tmp_path / "epoch=2-step=3000.ckpt", 2, 3000)
@@ -282,6 +283,7 @@ def test_torch_dcp_and_torchtitan_step_folders(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_nemo_2_default_names_without_a_step_are_ordered_by_the_step_they_hold(tmp_path):
     # nemo/lightning/nemo_logger.py under MegatronStrategy: '{name}--{monitor:.4f}-{epoch}-{consumed_samples}'.
     for samples, step in ((64000, 1000), (128000, 2000)):

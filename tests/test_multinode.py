@@ -278,6 +278,7 @@ def assert_one_timeline(job: Job, cli, svg: Path) -> None:
 
 
 # A hung attempt is a cold one (the first) either way: what follows it is the killed worker's test
+@pytest.mark.torch
 @pytest.mark.parametrize("torchrun", [False, True], ids=["agent", "torchrun"])
 def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference, torchrun):
     # torchrun waits silently at its exit barrier for the other node's torchrun, and a restarted

@@ -54,6 +54,16 @@ def test_the_scenario_file_lints_clean_and_builds(readme_project):
     assert built.code == 0, built.err
 
 
+def test_ci_runs_the_quick_starts_test_lines_verbatim():
+    """The suite on the pinned torch, then the tests that touch torch on the newest: .ci/run says
+    both exactly as the README does, so neither drifts from the other."""
+    [quick] = blocks("Quick start", "bash")
+    tests = [line for line in quick.splitlines() if "pytest" in line]
+    assert len(tests) == 2 and "pytest -m torch" in tests[1]
+    run = (REPO / ".ci" / "run").read_text().splitlines()
+    assert all(line in run for line in tests), tests
+
+
 def test_the_quick_start_builds(readme_project):
     [build] = [c for c in commands("Quick start") if c[0] == "build"]
     result = run_hacfg(*build, cwd=REPO)

@@ -23,6 +23,8 @@ from hacfg.agent.records.goodput import breakdown
 from hacfg.plan.model import straggler_price
 from hacfg.restart.vocabulary import StragglerAction
 
+pytestmark = pytest.mark.torch  # arrivals from real ranks' flight recorders, or recorded from them
+
 RECORDED = Path(__file__).parent / "data" / "straggler"
 MS = 1_000_000
 
