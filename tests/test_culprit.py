@@ -277,6 +277,31 @@ def test_a_backend_torch_records_through_its_hook_is_read_under_its_own_name(tmp
     assert [entry[:2] for entry in arrived[0]] == [["0 (fake)", n] for n in (1, 2, 3)]
 
 
+def test_a_recorder_reached_through_its_backend_object_is_read_too():
+    """XCCL's recorder (XPU builds) is dumped through the backend of a process group, not a function
+    of torch's: a stand-in for the group (no XPU here) shows it is found and named by its backend."""
+    from types import SimpleNamespace
+
+    trace = {"pg_status": {"0": {"last_enqueued_collective": 5}}, "entries": [{"process_group": ["0", ""]}]}
+
+    class Xccl:
+        def _dump_xccl_trace_json(self, includeCollectives, onlyActive):  # torch's keyword names
+            return json.dumps(trace)
+
+    class Group:
+        group_name, _device_types = "0", ("xpu",)
+
+        def _get_backend(self, device):
+            return Xccl()
+
+    group = Group()
+    dist = SimpleNamespace(distributed_c10d=SimpleNamespace(_world=SimpleNamespace(pg_map={group: ("xccl", None)})),
+                           get_backend=lambda g: "xccl")
+    found = dict(hook._recorders(dist))
+    assert "xccl" in found and json.loads(found["xccl"]()) == trace
+    assert hook._owners(dist, "xccl", trace) == {"xccl": {"0"}}
+
+
 def test_the_hook_dumps_a_busy_loop_that_holds_the_gil(tmp_path):
     proc, folder = armed_child(tmp_path, "def spin():\n    print('ready', flush=True)\n    while True: pass\nspin()")
     try:

@@ -110,17 +110,17 @@ def _recorders(dist: Any) -> list[tuple[str, Callable[[], Any]]]:
     options = {"includeCollectives": True, "onlyActive": False}
     if (nccl := getattr(c10d, "_dump_nccl_trace_json", None)) is not None:
         found["nccl"] = functools.partial(nccl, **options)
+    for backend in _backend_objects(dist):  # a native recorder reached through its backend's object (XCCL's)
+        for attribute in dir(type(backend)):
+            name = attribute[len("_dump_") : -len("_trace_json")]
+            if attribute.startswith("_dump_") and attribute.endswith("_trace_json") and name not in found:
+                found[name] = functools.partial(getattr(backend, attribute), **options)
     if (generic := getattr(c10d, "_dump_fr_trace_json", None)) is not None:
         if "backend" in (generic.__doc__ or "").partition("\n")[0]:  # one per backend (torch >= 2.15)
             for name in sorted({"gloo", *(name for names in _backends(dist).values() for name in names)}):
                 found.setdefault(name, functools.partial(generic, backend=name, **options))
         else:  # one for all: gloo's, and any hooked backend's
             found[GENERIC] = functools.partial(generic, **options)
-    for backend in _backend_objects(dist):  # a recorder reached through its backend's object (XCCL's)
-        for attribute in dir(type(backend)):
-            name = attribute[len("_dump_") : -len("_trace_json")]
-            if attribute.startswith("_dump_") and attribute.endswith("_trace_json") and name not in found:
-                found[name] = functools.partial(getattr(backend, attribute), **options)
     return sorted(found.items())
 
 
