@@ -76,6 +76,7 @@ class Tally:
     latency: list[float] = field(default_factory=list)  # first hang event -> the last node's summary
     missing: int = 0  # running ranks whose stacks or recorder state did not make it into the summary
     apart: int = 0  # decisions whose cause_node is not the culprit's node (or not null with it)
+    first: Counter[str] = field(default_factory=Counter)  # whose detector fired first: the hung node or another
     size: list[int] = field(default_factory=list)  # bytes each rank left
 
 
@@ -110,16 +111,19 @@ def run(kind: str, nodes: int, faulty: int, root: Path) -> tuple[dict | None, Pa
     return (decision if decision is not None and decision["cause"] == "hang" else None), ckpt / ".hacfg"
 
 
-def measure_evidence(state: Path, tally: Tally) -> str:
+def measure_evidence(state: Path, faulty: int, tally: Tally) -> str:
     """From the nodes' events and evidence files: how long after the first hang event every node's
-    summary was written, whether each running rank's stacks and recorder state made it in, and
-    the bytes each rank left; the same in words. Each node's summary precedes its stop signal
-    (the agent stops its workers only once it has sent it and waited for the others')."""
+    summary was written, whether each running rank's stacks and recorder state made it in, the
+    bytes each rank left, and whether the node whose detector fired first (what ``cause_node``
+    said before it followed the culprit) is the hung one; the same in words. Each node's summary
+    precedes its stop signal (the agent stops its workers only once it has sent it and waited for
+    the others')."""
     hangs, summaries, sizes = [], [], []
     for node in sorted(state.glob("node-*")):
         for record in map(json.loads, (node / "events.jsonl").read_text().splitlines()):
             if record["event"] == "hang":
-                hangs.append(datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp())
+                at = datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
+                hangs.append((at, int(node.name.rpartition("-")[2])))
         folder = node / evidence.FOLDER / "attempt-1"
         summary = folder / evidence.SUMMARY
         if not summary.exists():
@@ -134,7 +138,8 @@ def measure_evidence(state: Path, tally: Tally) -> str:
     tally.size += sizes
     if not (hangs and summaries):
         return ""
-    tally.latency.append(max(summaries) - min(hangs))
+    tally.first["hung node" if min(hangs)[1] == faulty else "another"] += 1
+    tally.latency.append(max(summaries) - min(hangs)[0])
     return f" evidence {tally.latency[-1]:.2f}s, max {max(sizes, default=0) / 1024:.1f} KB/rank"
 
 
@@ -154,7 +159,7 @@ def trial(kind: str, nodes: int, faulty: int, tally: Tally) -> None:
     with LOCK:
         tally.outcomes[outcome] += 1
         tally.apart += not agrees
-        measured = measure_evidence(state, tally) if decision is not None else ""
+        measured = measure_evidence(state, faulty, tally) if decision is not None else ""
     kept = ""
     if outcome == "right":
         shutil.rmtree(folder, ignore_errors=True)
@@ -212,7 +217,8 @@ def main() -> int:
             done.result()
     print(f"\nload at end: {os.getloadavg()[0]:.1f}")
     print(f"{'kind':6} {'nodes':>5} {'runs':>4} {'right':>5} {'unknown':>7} {'wrong':>5} {'no hang':>7} "
-          f"{'evidence p50/max s':>18} {'missing':>7} {'KB/rank max':>11} {'cause_node apart':>16}")
+          f"{'evidence p50/max s':>18} {'missing':>7} {'KB/rank max':>11} {'cause_node apart':>16} "
+          f"{'first detector hung':>19}")
     total: Counter[str] = Counter()
     for (kind, nodes), tally in tallies.items():
         counts = tally.outcomes
@@ -220,11 +226,15 @@ def main() -> int:
         latency = f"{statistics.median(tally.latency):.2f}/{max(tally.latency):.2f}" if tally.latency else "-"
         size = f"{max(tally.size) / 1024:.1f}" if tally.size else "-"
         print(f"{kind:6} {nodes:5} {sum(counts.values()):4} {counts['right']:5} {counts['unknown']:7} {counts['wrong']:5} "
-              f"{counts['no hang']:7} {latency:>18} {tally.missing:7} {size:>11} {tally.apart:16}")
+              f"{counts['no hang']:7} {latency:>18} {tally.missing:7} {size:>11} {tally.apart:16} "
+              f"{tally.first['hung node']:>10}/{sum(tally.first.values())}")
     runs = sum(total.values())
     apart = sum(tally.apart for tally in tallies.values())
+    first = sum((tally.first for tally in tallies.values()), Counter())
     print(f"right culprit node: {total['right']}/{runs} = {total['right'] / max(runs, 1):.0%} (target >= 95%), "
           f"wrong: {total['wrong']} (target 0); cause_node apart from the culprit: {apart} (target 0)")
+    print(f"the first detector to fire (cause_node before it followed the culprit) was the hung node's in "
+          f"{first['hung node']}/{sum(first.values())} runs")
     return report_overhead()
 
 
