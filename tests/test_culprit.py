@@ -453,6 +453,15 @@ def test_diagnose_reads_the_evidence_the_agents_kept(cli):
     assert lines[lines.index("  node 1 rank 1: sleeping, pid 11005, collective #16 on group 0, gloo:all_reduce") + 1].startswith("    fire (")
 
 
+def test_diagnose_says_which_recorders_each_rank_was_read_from(cli, tmp_path):
+    for report in recorded("size-2"):  # each node's summary in its own state folder, as the agents keep them
+        folder = tmp_path / f"node-{report.node}" / evidence.FOLDER / "attempt-1"
+        folder.mkdir(parents=True)
+        (folder / evidence.SUMMARY).write_text(json.dumps(report.to_json()))
+    lines = cli("diagnose", tmp_path).out.splitlines()
+    assert "  node 0 rank 0: sleeping, pid 19884, collective #14 on group 0 (gloo), gloo:all_reduce, recorders read: gloo" in lines
+
+
 def test_diagnose_of_a_folder_without_evidence_is_one_line_and_exit_2(cli, tmp_path):
     result = cli("diagnose", tmp_path)
     assert result.code == 2 and result.err.strip().endswith("no hang evidence (evidence/attempt-N/summary.json) under it")

@@ -340,7 +340,8 @@ def render_evidence(folder: Path) -> str:
                 lines.append(f"  node {report.node}{step}: no rank answered")
             for rank in report.ranks:
                 counts = ", ".join(f"#{seq} on group {group}" for group, seq in (rank.collectives or {}).items())
-                shown = [rank.state, f"pid {rank.pid}", counts and f"collective {counts}", rank.last_op or ""]
+                read = f"recorders read: {', '.join(rank.recorders)}" if rank.recorders is not None else ""
+                shown = [rank.state, f"pid {rank.pid}", counts and f"collective {counts}", rank.last_op or "", read]
                 lines.append(f"  node {report.node} rank {rank.rank}{step}: {', '.join(filter(None, shown))}")
                 lines += [f"    {frame}" for frame in rank.stack[:3]]
     return "\n".join(lines) + "\n"
