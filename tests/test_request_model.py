@@ -142,6 +142,19 @@ def test_a_preset_value_the_platform_refuses_is_reported_at_the_scenario_line(cl
     assert built.err.startswith(f"{ha}:2:11: restart.max: otc allows 1 to 3 restarts") and "(inherited from llm-long-term.yaml)" in built.err
 
 
+def test_a_preset_built_by_name_for_a_platform_it_exceeds_is_refused_at_the_command_with_what_to_write(cli, write):
+    """Never a position inside the installed preset file, which the user cannot edit."""
+    built = cli("build", "--platform", "otc", "--only", "annotations", "llm-long-term")
+    assert built.code == 2 and built.out == ""
+    assert built.err.splitlines() == [
+        "llm-long-term: restart.max: otc allows 1 to 3 restarts (0 turns auto restart off), got 5 (the preset's own value;"
+        " write a scenario file with 'extends: llm-long-term' that sets restart.max, and build that)"]
+    advised = write("ha.yaml", "version: 1\nextends: llm-long-term\nrestart: {max: 3}\n")
+    built = cli("build", "--platform", "otc", "--only", "annotations", advised)
+    assert built.code == 0, built.err
+    assert json.loads(built.out)["metadata"]["annotations"]["fault-tolerance/job-retry-num"] == "3"
+
+
 @pytest.mark.parametrize(("passthrough", "where", "says"), [
     ("  spec: {schedule_policy: {priority: 5}}\n", "spec.schedule_policy.priority", "5 is greater than the maximum of 3"),
     ("  algorithm: {local_code_dir: /home/ma-user/modelarts/code}\n", "algorithm.local_code_dir", "does not match"),
