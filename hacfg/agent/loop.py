@@ -38,7 +38,7 @@ from hacfg.agent.process.attempt import Limit, Supervisor, become_subreaper, rep
 from hacfg.agent.process.warm import WarmStarts
 from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import EventLog, NodeState, StateStore, refuse_links, stamp
-from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict, resume_visible
+from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict, attempt_env, resume_visible
 from hacfg.plan.model import straggler_price
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.precheck import PrecheckContext, PrecheckSettings
@@ -172,11 +172,7 @@ class Agent:
         started = time.time()
         env = {
             **without_secret(os.environ),
-            "HACFG_ATTEMPT": str(budgets.attempt),
-            "HACFG_RESTART_COUNT": str(budgets.restarts),
-            "HACFG_RESUME_FROM": plan.resume_from or "",
-            "HACFG_HEARTBEAT_FILE": str(self.heartbeat),
-            "HACFG_HEARTBEAT_INTERVAL": f"{self._beat_interval():g}",
+            **attempt_env(plan, self.heartbeat, self.policy),
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
             **(rendezvous.worker_env(budgets.attempt) if plan.agent_store else {}),
         }
@@ -295,11 +291,6 @@ class Agent:
             **exit_fields,
         )
         return Outcome(self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer)
-
-    def _beat_interval(self) -> float:
-        """How often the command's heartbeat is written at most: four times in the shortest timeout."""
-        shortest = min(self.policy.hang_timeout, self.policy.learn_floor if self.policy.learn else float("inf"))
-        return min(1.0, shortest / 4)
 
     def _save(self, state: NodeState, *, ended: str | None = None) -> None:
         """Persist the counters and what was learned; a full or read-only disk is said once, and the
@@ -570,17 +561,17 @@ def default_state_dir(policy: Policy, node: int) -> Path:
 
 
 def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int:
-    """Supervise the command on this node: alone, or as one node of a group formed through torch's store."""
-    from hacfg.agent.group import discovery, protocol, transport
-
-    try:
-        for hook in AGENT_HOOKS:
-            plugin_manager.get().require_builtins(hook)
-    except plugin_manager.BuiltinPluginError as err:
-        echo(f"[hacfg] cannot supervise: {err}")
-        return CANNOT_START
+    """Supervise the command on this node: alone, or as one node of a group formed through torch's store;
+    under a per-card launch, as the node's speaker or as one of its cards' followers."""
+    from hacfg.agent.group import discovery, protocol, ranktable, transport
 
     policy = options.policy
+    env = dict(os.environ)
+    try:
+        card = discovery.per_card(env, timeout=options.rdzv_timeout, echo=echo)
+    except ranktable.NotReady as err:
+        echo(f"[hacfg] {err}; exiting {RETRY_ELSEWHERE} so the platform restarts the job")
+        return RETRY_ELSEWHERE
     spec = (
         None
         if options.standalone
@@ -590,11 +581,23 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
             endpoint=options.rdzv_endpoint,
             timeout=options.rdzv_timeout,
             config_nodes=options.config_nodes,
-            env=dict(os.environ),
+            env=env,
+            card=card,
         )
     )
     node = spec.rank if spec is not None else None
     directory = options.state_dir or default_state_dir(policy, node or 0)
+    if card is not None and not card.speaks:
+        from hacfg.agent.card import follow
+
+        return follow(options, card, directory, echo)
+    try:
+        for hook in AGENT_HOOKS:
+            plugin_manager.get().require_builtins(hook)
+    except plugin_manager.BuiltinPluginError as err:
+        echo(f"[hacfg] cannot supervise: {err}")
+        return CANNOT_START
+
     log = options.events or directory / "events.jsonl"
     textfile, listen = options.metrics_file, options.metrics_listen
     metrics, unserved = _metrics(log, textfile, listen, echo) if textfile or listen else (None, None)
@@ -614,12 +617,22 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
                 + (" (hosted here)" if spec.leader else "")
             )
             secrets = default_state_dir(policy, 0)  # node 0's folder on the shared checkpoint storage
-            env = dict(os.environ)
             workers_store = rendezvous.endpoint(env, list(options.command)) if spec.leader else None
             rounds = protocol.GroupRounds(
                 spec, policy, store_class, echo=echo, secret_folder=secrets, env=env, workers_store=workers_store
             )
+    node_cards = None
+    if card is not None and len(card.node_cards) > 1:
+        from hacfg.agent.group import cards
+
+        echo(f"[hacfg] {card.name()} speaks for the {len(card.node_cards)} cards of node {node or 0} (per-card launch)")
+        node_cards = cards.CardRounds(
+            rounds, cards.Hub(card, directory, echo), timeout=options.rdzv_timeout, grace=policy.grace
+        )
+        rounds = node_cards
     agent = Agent(options, directory, log, rounds=rounds, node=node, echo=echo)
+    if node_cards is not None:
+        node_cards.on_card_exit = lambda fields: agent.events.write(Event.CARD_EXIT, **fields)
     if unserved is not None:
         agent.notes.append((Event.METRICS_UNAVAILABLE, unserved))
     if metrics is None:

@@ -107,6 +107,19 @@ class Verdict:
         return cls(**{**data, **typed, "culprit": culprit})
 
 
+def attempt_env(plan: Plan, heartbeat: Path, policy: Policy) -> dict[str, str]:
+    """What each worker of a round is told: its attempt and restarts, where to resume, where to beat and
+    how often at most (four times in the shortest hang timeout, at most once a second)."""
+    shortest = min(policy.hang_timeout, policy.learn_floor if policy.learn else float("inf"))
+    return {
+        "HACFG_ATTEMPT": str(plan.budgets.attempt),
+        "HACFG_RESTART_COUNT": str(plan.budgets.restarts),
+        "HACFG_RESUME_FROM": plan.resume_from or "",
+        "HACFG_HEARTBEAT_FILE": str(heartbeat),
+        "HACFG_HEARTBEAT_INTERVAL": f"{min(1.0, shortest / 4):g}",
+    }
+
+
 def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     """The next round: one more attempt, resuming from the newest complete checkpoint.
 

@@ -91,6 +91,11 @@ def leftovers(state_dir: Path) -> list[Proc]:
     return found
 
 
+def in_attempt(pid: int) -> bool:
+    """Whether process ``pid`` belongs to some agent's attempt: a trainer, or anything it started."""
+    return f"\0{TREE_ENV}=".encode() in _environment(pid)
+
+
 def end_leftovers(state_dir: Path) -> list[int]:
     """Kill what earlier attempts on ``state_dir`` left running and wait until it is gone; their PIDs."""
     killed: list[tuple[int, int]] = []

@@ -50,6 +50,9 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
         + (f"; {describe_culprit(e['culprit'], e.get('culprit_note'))}" if "culprit" in e else "")
     ),
     Event.AGENT_EXIT: lambda e: f"exit {e.get('exit_code')}",
+    Event.CARD_EXIT: lambda e: (
+        f"card {e.get('card')} (rank {e.get('rank')}): exit {e.get('exit_code')} [{e.get('cause')}] {e.get('reason')}"
+    ),
     Event.STATE_RECOVERED: lambda e: str(e.get("detail")),
     Event.CHECKPOINT_DOUBT: lambda e: str(e.get("detail")),
     Event.STRAGGLER: lambda e: (
