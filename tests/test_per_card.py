@@ -50,6 +50,7 @@ class Engine:
     cards: int
     steps: int = 40
     fail: str = ""
+    options: tuple[str, ...] = ()
     agents: dict[int, subprocess.Popen] = field(default_factory=dict)  # by rank
     logs: dict[int, list[Path]] = field(default_factory=dict)
 
@@ -62,7 +63,7 @@ class Engine:
     def boot(self) -> list[str]:
         return [sys.executable, "-m", "hacfg", "agent", "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-timeout", "60",
                 "--checkpoint-path", str(self.ckpt), "--no-precheck", "--max-restarts", "3", "--grace", "5", "--no-warm",
-                "--", sys.executable, str(CARD), str(self.records), str(self.ckpt), str(self.steps), self.fail]
+                *self.options, "--", sys.executable, str(CARD), str(self.records), str(self.ckpt), str(self.steps), self.fail]
 
     def env(self, rank: int) -> dict[str, str]:
         node, card = divmod(rank, self.cards)
@@ -218,6 +219,25 @@ def test_a_card_whose_agent_dies_is_an_environment_fault_and_its_new_agent_rejoi
     assert [(e["card"], e["cause"]) for e in job.events(0) if e["event"] == "card_exit"] == [(2, "environment")]
     assert done["action"] == "success"
     assert {job.record(rank, 2)["HACFG_RESUME_FROM"] for rank in range(3)} == {job.record(0, 2)["HACFG_RESUME_FROM"]}
+    assert job.left() == []
+
+
+@pytest.mark.slow
+def test_a_hung_card_is_a_hang_of_the_job_and_its_restart_is_not_counted(tmp_path):
+    """Rank 1's process (a follower's card) goes silent at step 3, heartbeat and output; the other cards beat on."""
+    job = Engine(tmp_path, nodes=1, cards=3, steps=50, fail="hang",
+                 options=("--hang-timeout", "2s", "--initial-hang-timeout", "10s", "--hang-retry"))
+    job.run()
+    codes = job.wait()
+    assert codes == dict.fromkeys(range(3), 0), {rank: job.output(rank)[-2000:] for rank in range(3)}
+    restart, done = job.decisions(0)
+    assert (restart["cause"], restart["action"], restart["counted"], restart["hang_streak"]) == ("hang", "proc_restart", 0, 1)
+    assert restart["cause_reason"].startswith("card 1 (rank 1): hung")
+    assert [(e["card"], e["cause"]) for e in job.events(0) if e["event"] == "card_exit"] == [(1, "hang")]
+    assert done["action"] == "success" and done["counted"] == 0
+    # the others were stopped while they ran: every card resumes from one step before the end
+    assert len({job.record(rank, 2)["step"] for rank in range(3)}) == 1 and 2 <= job.record(0, 2)["step"] < 50
+    assert "[hacfg] card 1 (rank 1): attempt 1 ended: hung, killed by SIGTERM" in job.output(1)
     assert job.left() == []
 
 

@@ -1,13 +1,14 @@
-"""One card's process under a per-card launch, with the standard library only (as a MindSpore script's
-would be, less the framework):
+"""One card's process under a per-card launch, with the standard library and hacfg's heartbeat only (as a
+MindSpore script's would be, less the framework):
 
     ascend_card.py FOLDER CHECKPOINTS STEPS [FAIL]
 
 Each attempt records FOLDER/rank-R-attempt-N.json (the card's launch variables and the agent's
 HACFG_* ones) and its PID in FOLDER/pid-R-N, then steps every 0.1 s from the step it resumes at
-(HACFG_RESUME_FROM, a checkpoint-N folder) to STEPS, and exits 0. Rank 0 saves a complete
-checkpoint-N (trainer_state.json) under CHECKPOINTS every second step. FAIL=user makes rank 0's
-first attempt raise a Python exception at step 3.
+(HACFG_RESUME_FROM, a checkpoint-N folder) to STEPS, beating each step, and exits 0. Rank 0 saves
+a complete checkpoint-N (trainer_state.json) under CHECKPOINTS every second step. FAIL=user makes
+rank 0's first attempt raise a Python exception at step 3; FAIL=hang makes rank 1's first attempt
+stop at step 3, silent.
 """
 
 import json
@@ -15,6 +16,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from hacfg import heartbeat
 
 folder, checkpoints, steps = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 fail = sys.argv[4] if len(sys.argv) > 4 else ""
@@ -30,6 +33,9 @@ while step < steps:
     step += 1
     if fail == "user" and rank == 0 and attempt == 1 and step == 3:
         raise ValueError("a bug in the training script")
+    if fail == "hang" and rank == 1 and attempt == 1 and step == 3:
+        time.sleep(3600)
+    heartbeat.beat(step=step)
     if rank == 0 and step % 2 == 0:
         saved = checkpoints / f"checkpoint-{step}"
         saved.mkdir(parents=True)
