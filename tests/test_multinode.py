@@ -23,7 +23,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from conftest import REPO, free_port
+from conftest import REPO, free_port, kill_agents, left_running, wait_agents
 
 # groups of agents around real torch DDP; torch is imported where it is used, so collecting this
 # module (every xdist worker does) costs no torch import
@@ -90,15 +90,7 @@ class Job:
         return self.wait(timeout)
 
     def wait(self, timeout: float = 240) -> dict[int, int]:
-        deadline = time.monotonic() + timeout
-        codes = {}
-        for rank, agent in self.agents.items():
-            try:
-                codes[rank] = agent.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.kill()
-                pytest.fail(f"node {rank} did not finish:\n{self.output(rank)[-4000:]}")
-        return codes
+        return wait_agents(self.agents, timeout, self.output)
 
     def wait_for(self, rank: int, text: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -109,10 +101,7 @@ class Job:
             time.sleep(0.05)
 
     def kill(self) -> None:
-        for agent in self.agents.values():
-            if agent.poll() is None:
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait()
+        kill_agents(self.agents)
 
     def output(self, rank: int) -> str:
         return "".join(log.read_text(errors="replace") for log in self.logs.get(rank, []))
@@ -149,16 +138,7 @@ def same_verdict_everywhere(job: Job) -> list[dict]:
 
 
 def assert_no_process_left(job: Job) -> None:
-    marker = str(job.ckpt).encode()
-    left = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "cmdline").read_bytes() and b" Z " not in (entry / "stat").read_bytes():
-                    left.append(entry.name)
-            except OSError:
-                continue
-    assert not left, f"processes left: {left}"
+    assert not (left := left_running(job.ckpt)), f"processes left: {left}"
 
 
 @pytest.fixture(scope="session")

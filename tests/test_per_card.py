@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port, run_hacfg
+from conftest import REPO, free_port, kill_agents, left_running, run_hacfg, wait_agents
 from hacfg.agent.group.cards import CardEnd, node_outcome
 from hacfg.agent.rounds import Outcome
 from hacfg.restart.vocabulary import Ending
@@ -81,21 +81,13 @@ class Engine:
             self.start(rank)
 
     def wait(self, timeout: float = 180) -> dict[int, int]:
-        deadline = time.monotonic() + timeout
-        codes = {}
-        for rank, agent in sorted(self.agents.items()):
-            try:
-                codes[rank] = agent.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.kill()
-                pytest.fail(f"the agent of rank {rank} did not finish:\n{self.output(rank)[-3000:]}")
-        return codes
+        return wait_agents(self.agents, timeout, self.output)
 
     def wait_for(self, what: str, done, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while not done():
             if time.monotonic() > deadline:
-                self.kill()
+                kill_agents(self.agents)
                 pytest.fail(f"never saw {what}:\n{self.output(0)[-3000:]}")
             time.sleep(0.05)
 
@@ -118,25 +110,6 @@ class Engine:
 
     def output(self, rank: int) -> str:
         return "".join(log.read_text(errors="replace") for log in self.logs.get(rank, []))
-
-    def kill(self) -> None:
-        for agent in self.agents.values():
-            if agent.poll() is None:
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait()
-
-    def left(self) -> list[str]:
-        marker = str(self.records).encode()
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if marker in (entry / "cmdline").read_bytes() and b" Z " not in (entry / "stat").read_bytes():
-                        found.append(entry.name)
-                except OSError:
-                    continue
-        return found
-
 
 COUNTERS = ("round", "cause", "cause_node", "action", "attempt", "restarts", "counted")
 
@@ -180,7 +153,7 @@ def test_a_killed_card_restarts_the_whole_job_once_from_one_step(tmp_path, cli):
     states = sorted(str(path.relative_to(job.ckpt)) for path in job.ckpt.rglob("state.json"))
     assert states == [".hacfg/node-0/state.json", ".hacfg/node-1/state.json"]
     assert sorted(p.name for p in (job.ckpt / ".hacfg" / "node-1").iterdir() if p.name.startswith("card-")) == [f"card-{n}" for n in range(1, 8)]
-    assert job.left() == []
+    assert left_running(job.records) == []
     assert cpu < 40, f"{cpu:.1f}s of CPU for the per-card job"
 
 
@@ -196,7 +169,7 @@ def test_a_user_error_on_the_speakers_card_gives_up_on_every_card_with_its_code(
     assert decision["cause_reason"].startswith("exit 1: Python exception in the command: ValueError: a bug in the training script")
     assert [e for e in job.events(0) if e["event"] == "card_exit"] == []  # the other cards were stopped for it
     assert "Traceback" in job.output(0) and "ValueError: a bug in the training script" in job.output(0)
-    assert job.left() == []
+    assert left_running(job.records) == []
 
 
 @pytest.mark.slow
@@ -219,7 +192,7 @@ def test_a_card_whose_agent_dies_is_an_environment_fault_and_its_new_agent_rejoi
     assert [(e["card"], e["cause"]) for e in job.events(0) if e["event"] == "card_exit"] == [(2, "environment")]
     assert done["action"] == "success"
     assert {job.record(rank, 2)["HACFG_RESUME_FROM"] for rank in range(3)} == {job.record(0, 2)["HACFG_RESUME_FROM"]}
-    assert job.left() == []
+    assert left_running(job.records) == []
 
 
 @pytest.mark.slow
@@ -238,7 +211,7 @@ def test_a_hung_card_is_a_hang_of_the_job_and_its_restart_is_not_counted(tmp_pat
     # the others were stopped while they ran: every card resumes from one step before the end
     assert len({job.record(rank, 2)["step"] for rank in range(3)}) == 1 and 2 <= job.record(0, 2)["step"] < 50
     assert "[hacfg] card 1 (rank 1): attempt 1 ended: hung, killed by SIGTERM" in job.output(1)
-    assert job.left() == []
+    assert left_running(job.records) == []
 
 
 def boot(tmp_path: Path, table: Path, **env: str):
