@@ -66,7 +66,6 @@ class Outcome:
     reason: str
     code: int = 0  # the shell's view: exit code, or 128 + signal
     peer: bool = False  # a consequence of another node's failure: recorded, never the round's cause
-    seq: int = 0  # the order in which the group heard the reports
     seen_on: int | None = None  # the node the cause is on, when not the reporting one (a straggler's)
 
     def to_json(self) -> dict[str, Any]:
@@ -125,9 +124,10 @@ def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     )
 
 
-def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
-    """The round's verdict from every node's outcome: the first failure reported that is not a
-    consequence of another is the cause; the restart rules apply to it once."""
+def judge(plan: Plan, outcomes: list[Outcome], policy: Policy, *, ended_by: int | None = None) -> Verdict:
+    """The round's verdict from every node's outcome: the failure that is not a consequence of
+    another is the cause, the one of node ``ended_by`` (whose report ended the round) before the
+    others'; the restart rules apply to it once."""
     budgets = dataclasses.replace(plan.budgets)
     after = checkpoints.newest_complete(policy.checkpoint_path)
     progressed = after is not None and (plan.resume_step is None or after.step > plan.resume_step)
@@ -146,7 +146,8 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
             resume_from=str(after.path) if after else None,
         )
 
-    failures = sorted((o for o in outcomes if o.cause != Ending.SUCCESS), key=lambda o: (o.peer, o.seq, o.rank))
+    failed = (o for o in outcomes if o.cause != Ending.SUCCESS)
+    failures = sorted(failed, key=lambda o: (o.peer, o.rank != ended_by, o.rank))
     moved = next((o for o in outcomes if o.cause == Ending.STRAGGLER), None)
     if moved is not None:  # the leader stopped the round on purpose: the others' errors follow from it
         action = Action.POD_RESCHEDULE if policy.pod_reschedules else Action.JOB_RESCHEDULE

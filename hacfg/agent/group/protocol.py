@@ -12,25 +12,23 @@ one resume checkpoint, one set of counters and one verdict per round. Keys in th
 ``current``         the round the leader is in
 ``r<N>/join/<r>``   node r is ready for round N: its workers of round N-1 are stopped
 ``r<N>/plan``       the leader: attempt, counters and resume checkpoint, or a final verdict
-``r<N>/stop``       anyone: round N is over, stop your workers (the first failure seen);
-                    for a hang, every node first sends its evidence
+``r<N>/stop``       anyone: round N is over, stop your workers (the first failure seen, and
+                    so the round's cause); for a hang, every node first sends its evidence
 ``r<N>/evidence/<r>``  node r's evidence of a hang: its ranks' states, stacks and collectives
 ``r<N>/pace/<r>``   node r's newest sample of when its ranks reached their collectives (stragglers)
-``r<N>/seq``        a counter that orders the reports
 ``r<N>/out/<r>``    how node r's workers ended
 ``r<N>/decision``   the leader: the round's verdict
 ``r<N>/ack/<r>``    node r read a final verdict (the leader keeps the store up until then)
-``alive/<r>``       a counter node r bumps while a round runs (keep-alive)
+``r<N>/alive/<r>``  node r's keep-alive while round N runs: a count it raises every second
 ``abort``           anyone: a value failed its check, so the group cannot be trusted (exit 138)
 ==================  ==========================================================================
 
-Every value but the two counters (``seq``, ``alive``) is signed with the job's secret
-(:mod:`hacfg.agent.group.signing`), for this job and this store's nonce, and checked before use:
-plans, decisions, ``ready`` and ``current`` only from node 0, a node's own keys only from that node,
-each for the round it is read in. A value that fails its check is never acted on: the node stops
-its workers, publishes ``abort`` and leaves with exit 138, and the others do the same within a
-second. A counter that is not a number is such a value too: the store drops the connection of a
-client whose ``add`` meets one, which is told apart from a lost store by reading the counter anew.
+Every value is signed with the job's secret (:mod:`hacfg.agent.group.signing`), for this job and
+this store's nonce, and checked before use: plans, decisions, ``ready`` and ``current`` only from
+node 0, a node's own keys only from that node, each for the round it is read in. A value that fails
+its check is never acted on: the node stops its workers, publishes ``abort`` and leaves with exit
+138, and the others do the same within a second. The store's own counters (``add``) are never used:
+a counter cannot be signed, so nothing the group decides rests on one.
 
 A node other than 0 trusts a nonce only once node 0 has answered its own fresh challenge under it:
 a ``nonce`` replayed from an earlier store is never answered, so nothing signed with it is read.
@@ -70,7 +68,6 @@ KEEPALIVE_TIMEOUT = 15.0  # a node silent this long is lost (torchrun: 3 missed 
 ACK_TIMEOUT = 30.0
 ABORT_EVERY = 1.0  # seconds between looks at the abort key while waiting for another key
 ABORT_LINGER = 3 * ABORT_EVERY  # the leader keeps an aborted store up this long, so every node reads why
-PROBE_TIMEOUT = 2.0  # seconds to reach the store again after it closed a connection
 
 
 class GroupLost(Exception):
@@ -445,8 +442,8 @@ class GroupRounds:
         except network_errors():
             stop("lost the group's store")
             return
-        stop_key, alive = f"r{number}/stop", f"alive/{self.spec.rank}"
-        beat_at = 0.0
+        stop_key = f"r{number}/stop"
+        beat_at, beats = 0.0, 0
         seen: dict[int, tuple[int, float]] = {}
         stopped = False
         while not done.wait(POLL):
@@ -454,7 +451,8 @@ class GroupRounds:
                 now = time.monotonic()
                 if now >= beat_at:
                     beat_at = now + KEEPALIVE_EVERY
-                    self._count(store, alive, 1)
+                    beats += 1
+                    self._put(f"r{number}/alive/{self.spec.rank}", number, beats, store)
                     self._check_abort(store)
                     if self.spec.leader and not stopped:
                         self._check_alive(store, number, seen, now)
@@ -483,7 +481,7 @@ class GroupRounds:
     def _check_alive(self, store: Any, number: int, seen: dict[int, tuple[int, float]], now: float) -> None:
         """The leader ends the round for a node whose agent went silent."""
         for rank in range(1, self.spec.nnodes):
-            count = self._count(store, f"alive/{rank}", 0)
+            count = self._beats(store, number, rank)
             last = seen.get(rank)
             if last is None or last[0] != count:
                 seen[rank] = (count, now)
@@ -514,11 +512,9 @@ class GroupRounds:
         prefix = f"r{number}"
         if outcome.cause != Ending.SUCCESS:
             self._stop_round(self.store, number, self.spec.rank, outcome.reason)
-        seq = self._count(self.store, f"{prefix}/seq", 1)
-        report = Outcome(**{**outcome.to_json(), "seq": seq})
-        self._put(f"{prefix}/out/{self.spec.rank}", number, report.to_json())
+        self._put(f"{prefix}/out/{self.spec.rank}", number, outcome.to_json())
         if self.spec.leader:
-            verdict = judge(self.plan, self._outcomes(number), self.policy)
+            verdict = judge(self.plan, self._outcomes(number), self.policy, ended_by=self._ended_by(number))
             if verdict.cause == Ending.HANG:
                 reports, refused = self._evidence(number)
                 verdict = with_culprit(verdict, reports, self.spec.nnodes, refused)
@@ -534,7 +530,7 @@ class GroupRounds:
         seen: dict[int, tuple[int, float]] = {}
         while not self.store.check(keys) and time.monotonic() < deadline:
             self._check_abort(self.store)
-            stale = [rank for rank in self._missing(keys) if self._silent(rank, seen)]
+            stale = [rank for rank in self._missing(keys) if self._silent(number, rank, seen)]
             if stale and len(stale) == len(self._missing(keys)):
                 break
             self._wait(keys, POLL)  # returns as soon as the last report is in
@@ -549,13 +545,12 @@ class GroupRounds:
                         Ending.ENVIRONMENT,
                         f"node {rank} did not report how round {number} ended (its agent is gone)",
                         RETRY_ELSEWHERE,
-                        seq=1 << 30,
                     )
                 )
         return outcomes
 
-    def _silent(self, rank: int, seen: dict[int, tuple[int, float]]) -> bool:
-        count, now = self._count(self.store, f"alive/{rank}", 0), time.monotonic()
+    def _silent(self, number: int, rank: int, seen: dict[int, tuple[int, float]]) -> bool:
+        count, now = self._beats(self.store, number, rank), time.monotonic()
         last = seen.setdefault(rank, (count, now))
         if last[0] != count:
             seen[rank] = (count, now)
@@ -639,26 +634,15 @@ class GroupRounds:
             self._put("abort", 0, {"rank": self.spec.rank, "reason": str(rejected)}, store)
         return rejected
 
-    def _count(self, store: Any, key: str, amount: int) -> int:
-        """Add ``amount`` to the counter ``key``. The store drops the connection of a client whose
-        ``add`` meets a value that is not a number: read anew, such a counter is a rejected value,
-        not a lost store."""
-        try:
-            return int(store.add(key, amount))
-        except network_errors() as err:
-            lost = err
-        try:
-            fresh = self.store_class(
-                self.spec.host, self.spec.port, None, False, timedelta(seconds=PROBE_TIMEOUT), wait_for_workers=False
-            )
-            value: bytes = fresh.get(key) if fresh.check([key]) else b"0"
-        except network_errors():
-            raise lost from None  # the store itself is gone
-        if value.strip().lstrip(b"-").isdigit():
-            raise lost
-        if store is self.store:
-            self.store = fresh  # this connection was closed
-        raise self._reject(key, f"a counter that is not a number: {value[:40]!r}", fresh)
+    def _beats(self, store: Any, number: int, rank: int) -> int:
+        """How many keep-alives node ``rank`` has sent in round ``number`` (0 before its first)."""
+        key = f"r{number}/alive/{rank}"
+        return self._take(key, number, node=rank, parse=int, store=store) if store.check([key]) else 0
+
+    def _ended_by(self, number: int) -> int | None:
+        """The node that ended round ``number`` first (the signed stop: the first report is kept), if any."""
+        key = f"r{number}/stop"
+        return self._take(key, number, parse=lambda ended: int(ended["rank"])) if self.store.check([key]) else None
 
     def _check_abort(self, store: Any) -> None:
         """Leave once any node found a value it cannot trust; node 0 also welcomes new hellos here,
