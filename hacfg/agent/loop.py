@@ -178,7 +178,7 @@ class Agent:
             "HACFG_HEARTBEAT_FILE": str(self.heartbeat),
             "HACFG_HEARTBEAT_INTERVAL": f"{self._beat_interval():g}",
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
-            **(rendezvous.worker_env(budgets.attempt) if plan.agent_store else {}),
+            **(rendezvous.worker_env(budgets.attempt, plan.workers_port) if plan.workers_port else {}),
         }
         for doubt in plan.doubts:
             self.echo(f"[hacfg] {doubt}")

@@ -33,7 +33,7 @@ class Plan:
     resume_step: int | None = None
     resume_from: str | None = None
     doubts: tuple[str, ...] = ()  # what made the choice of that checkpoint uncertain: each node says it
-    agent_store: bool = False  # node 0's agent serves this round's store for the workers' rendezvous
+    workers_port: int | None = None  # where node 0's agent serves this round's store for the workers' rendezvous
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,7 +42,7 @@ class Plan:
             "resume_step": self.resume_step,
             "resume_from": self.resume_from,
             "doubts": list(self.doubts),
-            "agent_store": self.agent_store,
+            "workers_port": self.workers_port,
         }
 
     @classmethod
@@ -53,8 +53,14 @@ class Plan:
             resume_step=data.get("resume_step"),
             resume_from=data.get("resume_from"),
             doubts=tuple(str(doubt) for doubt in data.get("doubts", ())),
-            agent_store=data.get("agent_store") is True,
+            workers_port=_port(data.get("workers_port")),
         )
+
+
+def _port(value: object) -> int | None:
+    if value is not None and not (isinstance(value, int) and 0 < value < 1 << 16):
+        raise ValueError(f"not a port: {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

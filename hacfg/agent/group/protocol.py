@@ -53,7 +53,7 @@ from hacfg.agent.culprit.evidence import DEADLINE
 from hacfg.agent.culprit.straggler import Arrivals
 from hacfg.agent.group import rendezvous, signing
 from hacfg.agent.group.discovery import GroupSpec
-from hacfg.agent.group.transport import first_line, network_errors, open_store
+from hacfg.agent.group.transport import first_line, fresh_store, network_errors, open_store
 from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import NodeState
 from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict, with_culprit
@@ -96,7 +96,7 @@ class GroupRounds:
         echo: Callable[[str], None],
         secret_folder: Path,
         env: dict[str, str],
-        workers_store: tuple[str, int] | None = None,
+        workers_store: str | None = None,
     ):
         self.spec = spec
         self.policy = policy
@@ -108,8 +108,9 @@ class GroupRounds:
         self.secret_file: Path | None = None  # the secret node 0 created, if it did
         self.store: Any = None
         self.served: Any = None  # on node 0, the store whose server runs in this process
-        self.workers_store = workers_store  # on node 0, where it serves the workers' store (see rendezvous.py)
+        self.workers_store = workers_store  # on node 0, the host where it serves the workers' store (rendezvous.py)
         self.workers_served: Any = None  # on node 0, this round's store for the workers
+        self.workers_ports: set[int] = set()  # on node 0, the ports its workers' stores had: never one again
         self.answered: dict[int, str] = {}  # on node 0, the challenge each node's welcome answers
         self.plan: Plan | None = None
         self.state = NodeState()
@@ -314,29 +315,33 @@ class GroupRounds:
                 )
         plan = plan_round(number, state.budgets, self.policy)
         if self.workers_store is not None:
-            plan = dataclasses.replace(plan, agent_store=self._serve_workers())
+            plan = dataclasses.replace(plan, workers_port=self._serve_workers())
         self._put(f"r{number}/plan", number, plan.to_json())
         return plan.to_json()
 
-    def _serve_workers(self) -> bool:
-        """A fresh store for this round's workers, once every node has stopped the last round's: the
-        last round's keys and connections go with its store. False when the port cannot be had."""
+    def _serve_workers(self) -> int | None:
+        """A fresh store for this round's workers, once every node has stopped the last round's, on
+        a port no earlier round's store had: the last round's keys and connections go with its store,
+        and a worker of an earlier round finds nothing on the port it knows. Its port; None when no
+        store can be served."""
         assert self.workers_store is not None
-        host, port = self.workers_store
+        host = self.workers_store
         starting = self.workers_served is None
-        self.workers_served = None  # closes the last round's server, and frees the port
+        self.workers_served = None  # closes the last round's server
         try:
-            self.workers_served, everywhere = open_store(self.store_class, host, port, self.spec.timeout, serve=True)
+            self.workers_served, everywhere = fresh_store(self.store_class, host, self.spec.timeout, self.workers_ports)
         except (ConnectionError, RuntimeError) as err:  # torch's store errors are RuntimeErrors
-            self.echo(f"[hacfg] cannot serve the workers' store on {host}:{port} ({first_line(err)}); rank 0 hosts it")
-            return False
+            self.echo(f"[hacfg] cannot serve the workers' store on {host} ({first_line(err)}); rank 0 hosts it")
+            return None
+        port: int = self.workers_served.port
+        self.workers_ports.add(port)
         if starting:
             self.echo(
-                f"[hacfg] the workers' store is served here on {host}:{port}"
+                f"[hacfg] the workers' store is served here on {host}, on a new port each round"
                 + (" (every interface)" if everywhere else "")
-                + f"; {rendezvous.OFF}=1 leaves it to rank 0's worker"
+                + f"; {rendezvous.OFF}=1 leaves it to rank 0's worker on MASTER_PORT"
             )
-        return True
+        return port
 
     def _publish_final(self, number: int, verdict: Verdict) -> dict[str, Any]:
         published = {"verdict": verdict.to_json()}
