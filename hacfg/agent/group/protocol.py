@@ -54,7 +54,6 @@ from hacfg.agent.culprit.straggler import Arrivals
 from hacfg.agent.group import rendezvous, signing
 from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.group.transport import first_line, fresh_store, network_errors, open_store
-from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import NodeState
 from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict, with_culprit
 from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
@@ -94,18 +93,15 @@ class GroupRounds:
         store_class: Any,
         *,
         echo: Callable[[str], None],
-        secret_folder: Path,
-        env: dict[str, str],
+        secret: signing.JobSecret,
         workers_store: str | None = None,
     ):
         self.spec = spec
         self.policy = policy
         self.store_class = store_class
         self.echo = echo
-        self.secret_folder = secret_folder  # node 0's state folder on the shared checkpoint storage
-        self.env = env
+        self.secret = secret  # the job's, on node 0's state folder unless the platform gives one
         self.signer: signing.Signer | None = None
-        self.secret_file: Path | None = None  # the secret node 0 created, if it did
         self.store: Any = None
         self.served: Any = None  # on node 0, the store whose server runs in this process
         self.workers_store = workers_store  # on node 0, the host where it serves the workers' store (rendezvous.py)
@@ -126,18 +122,11 @@ class GroupRounds:
     def recover(self, state: NodeState) -> Verdict | None:
         """Join the group; the verdict of a round this node was part of and has not applied, if any."""
         self.state = state
-        job = job_identity(self.env)
         try:
-            secret, self.secret_file = signing.job_secret(
-                self.env, self.secret_folder, job, create=self.spec.leader, timeout=self.spec.timeout
-            )
+            secret = self.secret.value()
         except signing.NoSecret as err:
             raise GroupLost(str(err)) from None
-        except OSError as err:  # node 0 could not write it: a full or read-only checkpoint storage
-            raise GroupLost(f"cannot create the group secret in {self.secret_folder}: {err.strerror or err}") from None
-        if not self.spec.leader:
-            self.secret_file = None  # only node 0 ever removes it
-        self.signer = signing.Signer(secret, self.spec.rank, job or "")
+        self.signer = signing.Signer(secret, self.spec.rank, self.secret.job or "")
         self._connect()
         return self._catch_up()
 
@@ -584,8 +573,6 @@ class GroupRounds:
         for rank, key in enumerate(keys, start=1):
             if self.store.check([key]):
                 self._take(key, verdict.round, node=rank)
-        if verdict.exit_code != RETRY_ELSEWHERE:  # the job is over, not handed to the platform to retry
-            signing.forget(self.secret_file)
 
     def close(self) -> None:
         if self.spec.leader and self.store is not None:
