@@ -197,3 +197,14 @@ def test_without_a_secret_from_the_platform_the_key_is_the_state_folders_own(tmp
     again = job(first, "true")  # the same job, started again where it left its state
     assert "taking over this job's counters" in again.stderr and again.returncode == 0
     assert list(first.glob("group.*.secret")) == []  # the job is over
+
+
+def test_a_heartbeat_replaced_by_a_pipe_blocks_no_hang_detection(tmp_path):
+    """The heartbeat file is the training's to write. A pipe in its place, with no writer, blocked the
+    agent's reading of it: the silent attempt after it was never found hung."""
+    script = ("import os, time; from hacfg.heartbeat import beat\nbeat(step=1)\npath = os.environ['HACFG_HEARTBEAT_FILE']\n"
+              "os.remove(path); os.mkfifo(path); time.sleep(30)")
+    state = tmp_path / "state"
+    result = run(state, "--hang-timeout", "2s", "--grace", "1", command=(sys.executable, "-c", script))
+    hangs = [e for e in read_events(state) if e["event"] == "hang"]
+    assert len(hangs) == 1 and hangs[0]["idle"] < 10, result.stderr
