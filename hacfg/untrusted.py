@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,20 @@ def loads(text: str | bytes, *, limit: int) -> Any:
 
 def read(path: Path, *, limit: int) -> Any:
     """The JSON document in the file ``path``, as :func:`loads` reads it: no more than ``limit`` + 1
-    bytes are read, and a symbolic link is not followed (``OSError``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    bytes are read, a symbolic link is not followed (``OSError``), and nothing but a regular file is
+    read (a pipe in its place would block the reader)."""
+    return loads(head(path, limit + 1), limit=limit)
+
+
+def head(path: Path, size: int, offset: int = 0) -> bytes:
+    """At most ``size`` bytes of the regular file ``path`` from ``offset``, never through a link
+    (``OSError``) nor from a pipe or a device (:class:`Unreadable`)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as handle:
-        return loads(handle.read(limit + 1), limit=limit)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Unreadable("not a regular file")
+        handle.seek(offset)
+        return handle.read(size)
 
 
 def depth(text: str) -> int:

@@ -46,6 +46,7 @@ from hacfg.plugin.recovery import Failure, Restart, SavedCheckpoint
 from hacfg.restart.learning import Learned
 from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.restart.vocabulary import Action, Cause, Ending, Event, StragglerAction
+from hacfg.untrusted import printable
 
 if TYPE_CHECKING:
     from hacfg.agent.options import RunOptions
@@ -68,7 +69,9 @@ def _culprit_fields(verdict: Verdict) -> dict[str, Any]:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """The agent's own lines: what they quote of a log, a path or a file can neither break the line
+    nor reach the terminal as a control sequence (the command's own output is relayed untouched)."""
+    print(printable(line), file=sys.stderr, flush=True)
 
 
 class Agent:

@@ -21,11 +21,11 @@ import fcntl
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from hacfg import untrusted
 from hacfg.agent.records import sealed
@@ -40,6 +40,7 @@ STATE_FILE = "state.json"
 LOCK_FILE = "agent.lock"
 PRIVATE = 0o600
 STATE_BYTES = 256 << 10  # the largest state the agent writes: 32 phases of 200 samples learned
+EVENT_BYTES = 1 << 20  # of one event record: the agent's largest, a hang's, holds a few kilobytes
 MOST = 1 << 31  # attempts, restarts or rounds a state may count
 
 
@@ -244,24 +245,38 @@ def stamp(when: datetime) -> str:
 
 
 def read_events(path: Path, damaged: Callable[[int], None] = lambda number: None) -> list[dict[str, Any]]:
-    """Events from a log. A line that is not a JSON object (a record torn by a crash) is skipped and
-    reported to ``damaged`` by its number; the next line is read as usual. A record without a valid
-    time is not the agent's and is an error at its line."""
+    """Events from a log, read a line at a time. A line that is not a JSON object (a record torn by
+    a crash), or longer than :data:`EVENT_BYTES` (read past, never held), is skipped and reported to
+    ``damaged`` by its number; the next line is read as usual. A record without a valid time is not
+    the agent's and is an error at its line."""
     events = []
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict):
-            if line.strip():
-                damaged(number)
-            continue
-        wrong = _not_as_written(record)
-        if wrong:
-            raise InputError(f"not an agent event: {wrong}", Span(str(path), number, 1, number, 1))
-        events.append(record)
+    with open(path, "rb") as stream:
+        for number, line in enumerate(_lines(stream, EVENT_BYTES), start=1):
+            try:
+                record = None if line is None else untrusted.loads(line.decode(errors="replace"), limit=EVENT_BYTES)
+            except untrusted.Unreadable:
+                record = None
+            if not isinstance(record, dict):
+                if line is None or line.strip():
+                    damaged(number)
+                continue
+            wrong = _not_as_written(record)
+            if wrong:
+                raise InputError(f"not an agent event: {wrong}", Span(str(path), number, 1, number, 1))
+            events.append(record)
     return events
+
+
+def _lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
+    """Each line of ``stream`` without its end; None for a line longer than ``limit`` bytes, which is
+    read past a megabyte at a time: memory stays bounded however long a line is."""
+    while line := stream.readline(limit + 1):
+        if line.endswith(b"\n") or len(line) <= limit:
+            yield line.removesuffix(b"\n").removesuffix(b"\r")
+            continue
+        while line and not line.endswith(b"\n"):
+            line = stream.readline(1 << 20)
+        yield None
 
 
 def _zoned_time(value: object) -> bool | None:
