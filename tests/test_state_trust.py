@@ -208,3 +208,26 @@ def test_a_heartbeat_replaced_by_a_pipe_blocks_no_hang_detection(tmp_path):
     result = run(state, "--hang-timeout", "2s", "--grace", "1", command=(sys.executable, "-c", script))
     hangs = [e for e in read_events(state) if e["event"] == "hang"]
     assert len(hangs) == 1 and hangs[0]["idle"] < 10, result.stderr
+
+
+def test_a_stopped_job_keeps_its_key_and_the_next_agent_takes_its_counters_over(tmp_path):
+    """A stop (the platform's SIGTERM) does not end the job: its state stays readable."""
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HACFG_GROUP_SECRET", "HACFG_GROUP_SECRET_FILE")}
+    state = tmp_path / "state"
+    script = 'test "$HACFG_ATTEMPT" -ge 2 || kill -9 $$; echo second; sleep 30'
+    argv = [*agent_argv(state, "--max-restarts", "2", "--grace", "1"), "sh", "-c", script]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, "HACFG_JOB_ID": JOB})
+    try:
+        assert agent.stdout.readline() == "second\n"
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        agent.kill()
+        agent.wait()
+    assert len(list(state.glob("group.*.secret"))) == 1
+    again = subprocess.run([*agent_argv(state, "--max-restarts", "2"), "true"], capture_output=True, text=True, timeout=60,
+                           env={**env, "HACFG_JOB_ID": JOB})
+    assert again.returncode == 0
+    assert "taking over this job's counters" in again.stderr and "unreadable" not in again.stderr, again.stderr

@@ -428,6 +428,8 @@ class Agent:
         """Persist the round's verdict and record it, identically on every node."""
         state = NodeState(verdict.budgets, verdict.round, running=False)
         self._save(state, ended=verdict.action if verdict.action.ends_job else None)
+        if verdict.action.ends_job:  # a stop or a reschedule is taken over, sealed with the same key
+            self.secret.forget()
         self.events.write(
             Event.DECISION,
             round=verdict.round,
@@ -546,8 +548,6 @@ class Agent:
             self.events.write(Event.PLUGIN_FAILURE, plugin=failure.plugin, hook=failure.hook, error=failure.error)
 
     def _exit(self, code: int, budgets: Budgets) -> int:
-        if code != RETRY_ELSEWHERE:  # the job is over, not handed to the platform to run again
-            self.secret.forget()
         self.events.write(Event.AGENT_EXIT, exit_code=code, **self._counters(budgets))
         return code
 
