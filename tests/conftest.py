@@ -155,6 +155,13 @@ def read_events(state: Path) -> list[dict]:
     return [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
 
 
+def saved_state(state: Path) -> dict:
+    """The state an agent saved in ``state``/state.json: the words of its sealed line (``job``,
+    ``ended``) and its document."""
+    line, _, document = (state / "state.json").read_text().partition("\n")
+    return {**dict(word.split("=", 1) for word in line.split()[2:-1]), **json.loads(document)}
+
+
 def distribution(site: Path, name: str, entry_points: dict[str, str], version: str = "1.0") -> Path:
     """An unpacked distribution with ``hacfg`` entry points in ``site``, as pip leaves one in site-packages."""
     dist = site / f"{name.replace('-', '_')}-{version}.dist-info"
@@ -254,6 +261,7 @@ def joined_pair(tmp_path):
     torch = pytest.importorskip("torch")
     from hacfg.agent.group.discovery import GroupSpec
     from hacfg.agent.group.protocol import GroupRounds
+    from hacfg.agent.group.signing import JobSecret
     from hacfg.agent.records.state import NodeState
     from hacfg.restart.policy import Policy
 
@@ -261,7 +269,8 @@ def joined_pair(tmp_path):
 
     def member(rank):
         spec = GroupSpec(nnodes=2, rank=rank, host="127.0.0.1", port=port, timeout=30)
-        return GroupRounds(spec, Policy(), torch.distributed.TCPStore, echo=print, secret_folder=tmp_path, env={})
+        secret = JobSecret({}, tmp_path, None, create=spec.leader, timeout=spec.timeout, shared=True)
+        return GroupRounds(spec, Policy(), torch.distributed.TCPStore, echo=print, secret=secret)
 
     leader, follower = member(0), member(1)
     try:

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 from hacfg.agent.group import cards, rendezvous
 from hacfg.agent.group.protocol import GroupLost
-from hacfg.agent.group.signing import without_secret
+from hacfg.agent.group.signing import JobSecret, NoSecret, without_secret
 from hacfg.agent.process import leftovers
 from hacfg.agent.process.attempt import Limit, Supervisor, become_subreaper
+from hacfg.agent.records.identity import job_identity
 from hacfg.agent.rounds import Plan, attempt_env
 from hacfg.plugin.recovery import TAIL_LINES
 from hacfg.restart.policy import RETRY_ELSEWHERE
@@ -37,7 +38,14 @@ def follow(options: RunOptions, card: Card, state_dir: Path, echo: Callable[[str
     """Run ``card``'s process in every round its node's speaker plans; the job's exit code."""
     folder = cards.card_folder(state_dir, card)
     folder.mkdir(parents=True, exist_ok=True)
-    ended = leftovers.end_leftovers(folder)
+    secret = JobSecret(os.environ, folder, job_identity(os.environ), create=True, timeout=0)
+    try:
+        key = secret.file_key()
+    except NoSecret as err:  # a full or read-only folder: this agent's record is for itself alone
+        echo(f"[hacfg] {card.name()}: {err}; a later agent of this card finds its processes by their mark alone")
+        secret.for_this_agent()
+        key = secret.file_key()
+    ended = leftovers.end_leftovers(folder, key)
     if ended:
         echo(f"[hacfg] {card.name()}: ended {len(ended)} processes left by an earlier agent: {ended}")
     echo(f"[hacfg] {card.name()} of node {card.server}: the node's agent of {card.name(0)} speaks for it")
@@ -59,15 +67,22 @@ def follow(options: RunOptions, card: Card, state_dir: Path, echo: Callable[[str
                 return RETRY_ELSEWHERE
             verdict = message.get("verdict")
             if isinstance(verdict, dict) and verdict.get("exit_code") is not None:
+                secret.forget()
                 return int(verdict["exit_code"])
             if "plan" in message:
-                _attempt(options, card, folder, speaker, Plan.from_json(message["plan"]), echo)
+                _attempt(options, card, folder, key, speaker, Plan.from_json(message["plan"]), echo)
     finally:
         speaker.close()
 
 
 def _attempt(
-    options: RunOptions, card: Card, folder: Path, speaker: cards.Speaker, plan: Plan, echo: Callable[[str], None]
+    options: RunOptions,
+    card: Card,
+    folder: Path,
+    key: bytes,
+    speaker: cards.Speaker,
+    plan: Plan,
+    echo: Callable[[str], None],
 ) -> None:
     """Run the card's process for ``plan``'s round and report how it ended."""
     policy = options.policy
@@ -76,7 +91,7 @@ def _attempt(
         **without_secret(os.environ),
         **attempt_env(plan, heartbeat, policy),
         leftovers.TREE_ENV: leftovers.tree_mark(folder),
-        **(rendezvous.worker_env(plan.budgets.attempt) if plan.agent_store else {}),
+        **(rendezvous.worker_env(plan.budgets.attempt, plan.workers_port) if plan.workers_port else {}),
     }
     detect = policy.hang_detect
 
@@ -92,7 +107,7 @@ def _attempt(
         heartbeat=heartbeat,
         grace=policy.grace,
         on_hang=hung,
-        on_start=lambda pid: _remember(folder, pid),
+        on_start=lambda pid: _remember(folder, pid, key),
     )
     try:
         with speaker.running_round(plan.round, supervisor.request_stop):
@@ -119,6 +134,6 @@ def _attempt(
     )
 
 
-def _remember(folder: Path, pid: int) -> None:
+def _remember(folder: Path, pid: int, key: bytes) -> None:
     with contextlib.suppress(OSError):  # unrecorded, the next agent still finds the attempt by its mark
-        leftovers.remember(folder, pid)
+        leftovers.remember(folder, pid, key)
