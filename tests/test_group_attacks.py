@@ -241,7 +241,13 @@ def test_a_keep_alive_set_to_text_is_a_rejected_value_never_a_lost_store(tmp_pat
     job.start(1)
     for rank in (0, 1):
         job.wait_for(rank, "resume=")
-    job.attacker().set("r1/alive/1", "text")
+    store = job.attacker()
+    try:  # node 1 writes its own keep-alive every second: keep the text there until node 0 reads it
+        while all(agent.poll() is None for agent in job.agents.values()):
+            store.set("r1/alive/1", "text")
+            time.sleep(0.01)
+    except RuntimeError:
+        pass  # node 0 is gone, and its store with it
     assert job.wait() == {0: 138, 1: 138}, (job.output(0), job.output(1))
     assert ("r1/alive/1", "not a signed value") in {(e["key"], e["reason"]) for rank in (0, 1) for e in job.rejected(rank)}
     for rank in (0, 1):
