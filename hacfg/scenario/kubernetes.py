@@ -27,6 +27,8 @@ RestartStrategy = Literal["Recreate", "BlockingRecreate", "InPlaceRestart"]
 FAIL_JOBSET = "FailJobSet"
 RESTART_JOBSET = "RestartJobSet"
 RESTART_JOBSET_UNCOUNTED = "RestartJobSetAndIgnoreMaxRestarts"
+# Actions that restart even when maxRestarts is 0 or spent.
+UNCOUNTED_ACTIONS = frozenset({RESTART_JOBSET_UNCOUNTED, "RestartJobAndIgnoreMaxRestarts"})
 
 # Why a child Job failed (its Failed condition's reason), which failurePolicy rules match on.
 POD_FAILURE_POLICY = "PodFailurePolicy"  # a podFailurePolicy FailJob rule matched
@@ -42,6 +44,12 @@ DISRUPTION_MESSAGE = f"has condition {DISRUPTION}"
 IN_PLACE_BACKOFF_LIMIT = 2147483647
 IN_PLACE_REPLACEMENT = "Failed"
 IN_PLACE_AGENT = "/in-place-restart-agent"
+# How JobSet's examples run the agent besides naming it in the command: as an init sidecar whose startup
+# probe waits for the barrier, or as the image's entrypoint, which runs the worker from WORKER_COMMAND.
+IN_PLACE_BARRIER = "/barrier-is-down"
+IN_PLACE_WORKER_COMMAND = "WORKER_COMMAND"
+# A pod template's annotation naming the container whose image runs the agent, where nothing else shows it.
+IN_PLACE_AGENT_ANNOTATION = "hacfg.io/in-place-restart-agent"
 
 # Labels JobSet puts on every child Job and pod.
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
