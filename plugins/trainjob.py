@@ -36,7 +36,8 @@ class TrainJob(JobSet):
                 "apiVersion": k8s.TRAINER_API,
                 "kind": "TrainingRuntime",
                 "metadata": {"name": name},
-                "spec": {"mlPolicy": {"numNodes": config.job.nodes}, "template": {"spec": spec}},
+                # torch: Trainer hands torchrun PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT
+                "spec": {"mlPolicy": {"numNodes": config.job.nodes, "torch": {}}, "template": {"spec": spec}},
             }
             # TrainJob's trainer settings go to the replicated Job so labelled
             trainer = {"labels": {k8s.TRAINER_ANCESTOR_LABEL: k8s.TRAINER_ANCESTOR}}

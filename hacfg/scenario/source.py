@@ -83,8 +83,10 @@ def lookup(tree: Any, path: LogicalPath) -> Any:
     """The value at ``path`` in nested mappings and lists (an int steps into a list), or None where any
     step is missing."""
     for key in path:
-        steps_in = key in tree if isinstance(tree, dict) else isinstance(tree, list) and type(key) is int
-        if not steps_in or (isinstance(tree, list) and not 0 <= key < len(tree)):
+        if isinstance(tree, list) and isinstance(key, int) and not isinstance(key, bool):
+            if not 0 <= key < len(tree):
+                return None
+        elif not isinstance(tree, dict) or key not in tree:
             return None
         tree = tree[key]
     return tree

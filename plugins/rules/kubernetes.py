@@ -216,9 +216,10 @@ def restart_without_checkpoint_volume(ctx: ManifestContext) -> Iterator[Problem]
 
     ## What it does
     When the JobSet restarts (`maxRestarts` above 0, or a rule whose action ignores it), fires
-    for each container of a replicated Job's pods that mounts no volume outliving the pod: a `persistentVolumeClaim`, `nfs`, `csi` or another
-    network volume, or a claim of the JobSet's `volumeClaimPolicies`. ConfigMaps, Secrets,
-    `emptyDir`, ephemeral volumes and `hostPath` do not count.
+    for each container of a replicated Job's pods that mounts no volume outliving the pod: a
+    `persistentVolumeClaim`, `nfs`, `csi` or another network volume, or a claim of the JobSet's
+    `volumeClaimPolicies`. ConfigMaps, Secrets, `emptyDir`, ephemeral volumes and `hostPath` do
+    not count.
 
     ## Why is this bad?
     A restart recreates the pods (or their containers, in place) on whatever nodes are free;
@@ -276,8 +277,8 @@ def restarts_without_agent_or_resume(ctx: ManifestContext) -> Iterator[Problem]:
 
     ## What it does
     When the JobSet restarts (`failurePolicy.maxRestarts` above 0, or a rule whose action ignores
-    it), fires for each replicated Job none of whose containers runs under `hacfg agent` or mentions a resume option (`resume`, `--load`) in its
-    command, arguments or environment.
+    it), fires for each replicated Job none of whose containers runs under `hacfg agent` or
+    mentions a resume option (`resume`, `--load`) in its command, arguments or environment.
 
     ## Why is this bad?
     JobSet restarts the pods; it does not tell the training where it stopped. Without an agent
