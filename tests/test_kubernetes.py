@@ -7,8 +7,6 @@ import dataclasses
 import functools
 import json
 import shlex
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -317,38 +315,6 @@ def test_volcano_mounts_the_checkpoint_claim_too(cli, write):
     pod = objects[1]["spec"]["tasks"][0]["template"]["spec"]
     assert pod["volumes"][2] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "llama-ckpt"}}
     assert pod["containers"][0]["volumeMounts"][2] == {"name": "checkpoint", "mountPath": "/mnt/ckpt"}
-
-
-@pytest.mark.slow
-def test_the_pods_agents_form_their_group_from_the_completion_index(cli, tmp_path):
-    """Each "pod" runs the container's own command with only what Kubernetes gives it: the completion index.
-
-    Node 0's hostname resolves only in the cluster, so here the endpoint points at this machine."""
-    import os
-    import socket
-    import subprocess
-
-    pytest.importorskip("torch")  # the group's store
-    scenario = tmp_path / "ha.yaml"
-    scenario.write_text(f"version: 1\nscenario: multi-node\njob: {{name: t, nodes: 2, image: img, command: echo trained}}\ncheckpoint: {{path: {tmp_path}/ckpt, resume: true}}\nrestart: {{max: 2}}\nprecheck: false\n")
-    objects, _ = build(cli, "jobset", scenario)
-    (tmp_path / "pod-ha.yaml").write_text(objects[0]["data"]["ha.yaml"])
-    [container] = job_spec(objects)["template"]["spec"]["containers"]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    here = {"/etc/hacfg/ha.yaml": str(tmp_path / "pod-ha.yaml"), "t-node-0-0.t": f"127.0.0.1:{port}", "hacfg": str(Path(sys.executable).with_name("hacfg"))}
-    argv = [here.get(word, word) for word in container["command"]]
-    assert argv[4:6] == ["--rdzv-endpoint", f"127.0.0.1:{port}"]  # the manifest named node 0's hostname there
-    env = {key: value for key, value in os.environ.items() if key not in ("NODE_RANK", "VC_TASK_INDEX", "GROUP_RANK", "MASTER_ADDR")}
-    nodes = [
-        subprocess.Popen(argv, env={**env, "JOB_COMPLETION_INDEX": str(index), "HACFG_JOB_ID": "uid-1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for index in (0, 1)
-    ]
-    outputs = [node.communicate(timeout=120)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outputs
-    assert "node 0 of 2" in outputs[0] and "node 1 of 2" in outputs[1]
-    assert sorted(p.name for p in (tmp_path / "ckpt/.hacfg").iterdir()) == ["node-0", "node-1"]
 
 
 ALL_TARGETS = (*TARGETS, "volcano")
