@@ -22,7 +22,7 @@ from typing import Any
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 from hacfg.plugin import kubernetes as k8s
 
-from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, volumes
+from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, network_policy, volumes
 
 REPLICATED_JOB = "node"  # also the container's name, as in Kubeflow's runtimes
 JOB_ID_FIELD = f"metadata.labels['{k8s.JOBSET_UID_LABEL}']"
@@ -61,6 +61,11 @@ def jobset_spec(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
         "network": {"enableDNSHostnames": True},  # node 0 at NAME-node-0-0.NAME for the agents' rendezvous
         "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": {"spec": job}}],
     }
+
+
+def policies(config: HAConfig, name: str) -> list[dict[str, Any]]:
+    """The NetworkPolicy over the JobSet's pods, which JobSet labels with its name, when the scenario asks."""
+    return [network_policy(name, {k8s.JOBSET_NAME_LABEL: name})] if config.kubernetes.network_policy else []
 
 
 def node_container(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
@@ -136,7 +141,7 @@ class JobSet(KubernetesTarget):
         name = kubernetes_name(config, built)
         jobset = {"apiVersion": k8s.JOBSET_API, "kind": "JobSet", "metadata": {"name": name}}
         jobset["spec"] = jobset_spec(config, built, name)
-        self.listed(built, config_map(config, name), jobset)
+        self.listed(built, config_map(config, name), jobset, *policies(config, name))
         spec = ("items", 1, "spec")
         built.origins[(*spec, "failurePolicy", "maxRestarts")] = ("restart", "max")
         built.origins[(*spec, "replicatedJobs", 0, "template", "spec", "completions")] = ("job", "nodes")

@@ -168,6 +168,25 @@ def config_map(config: HAConfig, name: str) -> dict[str, Any]:
     }
 
 
+def network_policy(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A NetworkPolicy over the job's pods (``labels`` select them): the agents' group port and
+    ``MASTER_PORT`` admit only the job's own pods; every other port, anyone, as without it."""
+    pods = {"matchLabels": labels}
+    others = [(1, GROUP_PORT - 1), (GROUP_PORT + 1, MASTER_PORT - 1), (MASTER_PORT + 1, 65535)]
+    anyone = [{"protocol": "TCP", "port": low, "endPort": high} for low, high in others]
+    anyone += [{"protocol": "UDP"}, {"protocol": "SCTP"}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "podSelector": pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": pods}]}, {"ports": anyone}],
+        },
+    }
+
+
 def _group_secret(name: str, built: Build) -> dict[str, Any]:
     """The agents' shared secret from a Kubernetes Secret, optional: without one, node 0 creates
     it on the checkpoint storage (see docs/security.md)."""

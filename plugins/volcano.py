@@ -14,11 +14,13 @@ from typing import Any
 
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 
-from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, volumes
+from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, network_policy, volumes
 
 TASK = "worker"
 # The pod's PodGroup, <job name>-<job uid> on current Volcano.
 JOB_ID_FIELD = "metadata.annotations['scheduling.k8s.io/group-name']"
+# The label Volcano's job controller puts on every pod of the job.
+JOB_NAME_LABEL = "volcano.sh/job-name"
 # The pod's index in its task, which Volcano's job controller annotates (and its env plugin sets as VC_TASK_INDEX).
 RANK_FIELD = "metadata.annotations['volcano.sh/task-index']"
 
@@ -74,7 +76,8 @@ class Volcano(KubernetesTarget):
                 ],
             },
         }
-        self.listed(built, config_map(config, name), volcano_job)
+        policy = [network_policy(name, {JOB_NAME_LABEL: name})] if config.kubernetes.network_policy else []
+        self.listed(built, config_map(config, name), volcano_job, *policy)
         built.origins[("items", 1, "spec", "minAvailable")] = ("job", "nodes")
         built.origins[("items", 1, "spec", "maxRetry")] = ("restart", "max")
         return built

@@ -444,3 +444,26 @@ def test_secrets_are_read_from_secrets_and_never_printed(cli, write, target):
     assert [e["name"] for e in env].count("HACFG_GROUP_SECRET") == 1  # once: the user's, not also the optional one
     delivered = write("delivered.yaml", objects[0]["data"]["ha.yaml"])
     assert load_config(delivered, presets()).config.kubernetes.secrets["HF_TOKEN"].key == "token"  # what hacfg writes, it reads
+
+
+SCHEMA_FILES = {"jobset": "jobset.schema.json", "trainjob": "trainjob.schema.json", "volcano": "volcano-job.schema.json"}
+
+
+@pytest.mark.parametrize(("target", "label"), [("jobset", "jobset.sigs.k8s.io/jobset-name"), ("trainjob", "jobset.sigs.k8s.io/jobset-name"), ("volcano", "volcano.sh/job-name")])
+def test_a_network_policy_admits_the_group_and_master_ports_only_from_the_jobs_own_pods(cli, write, target, label):
+    from jsonschema import Draft202012Validator
+
+    objects, _ = build(cli, target, runnable(write, extra="kubernetes: {network_policy: true}\n"))
+    policy = objects[-1]
+    assert (policy["kind"], policy["metadata"]["name"]) == ("NetworkPolicy", "t")
+    own = {"podSelector": {"matchLabels": {label: "t"}}}  # the label each controller puts on the job's pods
+    assert policy["spec"]["podSelector"] == own["podSelector"] and policy["spec"]["policyTypes"] == ["Ingress"]
+    ours, anyone = policy["spec"]["ingress"]
+    assert ours == {"from": [own]}  # every port, from the job's own pods
+    tcp = [(p["port"], p["endPort"]) for p in anyone["ports"] if p["protocol"] == "TCP"]
+    assert tcp == [(1, 29400), (29402, 29499), (29501, 65535)]  # anyone else: all but the group's 29401 and MASTER_PORT 29500
+    assert {"protocol": "UDP"} in anyone["ports"] and "from" not in anyone
+    schema = json.loads((REPO / "schemas" / SCHEMA_FILES[target]).read_text())
+    document = {"apiVersion": "v1", "kind": "List", "items": objects}
+    assert not list(Draft202012Validator(schema).iter_errors(document))
+    assert "NetworkPolicy" not in json.dumps(build(cli, target, runnable(write))[0])  # only when asked
