@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import shlex
 
 import pytest
@@ -467,3 +468,20 @@ def test_a_network_policy_admits_the_group_and_master_ports_only_from_the_jobs_o
     document = {"apiVersion": "v1", "kind": "List", "items": objects}
     assert not list(Draft202012Validator(schema).iter_errors(document))
     assert "NetworkPolicy" not in json.dumps(build(cli, target, runnable(write))[0])  # only when asked
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_the_torchrun_example_of_the_docs_builds_for_every_target_and_lints_clean(cli, tmp_path, target):
+    """docs/kubernetes.md's one scenario: the same command on every target, its variables in every pod."""
+    text = (REPO / "docs/kubernetes.md").read_text()
+    [example] = [block for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL) if block.startswith("# ha.yaml")]
+    (tmp_path / "ha.yaml").write_text(example)
+    objects, result = build(cli, target, tmp_path / "ha.yaml")
+    [container] = pod_of(objects)["containers"]
+    assert container["command"][-1].startswith("torchrun --nnodes $NNODES --node-rank $NODE_RANK --nproc-per-node 8")
+    assert {"NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WANDB_API_KEY"} <= {e["name"] for e in container["env"]}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    if target != "volcano":  # lint reads JobSet and Trainer manifests
+        out = tmp_path / "out.yaml"
+        out.write_text(result.out)
+        assert findings(cli, out) == []
