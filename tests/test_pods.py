@@ -660,7 +660,7 @@ def kill_trainer(hostname: str, after: str) -> Callable[[Cluster], None]:
 
 
 @pytest.mark.slow
-def test_a_jobset_and_a_trainjob_from_one_scenario_train_the_example_to_the_end_through_a_trainers_sigkill(cli, write, clusters, tmp_path):
+def test_a_jobset_a_trainjob_and_a_volcano_job_from_one_scenario_train_the_example_to_the_end_through_a_trainers_sigkill(cli, write, clusters, tmp_path):
     """Two nodes each, built from one scenario, run as pods: node 1's trainer is SIGKILLed at step 10; the agents
     restart both in place from the newest complete checkpoint, and the run ends with the weights and the step of
     one that never stopped. The TrainJob's pods also carry what Trainer's torch plugin hands torchrun."""
@@ -669,16 +669,16 @@ def test_a_jobset_and_a_trainjob_from_one_scenario_train_the_example_to_the_end_
     expected = reference_run(tmp_path)
     scenario = write("ha.yaml", TRAINING)
     took: dict[str, float] = {}
-    for target in ("jobset", "trainjob"):
+    for target, node1 in (("jobset", "ddp-node-0-1"), ("trainjob", "ddp-node-0-1"), ("volcano", "ddp-worker-1")):
         claim = tmp_path / f"{target}-claim"
         claim.mkdir()
         cluster = clusters(built(cli, target, scenario), target, claims={"ddp-ckpt": claim}, secrets=GROUP_SECRET)
         started = time.monotonic()
-        phase = cluster.run(timeout=240, faults=(kill_trainer("ddp-node-0-1", "rank 1 step 10 "),))
+        phase = cluster.run(timeout=240, faults=(kill_trainer(node1, "rank 1 step 10 "),))
         took[target] = time.monotonic() - started
         assert phase == "Completed", f"{cluster.decisions}\n{cluster.logs()}"
-        assert "SIGKILL ddp-node-0-1's trainer" in cluster.decisions
-        assert sorted(d for d in cluster.decisions if d.startswith("pod ")) == ["pod ddp-node-0-0 exited 0", "pod ddp-node-0-1 exited 0"]
+        assert f"SIGKILL {node1}'s trainer" in cluster.decisions
+        assert sorted(d for d in cluster.decisions if d.startswith("pod ")) == [f"pod {node1[:-1]}0 exited 0", f"pod {node1} exited 0"]
         for rank in (0, 1):
             assert (claim / "final" / f"rank{rank}.pt").read_bytes() == (expected / f"rank{rank}.pt").read_bytes(), f"{target} rank {rank}"
         events = [json.loads(line) for line in (claim / ".hacfg/node-1/events.jsonl").read_text().splitlines()]
@@ -688,7 +688,7 @@ def test_a_jobset_and_a_trainjob_from_one_scenario_train_the_example_to_the_end_
         assert len(resumed) == 2 and resumed[0] is None and 8 <= int(resumed[1].removeprefix("/mnt/hacfg/ckpt/step_")) < STEPS, resumed
         assert (claim / f"step_{STEPS}" / ".complete").exists()  # the last step, saved as an uninterrupted run saves it
         if target == "trainjob":  # torchrun alone, reading PET_*, would meet the same peers
-            env = next(r.env for r in cluster.finished if r.pod.hostname == "ddp-node-0-1")
+            env = next(r.env for r in cluster.finished if r.pod.hostname == node1)
             pet = [env[f"PET_{name}"] for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")]
             assert pet == [env[name] for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")] == ["2", "1", "ddp-node-0-0.ddp", "29500"]
     print(" ".join(f"{target} {seconds:.1f} s" for target, seconds in took.items()))  # pytest -s shows the journeys' times
