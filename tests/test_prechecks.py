@@ -50,6 +50,7 @@ def test_all_pass_on_a_cpu_job(precheck):
         "disk-size cache": "skipped",
         "ulimit": "skipped",
         "gpu-check": "skipped",
+        "npu-check": "skipped",
     }
     assert "[hacfg] item=disk-size shm status=passed value=" in result.out and "need=>1.0KiB" in result.out
 

@@ -53,6 +53,11 @@ class PrecheckSettings(NamedTuple):
     nproc_min: int = 1000000
     gpu_devices: str = "/dev/nvidia[0-9]*"
     dns_timeout: float = 10.0
+    # Ascend NPUs (accelerator: npu): the cards, the driver's management device, the tool that reads their health.
+    npu_devices: str = "/dev/davinci[0-9]*"
+    npu_manager: Path = Path("/dev/davinci_manager")
+    npu_smi: str = "npu-smi"
+    npu_smi_timeout: float = 30.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> "PrecheckSettings":

@@ -208,7 +208,7 @@ def parse(text: str, name: str) -> Document:
 def parse_all(text: str, name: str, *, single: bool = False) -> list[Document]:
     """Every document of a YAML stream, or the one of a JSON file; ``single`` refuses a second one."""
     if name.endswith(".json"):
-        return [_parse_json(text, name)]
+        return [parse_json(text, name)]
     loader = _Loader(text)
     try:
         if single:
@@ -258,7 +258,8 @@ def _yaml_message(err: yaml.MarkedYAMLError, at: str) -> str:
     return ", ".join(part for part in (err.context, err.problem) if part) or "invalid YAML"
 
 
-def _parse_json(text: str, name: str) -> Document:
+def parse_json(text: str, name: str) -> Document:
+    """Strict JSON, every key and value with its position, whatever the file is called."""
     try:
         # the C decoder: strict JSON's verdict and message; the reader then reads each number, with its position
         json.loads(text, parse_int=len)
