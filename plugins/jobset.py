@@ -22,7 +22,7 @@ from typing import Any
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 from hacfg.plugin import kubernetes as k8s
 
-from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, network_policy, volumes
+from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, network_policies, volumes
 
 REPLICATED_JOB = "node"  # also the container's name, as in Kubeflow's runtimes
 JOB_ID_FIELD = f"metadata.labels['{k8s.JOBSET_UID_LABEL}']"
@@ -64,8 +64,8 @@ def jobset_spec(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
 
 
 def policies(config: HAConfig, name: str) -> list[dict[str, Any]]:
-    """The NetworkPolicy over the JobSet's pods, which JobSet labels with its name, when the scenario asks."""
-    return [network_policy(name, {k8s.JOBSET_NAME_LABEL: name})] if config.kubernetes.network_policy else []
+    """The NetworkPolicy over the JobSet's pods, which JobSet labels with its name (a TrainJob's too)."""
+    return network_policies(config, name, {k8s.JOBSET_NAME_LABEL: name})
 
 
 def node_container(config: HAConfig, built: Build, name: str) -> dict[str, Any]:

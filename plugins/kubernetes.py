@@ -168,23 +168,18 @@ def config_map(config: HAConfig, name: str) -> dict[str, Any]:
     }
 
 
-def network_policy(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    """A NetworkPolicy over the job's pods (``labels`` select them): the agents' group port and
-    ``MASTER_PORT`` admit only the job's own pods; every other port, anyone, as without it."""
+def network_policies(config: HAConfig, name: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+    """With ``kubernetes.network_policy``, a NetworkPolicy over the job's pods (``labels`` select them):
+    the agents' group port and ``MASTER_PORT`` admit only the job's own pods; every other port, anyone."""
+    if not config.kubernetes.network_policy:
+        return []
     pods = {"matchLabels": labels}
     others = [(1, GROUP_PORT - 1), (GROUP_PORT + 1, MASTER_PORT - 1), (MASTER_PORT + 1, 65535)]
     anyone = [{"protocol": "TCP", "port": low, "endPort": high} for low, high in others]
     anyone += [{"protocol": "UDP"}, {"protocol": "SCTP"}]
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "podSelector": pods,
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": pods}]}, {"ports": anyone}],
-        },
-    }
+    ingress = [{"from": [{"podSelector": pods}]}, {"ports": anyone}]
+    spec = {"podSelector": pods, "policyTypes": ["Ingress"], "ingress": ingress}
+    return [{"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": name}, "spec": spec}]
 
 
 def _group_secret(name: str, built: Build) -> dict[str, Any]:

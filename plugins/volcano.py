@@ -14,7 +14,7 @@ from typing import Any
 
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 
-from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, network_policy, volumes
+from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, network_policies, volumes
 
 TASK = "worker"
 # The pod's PodGroup, <job name>-<job uid> on current Volcano.
@@ -76,8 +76,8 @@ class Volcano(KubernetesTarget):
                 ],
             },
         }
-        policy = [network_policy(name, {JOB_NAME_LABEL: name})] if config.kubernetes.network_policy else []
-        self.listed(built, config_map(config, name), volcano_job, *policy)
+        policies = network_policies(config, name, {JOB_NAME_LABEL: name})
+        self.listed(built, config_map(config, name), volcano_job, *policies)
         built.origins[("items", 1, "spec", "minAvailable")] = ("job", "nodes")
         built.origins[("items", 1, "spec", "maxRetry")] = ("restart", "max")
         return built
