@@ -60,9 +60,13 @@ class NpuCheck(Precheck):
             return [PrecheckResult(self.name, "skipped", detail=f"accelerator is {accelerator}")]
         settings = ctx.settings
         devices = sorted(glob.glob(settings.npu_devices))
-        found = PrecheckResult(f"{self.name} devices", "passed", str(len(devices)), ">=1", detail=settings.npu_devices)
+        need = ctx.policy.cards or 1  # every card the node asked for (job.cards, or its flavor's), else any
+        count = str(len(devices))
+        found = PrecheckResult(f"{self.name} devices", "passed", count, f">={need}", detail=settings.npu_devices)
         if not devices:
             return [found._replace(status="failed", detail=f"no {settings.npu_devices}: the container has no NPU")]
+        if len(devices) < need:
+            return [found._replace(status="failed", detail=f"{settings.npu_devices}: {need} per node asked for")]
         if not settings.npu_manager.exists():
             detail = f"{settings.npu_manager} does not exist: the NPU driver's manager device is not in the container"
             return [found._replace(status="failed", detail=detail)]

@@ -94,7 +94,7 @@ def npu_host(tmp_path, cli, monkeypatch, builtin_plugins_only):
 
     class Host:
         def __init__(self):
-            self.dev, self.bin, self.config = dev, bin_dir, config
+            self.dev, self.bin, self.config, self.cli = dev, bin_dir, config, cli
 
         def cards(self, *numbers: int, manager: bool = True) -> Host:
             for number in numbers:
@@ -202,6 +202,15 @@ def test_no_cards_or_no_manager_device_fails_before_npu_smi_is_asked(npu_host):
     assert result.code == 138
     assert items["npu-check devices"].endswith(f"detail={npu_host.dev / 'davinci_manager'} does not exist: "
                                                "the NPU driver's manager device is not in the container")
+
+
+def test_a_node_that_shows_fewer_cards_than_it_asked_for_fails(npu_host):
+    """An 8-card flavor's node with a card missing: the pod asked the device plugin for 8 (job.cards, or the flavor)."""
+    npu_host.cards(*range(7)).reply("list", LIST_A2).reply("health-0", HEALTH_ALL_CHIPS)
+    npu_host.config.write_text("version: 1\nscenario: single-node\njob: {accelerator: npu, flavor: modelarts.pool.visual.npu.8snt9b3.d}\n")
+    result = npu_host.cli("precheck", "--config", npu_host.config)
+    assert result.code == 138
+    assert f"item=npu-check devices status=failed value=7 need=>=8 detail={npu_host.dev / 'davinci[0-9]*'}: 8 per node asked for" in result.out
 
 
 def test_other_accelerators_skip_it(npu_host):

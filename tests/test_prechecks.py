@@ -97,6 +97,16 @@ def test_gpu_check_counts_device_nodes(tmp_path, precheck):
     assert items["gpu-check"] == "passed"
 
 
+def test_gpu_check_wants_every_card_the_node_asked_for(tmp_path, precheck):
+    """job.cards, or the flavor's count: a node that shows fewer has a card missing."""
+    for card in range(3):
+        (tmp_path / f"nvidia{card}").touch()
+    assert precheck("job: {accelerator: gpu, flavor: modelarts.pool.visual.4xlarge}\n")[1]["gpu-check"] == "failed"
+    assert precheck("job: {accelerator: gpu, cards: 3}\n")[1]["gpu-check"] == "passed"
+    result, items = precheck("job: {accelerator: gpu, cards: 0}\n")  # a GPU job that asks for none is not judged
+    assert items["gpu-check"] == "skipped" and result.code == 0
+
+
 def test_a_failed_precheck_stops_the_agent_before_the_command(tmp_path):
     marker = tmp_path / "ran"
     config = tmp_path / "ha.yaml"

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from hacfg.scenario import modelarts as ma
+
 if TYPE_CHECKING:
     from hacfg.restart.policy import Policy
 
@@ -42,7 +44,7 @@ class PrecheckSettings(NamedTuple):
     root_path: Path = Path("/")
     root_min: int = 32 * GiB
     shm_path: Path = Path("/dev/shm")
-    shm_min: int = 1 * GiB
+    shm_min: int = ma.PRECHECK_SHM_MIN
     cache_path: Path = Path("/cache")
     cache_min: int = 32 * GiB
     memlock_min_kb: int = 16000

@@ -80,9 +80,13 @@ def dotted(path: LogicalPath) -> str:
 
 
 def lookup(tree: Any, path: LogicalPath) -> Any:
-    """The value at ``path`` in nested mappings, or None where any step is missing or not a mapping."""
+    """The value at ``path`` in nested mappings and lists (an int steps into a list), or None where any
+    step is missing."""
     for key in path:
-        if not isinstance(tree, dict) or key not in tree:
+        if isinstance(tree, list) and isinstance(key, int) and not isinstance(key, bool):
+            if not 0 <= key < len(tree):
+                return None
+        elif not isinstance(tree, dict) or key not in tree:
             return None
         tree = tree[key]
     return tree
