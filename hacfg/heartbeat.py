@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,8 +73,13 @@ def phase(name: str) -> Iterator[None]:
         _write(force=True)
 
 
+def is_phase(name: str) -> bool:
+    """Whether ``name`` can name a phase: 1-64 letters, digits, '_', '.' or '-'."""
+    return _NAME.fullmatch(name) is not None
+
+
 def _checked(name: str) -> str:
-    if not _NAME.fullmatch(name):
+    if not is_phase(name):
         raise ValueError(f"a phase name is 1-64 letters, digits, '_', '.' or '-', not {name!r}")
     return name
 
@@ -109,13 +115,22 @@ def _touch(path: str) -> None:
 
 
 def read(path: str | os.PathLike[str]) -> tuple[int | None, str]:
-    """The agent's side: the step and phase the file says (``(None, "train")`` for a bare touch)."""
+    """The agent's side: the step and phase the file says (``(None, "train")`` for a bare touch).
+
+    The training can put anything in the file's place: a link, a pipe with no writer (which would
+    block a plain ``open``), a step of a hundred digits. Only a regular file holding a line this
+    module writes is read: a step that fits in 64 bits, a phase name."""
     try:
-        with open(path, "rb") as handle:
-            words = handle.read(128).split()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None, TRAIN
-    if not words or not (words[0].isdigit() or words[0] == b"-") or len(words) > 2:
+    try:
+        words = os.read(fd, 128).split() if stat.S_ISREG(os.fstat(fd).st_mode) else []
+    except OSError:
+        words = []
+    finally:
+        os.close(fd)
+    if not words or not ((words[0].isdigit() and len(words[0]) <= 18) or words[0] == b"-") or len(words) > 2:
         return None, TRAIN  # a bare touch, or not a line this module wrote
     name = words[1].decode("ascii", "replace") if len(words) > 1 else TRAIN
     return int(words[0]) if words[0].isdigit() else None, name if _NAME.fullmatch(name) else TRAIN

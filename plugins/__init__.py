@@ -16,6 +16,7 @@ HOOKS: dict[str, frozenset[str]] = {
     "hacfg.plugins.trainjob": frozenset({"hacfg_targets"}),
     "hacfg.plugins.rules": frozenset({"hacfg_rules"}),
     "hacfg.plugins.prechecks": frozenset({"hacfg_prechecks"}),
+    "hacfg.plugins.npu": frozenset({"hacfg_prechecks"}),
     "hacfg.plugins.layouts": frozenset({"hacfg_checkpoint_layouts"}),
 }
 

@@ -22,10 +22,11 @@ from typing import Any
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 from hacfg.plugin import kubernetes as k8s
 
-from .kubernetes import KubernetesTarget, config_map, container, kubernetes_name, volumes
+from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, network_policies, volumes
 
 REPLICATED_JOB = "node"  # also the container's name, as in Kubeflow's runtimes
 JOB_ID_FIELD = f"metadata.labels['{k8s.JOBSET_UID_LABEL}']"
+RANK_FIELD = f"metadata.annotations['{k8s.COMPLETION_INDEX}']"  # what the Job controller sets JOB_COMPLETION_INDEX from
 # The agent killed (137: SIGKILL, the OOM killer) or stopped (143: SIGTERM) is no verdict on the code.
 AGENT_KILLED = (137, 143)
 
@@ -62,10 +63,16 @@ def jobset_spec(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
     }
 
 
+def policies(config: HAConfig, name: str) -> list[dict[str, Any]]:
+    """The NetworkPolicy over the JobSet's pods, which JobSet labels with its name (a TrainJob's too)."""
+    return network_policies(config, name, {k8s.JOBSET_NAME_LABEL: name})
+
+
 def node_container(config: HAConfig, built: Build, name: str) -> dict[str, Any]:
-    """A node's container: the agent finds node 0 at its stable hostname, <jobset>-node-0-0.<subdomain>."""
-    options = ("--rdzv-endpoint", f"{name}-{REPLICATED_JOB}-0-0.{name}") if config.job.nodes > 1 else ()
-    return container(config, built, name, task=REPLICATED_JOB, job_id_field=JOB_ID_FIELD, agent_options=options)
+    """A node's container: its rank is the completion index, node 0 is at its stable hostname
+    <jobset>-node-0-0.<subdomain> (JobSet's headless service; a TrainJob's JobSet has the TrainJob's name)."""
+    node0 = f"{name}-{REPLICATED_JOB}-0-0.{name}"
+    return container(config, built, name, Pod(REPLICATED_JOB, JOB_ID_FIELD, RANK_FIELD, node0))
 
 
 def pod_failure_rules(retry_elsewhere: int) -> list[dict[str, Any]]:
@@ -134,7 +141,7 @@ class JobSet(KubernetesTarget):
         name = kubernetes_name(config, built)
         jobset = {"apiVersion": k8s.JOBSET_API, "kind": "JobSet", "metadata": {"name": name}}
         jobset["spec"] = jobset_spec(config, built, name)
-        self.listed(built, config_map(config, name), jobset)
+        self.listed(built, config_map(config, name), jobset, *policies(config, name))
         spec = ("items", 1, "spec")
         built.origins[(*spec, "failurePolicy", "maxRestarts")] = ("restart", "max")
         built.origins[(*spec, "replicatedJobs", 0, "template", "spec", "completions")] = ("job", "nodes")

@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 from hacfg.plugin import Build, HAConfig, Target, deep_merge, format_duration, hookimpl, lookup, schema_file
+from hacfg.plugin import kubernetes as k8s
 from hacfg.plugin import modelarts as ma
 
 ACCELERATED = ("gpu", "npu")
@@ -94,6 +95,11 @@ class ModelArts(Target):
         environments = dict(config.job.environment)
         for name in environments:
             built.origins[("algorithm", "environments", name)] = ("job", "environment", name)
+            if k8s.looks_secret(name) and environments[name]:
+                built.notes.append(
+                    f"job.environment {name} looks like a secret and is written in clear in algorithm.environments: "
+                    "have the job read it at start-up from storage only it can read (hacfg explain HA034)"
+                )
         watched = config.job.accelerator in ACCELERATED
         hang = config.hang
         if watched and hang.detect:

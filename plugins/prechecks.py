@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import os
 import resource
 import shutil
 import socket
@@ -62,7 +64,25 @@ class DiskSize(Precheck):
         if not path.exists():
             return PrecheckResult(name, "skipped" if optional else "failed", need=need, detail=f"{path} does not exist")
         total = shutil.disk_usage(path).total
-        return PrecheckResult(name, "passed" if total > minimum else "failed", human_size(total), need)
+        if total > minimum:
+            return PrecheckResult(name, "passed", human_size(total), need)
+        detail = self.mounted(path)
+        if which == "shm":  # a container runtime's 64MiB tmpfs: the pod mounts no memory volume there
+            detail += "; a pod needs an emptyDir {medium: Memory} there (the Kubernetes targets write one)"
+        return PrecheckResult(name, "failed", human_size(total), need, detail=detail)
+
+    @staticmethod
+    def mounted(path: Path) -> str:
+        """What is mounted at ``path``, as this container's own mount table says."""
+        where = os.path.realpath(path)
+        found = f"no mount of its own at {where}"
+        with contextlib.suppress(OSError), open("/proc/self/mountinfo") as table:
+            for line in table:
+                fields = line.split()
+                dash = fields.index("-") if "-" in fields else -1
+                if dash > 0 and fields[4].replace("\\040", " ") == where:
+                    found = f"a {fields[dash + 1]} mounted at {where} ({fields[dash + 3]})"  # the last mount wins
+        return found
 
 
 class Ulimit(Precheck):
@@ -95,7 +115,8 @@ class Ulimit(Precheck):
 
 
 class GpuCheck(Precheck):
-    """GPU jobs see at least one GPU: through NVML when nvidia-ml-py is installed, else /dev/nvidia*."""
+    """GPU jobs see the cards their node asked for (job.cards, or the flavor's; at least one when neither
+    says): through NVML when nvidia-ml-py is installed, else /dev/nvidia*."""
 
     name = "gpu-check"
 
@@ -104,8 +125,14 @@ class GpuCheck(Precheck):
             return [PrecheckResult(self.name, "skipped", detail="accelerator unknown without --config")]
         if ctx.policy.accelerator != "gpu":
             return [PrecheckResult(self.name, "skipped", detail=f"accelerator is {ctx.policy.accelerator}")]
+        cards = ctx.policy.cards
+        if cards == 0:
+            return [PrecheckResult(self.name, "skipped", detail="the job asks for no cards (job.cards: 0)")]
         count, how = self.count(ctx.settings.gpu_devices)
-        return [PrecheckResult(self.name, "passed" if count else "failed", str(count), ">=1", detail=how)]
+        need = cards or 1  # all the cards the node's pod requested, else any
+        if cards:
+            how += f"; {cards} per node asked for (job.cards, or the flavor)"
+        return [PrecheckResult(self.name, "passed" if count >= need else "failed", str(count), f">={need}", detail=how)]
 
     @staticmethod
     def count(pattern: str) -> tuple[int, str]:

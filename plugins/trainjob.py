@@ -15,7 +15,7 @@ from typing import Any
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 from hacfg.plugin import kubernetes as k8s
 
-from .jobset import REPLICATED_JOB, JobSet, jobset_spec, node_container
+from .jobset import REPLICATED_JOB, JobSet, jobset_spec, node_container, policies
 from .kubernetes import config_map, kubernetes_name, volumes
 
 MANAGER = "hacfg"  # who owns the runtime patch
@@ -36,18 +36,19 @@ class TrainJob(JobSet):
                 "apiVersion": k8s.TRAINER_API,
                 "kind": "TrainingRuntime",
                 "metadata": {"name": name},
-                "spec": {"mlPolicy": {"numNodes": config.job.nodes}, "template": {"spec": spec}},
+                # torch: Trainer hands torchrun PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT
+                "spec": {"mlPolicy": {"numNodes": config.job.nodes, "torch": {}}, "template": {"spec": spec}},
             }
             # TrainJob's trainer settings go to the replicated Job so labelled
             trainer = {"labels": {k8s.TRAINER_ANCESTOR_LABEL: k8s.TRAINER_ANCESTOR}}
             spec["replicatedJobs"][0]["template"]["metadata"] = trainer
             train_job["spec"] = {"runtimeRef": _reference("TrainingRuntime", name)}
-            self.listed(built, config_map(config, name), runtime, train_job)
+            self.listed(built, config_map(config, name), runtime, train_job, *policies(config, name))
             built.origins[("items", 1, "spec", "template", "spec", "failurePolicy", "maxRestarts")] = ("restart", "max")
             built.origins[("items", 1, "spec", "mlPolicy", "numNodes")] = ("job", "nodes")
             return built
         train_job["spec"] = _on_runtime(config, built, name)
-        self.listed(built, config_map(config, name), train_job)
+        self.listed(built, config_map(config, name), train_job, *policies(config, name))
         built.origins[("items", 1, "spec", "trainer", "numNodes")] = ("job", "nodes")
         return built
 

@@ -14,11 +14,15 @@ from typing import Any
 
 from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
 
-from .kubernetes import KubernetesTarget, config_map, container, kubernetes_name, volumes
+from .kubernetes import KubernetesTarget, Pod, config_map, container, kubernetes_name, network_policies, volumes
 
 TASK = "worker"
 # The pod's PodGroup, <job name>-<job uid> on current Volcano.
 JOB_ID_FIELD = "metadata.annotations['scheduling.k8s.io/group-name']"
+# The label Volcano's job controller puts on every pod of the job.
+JOB_NAME_LABEL = "volcano.sh/job-name"
+# The pod's index in its task, which Volcano's job controller annotates (and its env plugin sets as VC_TASK_INDEX).
+RANK_FIELD = "metadata.annotations['volcano.sh/task-index']"
 
 
 def lifecycle_policies(config: HAConfig) -> list[dict[str, Any]]:
@@ -31,6 +35,11 @@ def lifecycle_policies(config: HAConfig) -> list[dict[str, Any]]:
         {"event": "PodEvicted", "action": "RestartJob"},
         {"event": "PodFailed", "action": "AbortJob"},  # the agent already applied the in-place rules
     ]
+
+
+def _pod(name: str) -> Pod:
+    """Node 0 at its hostname, as the svc plugin names it: the pod's name, NAME-worker-0, in subdomain NAME."""
+    return Pod(TASK, JOB_ID_FIELD, RANK_FIELD, f"{name}-{TASK}-0.{name}")
 
 
 class Volcano(KubernetesTarget):
@@ -59,7 +68,7 @@ class Volcano(KubernetesTarget):
                         "template": {
                             "spec": {
                                 "restartPolicy": "Never",
-                                "containers": [container(config, built, name, task=TASK, job_id_field=JOB_ID_FIELD)],
+                                "containers": [container(config, built, name, _pod(name))],
                                 "volumes": volumes(config, name),
                             }
                         },
@@ -67,7 +76,8 @@ class Volcano(KubernetesTarget):
                 ],
             },
         }
-        self.listed(built, config_map(config, name), volcano_job)
+        policies = network_policies(config, name, {JOB_NAME_LABEL: name})
+        self.listed(built, config_map(config, name), volcano_job, *policies)
         built.origins[("items", 1, "spec", "minAvailable")] = ("job", "nodes")
         built.origins[("items", 1, "spec", "maxRetry")] = ("restart", "max")
         return built

@@ -3,8 +3,8 @@
 The SDK (``pip install huaweicloudsdkmodelarts``) is the platform's own description of the
 create-training-job body: ``huaweicloudsdkmodelarts.v1.model.Job`` and the classes it names, each
 with ``openapi_types``, ``attribute_map`` and a docstring per field. This script walks them into a
-JSON Schema with every object closed, each field typed, and the enums, ranges and rules the
-docstrings state; and lists the fields only the job-details response has (``metadata.id``,
+JSON Schema with every object closed, each field typed, and the ranges and rules the docstrings
+state; and lists the fields only the job-details response has (``metadata.id``,
 ``status``, ...) under ``x-read-only``, so ``hacfg import`` can drop them from a fetched job.
 
 hacfg reads the written file; it never imports the SDK (that takes longer than a whole lint).
@@ -30,7 +30,8 @@ ANY_ITEM = "*"  # in an x-read-only path: every element of an array
 
 _SCALARS = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
 
-# Required fields: the SDK's models mark none; these are the API reference's "Mandatory: Yes".
+# Required fields: the SDK's models mark none; these are the API reference's "Mandatory: Yes", less
+# those with a documented default (Job.kind).
 REQUIRED = {
     "Job": ["kind", "metadata"],
     "JobMetadata": ["name"],
@@ -66,6 +67,7 @@ _CHOICE = re.compile(r"([A-Za-z][\w.-]*)\s*(?:[：:].*)?", re.DOTALL)
 # "可选取值如下： - modelarts.pool.visual.xlarge（1卡） - ...": values a field takes in some cases (a dedicated
 # pool's flavors; a public pool has others): examples, for editors to offer, not an enum.
 _EXAMPLE = re.compile(r"-\s*([A-Za-z][\w.-]*)（")
+_DEFAULT = re.compile(r"\*\*默认取值\*\*：\s*([A-Za-z][\w.-]*)。")  # "**默认取值**：job。"
 _LISTED = re.compile(r"取值范围\*\*：([A-Za-z0-9]+(?:、[A-Za-z0-9]+)+)\s")  # "**取值范围**：v0、v1"
 _RANGE = re.compile(r"(?:取值范围\*\*：|范围为\s*)(\d+)\s*-\s*(\d+)")  # "**取值范围**：0-3", "范围为 1-100"
 _LEAST = re.compile(r"最小值为(\d+)")
@@ -127,14 +129,16 @@ class Generator:
         """``name``'s fields, closed. The SDK reads a null as a field not given (real bodies carry
         ``"auto_search": null``), so every field that is not required may be null."""
         properties: dict[str, Any] = {}
-        required = REQUIRED.get(name, [])
+        required = [key for key in REQUIRED.get(name, []) if _default(fields(name)[key][2]) is None]
         together: dict[str, list[str]] = {}
         for key, (attribute, kind, doc) in fields(name).items():
             schema = self.type_of(kind)
             scalar = schema if schema.get("type") != "array" else schema["items"]
             schema_type = scalar.get("type")
             if schema_type == "string" and (choices := _choices(doc)):
-                scalar["enum"] = choices
+                scalar["x-documented"] = choices
+                if (default := _default(doc)) in choices:
+                    scalar["default"] = default
             elif schema_type == "string" and (examples := _EXAMPLE.findall(doc)):
                 scalar["examples"] = examples
             if schema_type in ("integer", "number"):
@@ -149,8 +153,6 @@ class Generator:
                     together[key] = [other]
             if "type" in schema and key not in required:
                 schema["type"] = [schema["type"], "null"]
-                if "enum" in schema:
-                    schema["enum"] = [*schema["enum"], None]
             properties[key] = schema
         made: dict[str, Any] = {"type": ["object", "null"] if nullable else "object"}
         if required:
@@ -168,6 +170,12 @@ def _choices(doc: str) -> list[str]:
         return [item.group(1) for item in items if item] if all(items) else []
     listed = _LISTED.search(doc)
     return listed.group(1).split("、") if listed else []
+
+
+def _default(doc: str) -> str | None:
+    """The default a docstring states, when it is one of the values it lists."""
+    match = _DEFAULT.search(doc)
+    return match.group(1) if match and match.group(1) in _choices(doc) else None
 
 
 def _bounds(doc: str) -> dict[str, int]:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,43 @@ def children_of(pid: int) -> list[tuple[int, str]]:
             if int(fields[1]) == pid:
                 found.append((int(entry.name), fields[0]))
     return found
+
+
+def left_running(marker: str | Path) -> list[int]:
+    """The live processes (zombies aside) whose command line names ``marker``, a test's own folder: what it left."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                named = str(marker).encode() in (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if named and state not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
+
+
+def wait_agents(agents: Mapping[int, subprocess.Popen], timeout: float, output: Callable[[int], str]) -> dict[int, int]:
+    """Each agent's exit code, all within ``timeout`` seconds; else every agent's session is killed and the
+    test fails with the output of the one that did not finish."""
+    deadline = time.monotonic() + timeout
+    codes = {}
+    for key, agent in sorted(agents.items()):
+        try:
+            codes[key] = agent.wait(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_agents(agents)
+            pytest.fail(f"agent {key} did not finish:\n{output(key)[-4000:]}")
+    return codes
+
+
+def kill_agents(agents: Mapping[int, subprocess.Popen]) -> None:
+    """End every agent a test started in a session of its own, and whatever it runs."""
+    for agent in agents.values():
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()
 
 
 def free_port() -> int:
@@ -113,6 +153,13 @@ def agent(
 def read_events(state: Path) -> list[dict]:
     """The events an agent wrote to ``state``/events.jsonl, in order."""
     return [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines()]
+
+
+def saved_state(state: Path) -> dict:
+    """The state an agent saved in ``state``/state.json: the words of its sealed line (``job``,
+    ``ended``) and its document."""
+    line, _, document = (state / "state.json").read_text().partition("\n")
+    return {**dict(word.split("=", 1) for word in line.split()[2:-1]), **json.loads(document)}
 
 
 def distribution(site: Path, name: str, entry_points: dict[str, str], version: str = "1.0") -> Path:
@@ -214,6 +261,7 @@ def joined_pair(tmp_path):
     torch = pytest.importorskip("torch")
     from hacfg.agent.group.discovery import GroupSpec
     from hacfg.agent.group.protocol import GroupRounds
+    from hacfg.agent.group.signing import JobSecret
     from hacfg.agent.records.state import NodeState
     from hacfg.restart.policy import Policy
 
@@ -221,7 +269,8 @@ def joined_pair(tmp_path):
 
     def member(rank):
         spec = GroupSpec(nnodes=2, rank=rank, host="127.0.0.1", port=port, timeout=30)
-        return GroupRounds(spec, Policy(), torch.distributed.TCPStore, echo=print, secret_folder=tmp_path, env={})
+        secret = JobSecret({}, tmp_path, None, create=spec.leader, timeout=spec.timeout, shared=True)
+        return GroupRounds(spec, Policy(), torch.distributed.TCPStore, echo=print, secret=secret)
 
     leader, follower = member(0), member(1)
     try:

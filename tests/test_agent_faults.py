@@ -74,7 +74,7 @@ def test_a_corrupted_state_file_is_recovered_and_reported(tmp_path):
     (state / "state.json").write_text('{"attempt": 3, "restarts": ')  # torn by a crash mid-write of an older tool
     result = subprocess.run([*agent_argv(state, "--max-restarts", "1"), sys.executable, str(CHILDREN / "crash.py")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 138
-    assert "state file unreadable (JSONDecodeError); starting from zero" in result.stderr
+    assert "state file unreadable (no hacfg-state 1 line: not sealed by hacfg); starting from zero" in result.stderr
     events = read_events(state)
     assert events[0]["event"] == "state_recovered"
     assert [e["attempt"] for e in events if e["event"] == "attempt_start"] == [1, 2]

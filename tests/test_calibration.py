@@ -32,3 +32,14 @@ def test_other_layouts_are_timed_by_their_files(tmp_path):
     single.mkdir()
     (single / "model.safetensors").write_bytes(b"x")
     assert save_seconds(single) is None  # one file says nothing of how long it took
+
+
+def test_a_marker_the_training_wrote_is_read_with_limits(tmp_path):
+    """The marker lies in the checkpoint the training writes: 200,000 nested brackets there were a
+    RecursionError in the agent as it recorded what an attempt saved."""
+    folder = tmp_path / "step_40"
+    folder.mkdir()
+    (folder / "shard.pt").write_bytes(b"x")
+    for marker in ("[" * 200_000 + "]" * 200_000, '{"save_s": 1e400}', '{"save_s": ' + "9" * 500 + "}"):
+        (folder / ".complete").write_text(marker)
+        assert save_seconds(folder) is None  # the files' spread: one file says nothing

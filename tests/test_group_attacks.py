@@ -235,20 +235,44 @@ def test_values_from_before_node_0_restarted_are_rejected(tmp_path):
     assert_no_internal_error(job)
 
 
-@pytest.mark.parametrize(("key", "run_for"), [("alive/1", 30), ("r1/seq", 4)])
-def test_a_counter_set_to_text_is_a_rejected_value_never_a_lost_store(tmp_path, key, run_for):
-    job = TwoNodes(tmp_path, run_for=run_for)
+def test_a_keep_alive_set_to_text_is_a_rejected_value_never_a_lost_store(tmp_path):
+    job = TwoNodes(tmp_path, run_for=30)
     job.start(0)
     job.start(1)
     for rank in (0, 1):
         job.wait_for(rank, "resume=")
-    job.attacker().set(key, "text")
+    store = job.attacker()
+    try:  # node 1 writes its own keep-alive every second: keep the text there until node 0 reads it
+        while all(agent.poll() is None for agent in job.agents.values()):
+            store.set("r1/alive/1", "text")
+            time.sleep(0.01)
+    except RuntimeError:
+        pass  # node 0 is gone, and its store with it
     assert job.wait() == {0: 138, 1: 138}, (job.output(0), job.output(1))
-    assert key in {e["key"] for rank in (0, 1) for e in job.rejected(rank)}
+    assert ("r1/alive/1", "not a signed value") in {(e["key"], e["reason"]) for rank in (0, 1) for e in job.rejected(rank)}
     for rank in (0, 1):
         assert job.output(rank).count("resume=") == 1  # no store rebuilt, no round run again
         assert [e for e in job.events(rank) if e["event"] == "decision" and e["action"] == "proc_restart"] == []
         assert "reconnecting" not in job.output(rank)
+    assert_no_internal_error(job)
+
+
+@pytest.mark.parametrize("value", ["text", "99999999999999999999"])
+def test_counters_seeded_before_the_first_round_leave_a_job_that_succeeded_at_0(tmp_path, value):
+    """The store's own counters are unsigned: whoever reaches the store can seed them. Text made the
+    round's report order a rejected value (a finished job rescheduled with 138); a number past 64 bits
+    made every ``add`` drop its connection, and the agents reconnect until their restarts ran out."""
+    job = TwoNodes(tmp_path, run_for=3)
+    job.start(0)
+    store = job.attacker()  # node 0 waits for node 1: no round has begun
+    for key in ("r1/seq", "alive/0", "alive/1"):  # the report order and the keep-alives, as they were kept
+        store.set(key, value)
+    job.start(1)
+    assert job.wait() == {0: 0, 1: 0}, (job.output(0), job.output(1))
+    for rank in (0, 1):
+        assert job.output(rank).count("resume=") == 1 and f"rank {rank} finished" in job.output(rank)
+        assert job.rejected(rank) == []
+        assert [e["action"] for e in job.events(rank) if e["event"] == "decision"] == ["success"]
     assert_no_internal_error(job)
 
 

@@ -48,14 +48,23 @@ def test_third_party_plugin_package_is_picked_up_with_no_change_to_hacfg(wheel_v
 
     config = tmp_path / "ha.yaml"
     config.write_text("version: 1\nscenario: single-node\njob: {accelerator: npu}\n")
-    env = {"HACFG_PRECHECK_NPU_DEVICES": str(tmp_path / "davinci[0-9]*"), "HACFG_PRECHECK_ROOT_MIN": "1K", "HACFG_PRECHECK_SHM_MIN": "1K", "VC_WORKER_HOSTS": "localhost"}
-    agent = wheel_venv.run(hacfg, "agent", "--config", config, "--state-dir", tmp_path / "state", "--", "true", cwd=tmp_path, env=env)
-    assert agent.returncode == 138  # no NPU here: the plugin's pre-check stops the job before it starts
-    assert "[hacfg] item=npu-check status=failed value=0 need=>=1" in agent.stderr
+    # a host whose card hacfg's own npu-check passes (npu-smi replies as its reference prints), the plugin's to judge
     (tmp_path / "davinci0").touch()
+    (tmp_path / "davinci_manager").touch()
+    smi = tmp_path / "npu-smi"
+    smi.write_text('#!/bin/sh\ncase "$2" in -l) echo "NPU ID : 0" ;; *) echo "Health : OK" ;; esac\n')
+    smi.chmod(0o755)
+    env = {"HACFG_PRECHECK_NPU_DEVICES": str(tmp_path / "davinci[0-9]*"), "HACFG_PRECHECK_NPU_MANAGER": str(tmp_path / "davinci_manager"),
+           "HACFG_PRECHECK_NPU_SMI": str(smi), "HACFG_PRECHECK_ROOT_MIN": "1K", "HACFG_PRECHECK_SHM_MIN": "1K", "VC_WORKER_HOSTS": "localhost"}
+    agent = wheel_venv.run(hacfg, "agent", "--config", config, "--state-dir", tmp_path / "state", "--", "true", cwd=tmp_path, env=env)
+    assert agent.returncode == 138  # no CANN toolkit here: the plugin's pre-check stops the job before it starts
+    assert "[hacfg] item=cann-toolkit status=failed need=a CANN toolkit" in agent.stderr
+    assert "[hacfg] item=npu-check npu 0 status=passed value=OK" in agent.stderr
+    (tmp_path / "ascend-toolkit").mkdir()
+    env["ASCEND_TOOLKIT_HOME"] = str(tmp_path / "ascend-toolkit")
     agent = wheel_venv.run(hacfg, "agent", "--config", config, "--state-dir", tmp_path / "state2", "--", "true", cwd=tmp_path, env=env)
     assert agent.returncode == 0, agent.stderr
-    assert "item=npu-check status=passed" in agent.stderr
+    assert "item=cann-toolkit status=passed" in agent.stderr
 
     own_tests = wheel_venv.run(wheel_venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", plugin / "tests", cwd=tmp_path)
     assert own_tests.returncode == 0, own_tests.stdout + own_tests.stderr

@@ -3,11 +3,11 @@ intents as the Volcano and ModelArts targets mapped to JobSet's failure policy."
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import re
 import shlex
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -175,7 +175,7 @@ def test_the_group_is_found_the_kubernetes_way(cli, target):
     assert jobset_spec(objects)["network"] == {"enableDNSHostnames": True}
     [container] = job["template"]["spec"]["containers"]
     assert container["command"] == [
-        "hacfg", "agent", "--config", "/etc/hacfg/ha.yaml", "--rdzv-endpoint", "llama-pretrain-node-0-0.llama-pretrain",
+        "hacfg", "agent", "--config", "/etc/hacfg/ha.yaml", "--rdzv-endpoint", "llama-pretrain-node-0-0.llama-pretrain:29401",
         "--", "/bin/sh", "-c", "bash run.sh",
     ]  # node 0's stable hostname: <jobset>-<replicated job>-<job index>-<pod index>.<subdomain, the jobset's name>
     env = {e["name"]: e for e in container["env"]}
@@ -189,14 +189,19 @@ def test_the_pod_gets_the_same_intent_without_the_preset(cli, tmp_path, target):
     objects, _ = build(cli, target, LLAMA)
     delivered = tmp_path / "ha.yaml"
     delivered.write_text(objects[0]["data"]["ha.yaml"])
-    assert load_config(delivered, presets()).config == load_config(LLAMA, presets()).config
+    assert load_config(delivered, presets()).config == without_environment(load_config(LLAMA, presets()).config)
+
+
+def without_environment(config):
+    """The intent, without job.environment: the containers' env carries it, never the ConfigMap."""
+    return dataclasses.replace(config, job=dataclasses.replace(config.job, environment={}))
 
 
 def test_the_trainjob_runs_on_the_runtime_written_beside_it(cli):
     objects, _ = build(cli, "trainjob", LLAMA)
     _, runtime, train_job = objects
     assert train_job["spec"] == {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": "llama-pretrain"}}
-    assert runtime["metadata"]["name"] == "llama-pretrain" and runtime["spec"]["mlPolicy"] == {"numNodes": 4}
+    assert runtime["metadata"]["name"] == "llama-pretrain" and runtime["spec"]["mlPolicy"] == {"numNodes": 4, "torch": {}}
     jobset, _ = build(cli, "jobset", LLAMA)
     replicated = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
     assert replicated.pop("template")["metadata"] == {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}}
@@ -210,10 +215,13 @@ def test_a_trainjob_on_an_existing_runtime_carries_the_agent_and_the_scenario(cl
     assert spec["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "torch-distributed"}
     trainer = spec["trainer"]
     assert trainer["command"][:2] == ["hacfg", "agent"] and trainer["numNodes"] == 2
-    assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": 8}}
+    assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": 8}, "requests": {"nvidia.com/gpu": 8}}
     [patch] = spec["runtimePatches"]
     pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    assert pod["volumes"] == [{"name": "hacfg-config", "configMap": {"name": config_map["metadata"]["name"]}}]
+    assert pod["volumes"] == [
+        {"name": "hacfg-config", "configMap": {"name": config_map["metadata"]["name"]}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+    ]
     assert "ClusterTrainingRuntime 'torch-distributed' decides the restarts" in result.err
     assert "pod_reschedules" not in result.err and "maxRestarts" not in json.dumps(objects)  # the runtime's to say
 
@@ -227,15 +235,21 @@ def test_a_job_without_image_or_command_is_refused_in_one_line(cli, write, targe
     assert result.err == f"{path}:3:6: the {target} job is incomplete: {what}\n"
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize(("name", "why"), [("a" * 46, "is too long"), ("job9_", "does not match"), ("9job", "does not match")])
-def test_a_name_kubernetes_refuses_is_reported_at_job_name(cli, write, target, name, why):
-    """A JobSet's pods are named NAME-node-0-INDEX-xxxxx within 63 characters; TrainJob names begin with a letter."""
+@pytest.mark.parametrize("target", [*TARGETS, "volcano"])
+@pytest.mark.parametrize(
+    ("name", "offered"),
+    [("a" * 46, "a" * 45), ("job9_", "job9"), ("9job", "job-9job"), ("7b-pretrain", "job-7b-pretrain"), ("_job", "job"), ("Pretrain-", "pretrain")],
+)
+def test_a_name_kubernetes_refuses_is_one_line_at_job_name_with_the_rule_and_a_name_that_would_do(cli, write, target, name, offered):
+    """A JobSet's pods are named NAME-node-0-INDEX-xxxxx within 63 characters, Volcano's hostnames NAME-worker-INDEX;
+    TrainJob names, and the Services of JobSet and Volcano, begin with a letter."""
     path = write("ha.yaml", f"version: 1\nscenario: single-node\njob: {{name: {name}, image: org/x:1, command: x}}\n")
     result = cli("build", "--target", target, path)
     assert (result.code, result.out) == (2, "")
-    lines = result.err.splitlines()
-    assert lines and all(line.startswith(f"{path}:3:13: {target} output items[") and why in line for line in lines), result.err
+    rule = "a Kubernetes name takes lower case letters, digits and '-', begins with a letter, ends with a letter or digit, and has at most 45 characters"
+    assert result.err == f"{path}:3:13: job.name {name!r}: {rule}; {offered!r} would do\n"
+    fixed = write("fixed.yaml", f"version: 1\nscenario: single-node\njob: {{name: {offered}, image: org/x:1, command: x}}\n")
+    assert cli("build", "--target", target, fixed).code == 0  # the name offered is taken
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -262,8 +276,8 @@ def test_hacfg_lint_of_the_output_is_clean(cli, write, tmp_path, target, strateg
 def test_the_checkpoint_claim_is_mounted_at_the_checkpoint_path(cli, write, target):
     objects, result = build(cli, target, write("ha.yaml", CLAIMED % ""))
     pod = job_spec(objects)["template"]["spec"]
-    assert pod["volumes"][1] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "llama-ckpt"}}
-    assert pod["containers"][0]["volumeMounts"][1] == {"name": "checkpoint", "mountPath": "/mnt/ckpt"}
+    assert pod["volumes"][2] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "llama-ckpt"}}
+    assert pod["containers"][0]["volumeMounts"][2] == {"name": "checkpoint", "mountPath": "/mnt/ckpt"}
     assert "mount shared storage" not in result.err
 
 
@@ -300,37 +314,174 @@ def test_volcano_mounts_the_checkpoint_claim_too(cli, write):
     """The pod is built in one place for every Kubernetes target."""
     objects, _ = build(cli, "volcano", write("ha.yaml", CLAIMED % ""))
     pod = objects[1]["spec"]["tasks"][0]["template"]["spec"]
-    assert pod["volumes"][1] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "llama-ckpt"}}
-    assert pod["containers"][0]["volumeMounts"][1] == {"name": "checkpoint", "mountPath": "/mnt/ckpt"}
+    assert pod["volumes"][2] == {"name": "checkpoint", "persistentVolumeClaim": {"claimName": "llama-ckpt"}}
+    assert pod["containers"][0]["volumeMounts"][2] == {"name": "checkpoint", "mountPath": "/mnt/ckpt"}
 
 
-@pytest.mark.slow
-def test_the_pods_agents_form_their_group_from_the_completion_index(cli, tmp_path):
-    """Each "pod" runs the container's own command with only what Kubernetes gives it: the completion index.
+ALL_TARGETS = (*TARGETS, "volcano")
 
-    Node 0's hostname resolves only in the cluster, so here the endpoint points at this machine."""
-    import os
-    import socket
-    import subprocess
 
-    pytest.importorskip("torch")  # the group's store
-    scenario = tmp_path / "ha.yaml"
-    scenario.write_text(f"version: 1\nscenario: multi-node\njob: {{name: t, nodes: 2, image: img, command: echo trained}}\ncheckpoint: {{path: {tmp_path}/ckpt, resume: true}}\nrestart: {{max: 2}}\nprecheck: false\n")
-    objects, _ = build(cli, "jobset", scenario)
-    (tmp_path / "pod-ha.yaml").write_text(objects[0]["data"]["ha.yaml"])
-    [container] = job_spec(objects)["template"]["spec"]["containers"]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    here = {"/etc/hacfg/ha.yaml": str(tmp_path / "pod-ha.yaml"), "t-node-0-0.t": f"127.0.0.1:{port}", "hacfg": str(Path(sys.executable).with_name("hacfg"))}
-    argv = [here.get(word, word) for word in container["command"]]
-    assert argv[4:6] == ["--rdzv-endpoint", f"127.0.0.1:{port}"]  # the manifest named node 0's hostname there
-    env = {key: value for key, value in os.environ.items() if key not in ("NODE_RANK", "VC_TASK_INDEX", "GROUP_RANK", "MASTER_ADDR")}
-    nodes = [
-        subprocess.Popen(argv, env={**env, "JOB_COMPLETION_INDEX": str(index), "HACFG_JOB_ID": "uid-1"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for index in (0, 1)
-    ]
-    outputs = [node.communicate(timeout=120)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outputs
-    assert "node 0 of 2" in outputs[0] and "node 1 of 2" in outputs[1]
-    assert sorted(p.name for p in (tmp_path / "ckpt/.hacfg").iterdir()) == ["node-0", "node-1"]
+def pod_of(objects):
+    """The pod template of any Kubernetes target's output (a TrainJob's is its TrainingRuntime's)."""
+    for o in objects:
+        if o["kind"] == "Job":
+            return o["spec"]["tasks"][0]["template"]["spec"]
+    return job_spec(objects)["template"]["spec"]
+
+
+def runnable(write, job="", extra=""):
+    return write("ha.yaml", f"version: 1\nscenario: multi-node\njob: {{name: t, nodes: 2, image: img, command: python train.py{job}}}\nrestart: {{max: 3}}\n{extra}")
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+@pytest.mark.parametrize(
+    ("job", "extra", "devices"),
+    [
+        (", flavor: modelarts.pool.visual.8xlarge", "", {"nvidia.com/gpu": 8}),
+        (", accelerator: npu, flavor: modelarts.pool.visual.npu.8snt9b3.d", "", {"huawei.com/Ascend910": 8}),
+        (", accelerator: npu, flavor: modelarts.bm.npu.arm.4snt9b1", "", {"huawei.com/Ascend910": 4}),
+        (", accelerator: npu, flavor: modelarts.pool.visual.16xlarge", "", {"huawei.com/Ascend910": 16}),
+        (", cards: 4", "", {"nvidia.com/gpu": 4}),  # no flavor: the scenario says
+        (", accelerator: npu, cards: 2", "kubernetes: {device_resource: huawei.com/Ascend310P}\n", {"huawei.com/Ascend310P": 2}),
+        (", flavor: modelarts.pool.visual.8xlarge, cards: 2", "", {"nvidia.com/gpu": 2}),  # job.cards wins
+    ],
+)
+def test_each_node_requests_its_cards_from_the_device_plugin_requests_equal_to_limits(cli, write, target, job, extra, devices):
+    objects, result = build(cli, target, runnable(write, job, extra))
+    [container] = pod_of(objects)["containers"]
+    assert container["resources"] == {"limits": devices, "requests": devices}  # the Ascend device plugin needs both
+    assert "no card count" not in result.err
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_without_a_card_count_the_build_says_which_key_gives_one(cli, write, target):
+    objects, result = build(cli, target, runnable(write, ", flavor: modelarts.vm.gpu.v100"))
+    assert "resources" not in pod_of(objects)["containers"][0]
+    assert "no card count for flavor 'modelarts.vm.gpu.v100': set job.cards, the nvidia.com/gpu each node requests" in result.err
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+@pytest.mark.parametrize(
+    ("line", "at", "says"),
+    [
+        ("job: {name: t, image: img, command: x, cards: -1}", "3:47", "job.cards: Input should be greater than or equal to 0"),
+        ("job: {name: t, image: img, command: x, cards: 2.5}", "3:47", "job.cards: Input should be a valid integer"),
+        ("job: {name: t, image: img, command: x, cards: '8'}", "3:47", "job.cards: Input should be a valid integer"),
+        ("kubernetes: {device_resource: nvidia.com/mig-1g.5gb}", "3:31", "kubernetes.device_resource: Input should be 'nvidia.com/gpu', 'huawei.com/Ascend910', 'huawei.com/Ascend310P' or 'huawei.com/Ascend310'"),
+        ("kubernetes: {secrets: {WANDB_API_KEY: {name: wandb}}}", "3:39", "missing required key 'kubernetes.secrets.WANDB_API_KEY.key'"),
+        ("kubernetes: {shm_size: 512Mi}", "3:24", "kubernetes.shm_size: the agent's pre-check needs more than 1Gi at /dev/shm (disk-size shm), got 512Mi"),
+        ("kubernetes: {shm_size: lots}", "3:24", "kubernetes.shm_size: String should match pattern"),
+    ],
+)
+def test_bad_kubernetes_input_is_one_line_at_its_place_and_exit_2(cli, write, target, line, at, says):
+    path = write("ha.yaml", f"version: 1\nscenario: single-node\n{line}\n")
+    result = cli("build", "--target", target, path)
+    assert (result.code, result.out) == (2, "")
+    [error] = result.err.splitlines()
+    assert error.startswith(f"{path}:{at}: {says}"), error
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_every_pod_mounts_memory_at_dev_shm_sized_from_the_scenario(cli, write, target):
+    objects, _ = build(cli, target, runnable(write))
+    pod = pod_of(objects)
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]  # above the pre-check's 1Gi
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+    objects, _ = build(cli, target, runnable(write, extra="kubernetes: {shm_size: 64Gi}\n"))
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in pod_of(objects)["volumes"]
+
+
+@pytest.mark.parametrize(("target", "node0", "rank"), [
+    ("jobset", "t-node-0-0.t", "metadata.annotations['batch.kubernetes.io/job-completion-index']"),
+    ("trainjob", "t-node-0-0.t", "metadata.annotations['batch.kubernetes.io/job-completion-index']"),
+    ("volcano", "t-worker-0.t", "metadata.annotations['volcano.sh/task-index']"),
+])
+def test_the_launcher_finds_its_peers_and_the_agent_another_port(cli, write, target, node0, rank):
+    """As JobSet's PyTorch example (MASTER_ADDR node 0's hostname, the rank from the completion index) and Volcano's
+    pytorch plugin (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) set them; the agent's group is not on MASTER_PORT,
+    nor on torchrun's c10d port 29400."""
+    objects, _ = build(cli, target, runnable(write))
+    [container] = pod_of(objects)["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    index = {"fieldRef": {"fieldPath": rank}}
+    assert {key: env[key] for key in ("MASTER_ADDR", "MASTER_PORT", "NNODES", "WORLD_SIZE", "NODE_RANK", "RANK")} == {
+        "MASTER_ADDR": node0, "MASTER_PORT": "29500", "NNODES": "2", "WORLD_SIZE": "2", "NODE_RANK": index, "RANK": index,
+    }
+    endpoint = container["command"][container["command"].index("--rdzv-endpoint") + 1]
+    assert endpoint == f"{node0}:29401"
+
+
+def test_the_training_runtime_has_trainer_hand_torchrun_its_variables(cli, write):
+    """mlPolicy.torch: Kubeflow Trainer's torch plugin sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR (NAME-node-0-0.NAME)
+    and PET_MASTER_PORT (29500) in the container named node, which torchrun reads as its flags."""
+    objects, _ = build(cli, "trainjob", runnable(write))
+    runtime = next(o for o in objects if o["kind"] == "TrainingRuntime")
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 2, "torch": {}}
+    assert pod_of(objects)["containers"][0]["name"] == "node"
+
+
+SECRETS = (
+    "version: 1\nscenario: multi-node\n"
+    "job: {name: t, nodes: 2, image: img, command: python train.py,\n"
+    "      environment: {NCCL_DEBUG: INFO, WANDB_API_KEY: wandb-literal-0123, HUAWEICLOUD_SDK_SK: sk-literal-4567, HACFG_GROUP_SECRET: group-literal-89}}\n"
+    "restart: {max: 3}\n"
+    "kubernetes: {secrets: {HF_TOKEN: {name: hf, key: token}}}\n"
+)
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_secrets_are_read_from_secrets_and_never_printed(cli, write, target):
+    objects, result = build(cli, target, write("ha.yaml", SECRETS))
+    for literal in ("wandb-literal-0123", "sk-literal-4567", "group-literal-89"):
+        assert literal not in result.out
+    assert "NCCL_DEBUG" not in objects[0]["data"]["ha.yaml"]  # the ConfigMap carries no job.environment
+    env = pod_of(objects)["containers"][0]["env"]
+    by_name = {e["name"]: e for e in env}
+    assert by_name["NCCL_DEBUG"] == {"name": "NCCL_DEBUG", "value": "INFO"}
+    assert by_name["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
+    for key in ("WANDB_API_KEY", "HUAWEICLOUD_SDK_SK", "HACFG_GROUP_SECRET"):
+        assert by_name[key]["valueFrom"] == {"secretKeyRef": {"name": "t-env", "key": key}}
+        assert f"job.environment {key} looks like a secret: the pods read it from Secret 't-env'" in result.err
+    assert [e["name"] for e in env].count("HACFG_GROUP_SECRET") == 1  # once: the user's, not also the optional one
+    delivered = write("delivered.yaml", objects[0]["data"]["ha.yaml"])
+    assert load_config(delivered, presets()).config.kubernetes.secrets["HF_TOKEN"].key == "token"  # what hacfg writes, it reads
+
+
+SCHEMA_FILES = {"jobset": "jobset.schema.json", "trainjob": "trainjob.schema.json", "volcano": "volcano-job.schema.json"}
+
+
+@pytest.mark.parametrize(("target", "label"), [("jobset", "jobset.sigs.k8s.io/jobset-name"), ("trainjob", "jobset.sigs.k8s.io/jobset-name"), ("volcano", "volcano.sh/job-name")])
+def test_a_network_policy_admits_the_group_and_master_ports_only_from_the_jobs_own_pods(cli, write, target, label):
+    from jsonschema import Draft202012Validator
+
+    objects, _ = build(cli, target, runnable(write, extra="kubernetes: {network_policy: true}\n"))
+    policy = objects[-1]
+    assert (policy["kind"], policy["metadata"]["name"]) == ("NetworkPolicy", "t")
+    own = {"podSelector": {"matchLabels": {label: "t"}}}  # the label each controller puts on the job's pods
+    assert policy["spec"]["podSelector"] == own["podSelector"] and policy["spec"]["policyTypes"] == ["Ingress"]
+    ours, anyone = policy["spec"]["ingress"]
+    assert ours == {"from": [own]}  # every port, from the job's own pods
+    tcp = [(p["port"], p["endPort"]) for p in anyone["ports"] if p["protocol"] == "TCP"]
+    assert tcp == [(1, 29400), (29402, 29499), (29501, 65535)]  # anyone else: all but the group's 29401 and MASTER_PORT 29500
+    assert {"protocol": "UDP"} in anyone["ports"] and "from" not in anyone
+    schema = json.loads((REPO / "schemas" / SCHEMA_FILES[target]).read_text())
+    document = {"apiVersion": "v1", "kind": "List", "items": objects}
+    assert not list(Draft202012Validator(schema).iter_errors(document))
+    assert "NetworkPolicy" not in json.dumps(build(cli, target, runnable(write))[0])  # only when asked
+
+
+@pytest.mark.parametrize("target", ALL_TARGETS)
+def test_the_torchrun_example_of_the_docs_builds_for_every_target_and_lints_clean(cli, tmp_path, target):
+    """docs/kubernetes.md's one scenario: the same command on every target, its variables in every pod."""
+    text = (REPO / "docs/kubernetes.md").read_text()
+    [example] = [block for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL) if block.startswith("# ha.yaml")]
+    (tmp_path / "ha.yaml").write_text(example)
+    objects, result = build(cli, target, tmp_path / "ha.yaml")
+    [container] = pod_of(objects)["containers"]
+    assert container["command"][-1].startswith("torchrun --nnodes $NNODES --node-rank $NODE_RANK --nproc-per-node 8")
+    assert {"NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WANDB_API_KEY"} <= {e["name"] for e in container["env"]}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    if target != "volcano":  # lint reads JobSet and Trainer manifests
+        out = tmp_path / "out.yaml"
+        out.write_text(result.out)
+        assert findings(cli, out) == []

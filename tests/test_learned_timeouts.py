@@ -1,12 +1,13 @@
 """Learned hang timeouts, and detection that follows step progress once steps are reported."""
 
 import json
+import re
 
 import pytest
 
-from conftest import REPO, agent, read_events
+from conftest import REPO, agent, read_events, saved_state
 from hacfg.agent.records.state import NodeState
-from hacfg.restart.learning import Intervals, Learned, p99
+from hacfg.restart.learning import LONGEST, PHASES, SHORTEST, Intervals, Learned, p99
 
 S = 1_000_000_000  # file times are in nanoseconds
 
@@ -84,12 +85,31 @@ def test_a_declared_timeout_wins_and_training_is_judged_by_a_learned_one_only_on
     assert supervisor._limit("init", steady=False, stepping=False) == Limit(60, "initial")
 
 
-def test_what_was_learned_survives_in_the_state_and_a_damaged_record_of_it_is_not_fatal():
+def test_what_was_learned_survives_in_the_state_and_a_damaged_record_of_it_is_refused_whole():
     state = NodeState(learned={"train": [0.5, 0.7], "checkpoint": [30.0]})
     assert NodeState.from_json(json.loads(json.dumps(state.to_json()))) == state
-    damaged = {**state.to_json(), "learned": {"train": [0.5, "x", True], "eval": "slow"}}
-    assert NodeState.from_json(damaged).learned == {"train": [0.5]}
-    assert NodeState.from_json({**state.to_json(), "learned": None}).learned == {}
+    for learned, why in [
+        ({"train": [0.5, "x", True], "eval": "slow"}, "learned: train: a sample that is not"),
+        (None, "learned: not a mapping"),
+        ({"train": [10**400]}, "learned: train: a sample"),  # made the agent exit 3 (OverflowError) on every start
+        ({"train": [1e308] * 3}, "learned: train: a sample"),  # an infinite learned timeout: no hang ever declared
+        ({"train": [0.0]}, "learned: train: a sample"),
+        ({f"p{i}": [1.0] for i in range(PHASES + 1)}, f"more than {PHASES}"),
+        ({"init": [1.0]}, "'init' is not a phase that is learned"),
+        ({"x\x1b]0;": [1.0]}, "is not a phase that is learned"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(why)):
+            NodeState.from_json({**state.to_json(), "learned": learned})
+
+
+def test_what_is_learned_stays_within_the_bounds_a_state_is_read_back_with():
+    learned = Learned(floor=1)
+    for phase in [f"p{i}" for i in range(PHASES + 5)]:
+        learned.observe(phase, 0.0)
+        learned.observe(phase, 10**9)
+    assert len(learned.samples) == PHASES
+    assert set(map(tuple, learned.samples.values())) == {(SHORTEST, LONGEST)}
+    assert NodeState.from_json(NodeState(learned=learned.samples).to_json()).learned == learned.samples
 
 
 def test_a_floor_above_the_hang_timeout_it_stays_under_is_one_line_and_exit_2(cli):
@@ -115,7 +135,7 @@ ENV = {"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
 
 
 def _learned(tmp_path) -> dict[str, list[float]]:
-    return json.loads((tmp_path / "state" / "state.json").read_text())["learned"]
+    return saved_state(tmp_path / "state")["learned"]
 
 
 def _hangs(tmp_path) -> list[dict]:

@@ -14,6 +14,9 @@ import pytest
 
 from conftest import agent_argv
 from hacfg.agent.process.leftovers import RECORD, TREE_ENV, boot_id, end_leftovers, read_proc, tree_mark
+from hacfg.agent.records.sealed import file_key, seal
+
+KEY = file_key(b"the job's secret, forty characters long", "train-a")
 
 TREE = """
 echo $$ >> "$PIDS"
@@ -74,13 +77,18 @@ def test_a_recorded_session_is_ended_only_while_its_leader_is_the_same_process(t
     reused, session = sleeper(), sleeper()
     try:
         record = {"session": reused.pid, "start": read_proc(reused.pid).start + 5, "boot": boot_id()}  # its PID now names another
-        (tmp_path / RECORD).write_text(json.dumps(record))
-        assert end_leftovers(tmp_path) == []
+        (tmp_path / RECORD).write_bytes(seal(KEY, "attempt", json.dumps(record)))
+        assert end_leftovers(tmp_path, KEY) == []
         assert read_proc(reused.pid) is not None
         assert not (tmp_path / RECORD).exists()
         record = {"session": session.pid, "start": read_proc(session.pid).start, "boot": boot_id()}
-        (tmp_path / RECORD).write_text(json.dumps(record))
-        assert end_leftovers(tmp_path) == [session.pid]
+        (tmp_path / RECORD).write_text(json.dumps(record))  # as the training could write it: not sealed
+        assert end_leftovers(tmp_path, KEY) == []
+        (tmp_path / RECORD).write_bytes(seal(b"another job's key", "attempt", json.dumps(record)))
+        assert end_leftovers(tmp_path, KEY) == []
+        assert session.poll() is None
+        (tmp_path / RECORD).write_bytes(seal(KEY, "attempt", json.dumps(record)))
+        assert end_leftovers(tmp_path, KEY) == [session.pid]
         assert session.wait(timeout=5) == -signal.SIGKILL
     finally:
         for proc in (reused, session):
@@ -93,7 +101,7 @@ def test_only_this_state_folders_mark_is_ended(tmp_path):
     mine = sleeper({**os.environ, TREE_ENV: tree_mark(ours)})
     other = sleeper({**os.environ, TREE_ENV: tree_mark(theirs)})
     try:
-        assert end_leftovers(ours) == [mine.pid]
+        assert end_leftovers(ours, KEY) == [mine.pid]
         assert mine.wait(timeout=5) == -signal.SIGKILL
         assert other.poll() is None
     finally:

@@ -47,7 +47,7 @@ def test_the_schema_states_what_the_sdk_docstrings_state():
     defs = schema["$defs"]
     assert defs["SchedulePolicy"]["properties"]["priority"]["minimum"] == 0
     assert defs["SchedulePolicy"]["properties"]["priority"]["maximum"] == 3
-    assert "JobHanged" in defs["Notification"]["properties"]["events"]["items"]["enum"]
+    assert "JobHanged" in defs["Notification"]["properties"]["events"]["items"]["x-documented"]
     assert defs["Nfs"]["properties"]["read_only"]["type"] == ["boolean", "null"]
     assert defs["Spec"]["additionalProperties"] is False
     assert ["metadata", "id"] in schema["x-read-only"] and ["status"] in schema["x-read-only"]
@@ -152,6 +152,37 @@ def built_bodies(cli, tmp_path):
             result = cli("build", scenario)
             assert result.code == 0, result.err
             yield scenario.name, json.loads(result.out)
+
+
+def test_the_schema_is_no_stricter_than_the_sdk_client():
+    """The SDK checks no value its docstrings list, and sends a Job without kind (its default is job):
+    the schema lists the values for lint (x-documented), where build would refuse an enum."""
+    from huaweicloudsdkmodelarts.v1 import model as m
+
+    schema = json.loads(SCHEMA.read_text())
+    assert "kind" not in schema["required"] and schema["properties"]["kind"]["default"] == "job"
+    assert "**默认取值**：job" in m.Job.kind.fget.__doc__ and m.Job().kind is None
+    assert m.LogExportConfig(version="v2").version == "v2"  # no check in the setter
+    assert "enum" not in SCHEMA.read_text()
+
+
+def test_a_body_the_sdk_sends_without_kind_or_with_a_newer_value_builds_and_lints_with_a_warning(cli, tmp_path):
+    from huaweicloudsdkmodelarts.v1 import model as m
+
+    job = sdk_job(flavor="modelarts.vm.gpu.t4u8", annotations=RETRIES, pool=None)
+    job.kind = None
+    job.spec.log_export_config = m.LogExportConfig(version="v2")
+    body = tmp_path / "job.json"
+    body.write_text(json.dumps(sent(job), indent=2))
+    assert "kind" not in json.loads(body.read_text())
+    assert [(f["rule"], f["severity"], f["logical_path"]) for f in findings(cli, body)] == [
+        ("HA104", "warning", "spec.log_export_config.version")]
+    scenario = tmp_path / "ha.yaml"
+    scenario.write_text("version: 1\nscenario: single-node\njob: {name: adopted}\n")
+    built = cli("build", "--only", "annotations", "--into", body, scenario, "-o", tmp_path / "merged.json")
+    assert built.code == 0, built.err
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert "kind" not in merged and merged["spec"]["log_export_config"] == {"version": "v2"}
 
 
 def test_every_body_hacfg_builds_deserialises_strictly_into_the_sdks_job(cli, tmp_path):

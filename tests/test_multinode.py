@@ -16,14 +16,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib.util import find_spec
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
 
-from conftest import REPO, free_port
+from conftest import REPO, free_port, kill_agents, left_running, wait_agents
 
 # groups of agents around real torch DDP; torch is imported where it is used, so collecting this
 # module (every xdist worker does) costs no torch import
@@ -90,15 +90,7 @@ class Job:
         return self.wait(timeout)
 
     def wait(self, timeout: float = 240) -> dict[int, int]:
-        deadline = time.monotonic() + timeout
-        codes = {}
-        for rank, agent in self.agents.items():
-            try:
-                codes[rank] = agent.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.kill()
-                pytest.fail(f"node {rank} did not finish:\n{self.output(rank)[-4000:]}")
-        return codes
+        return wait_agents(self.agents, timeout, self.output)
 
     def wait_for(self, rank: int, text: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -109,10 +101,7 @@ class Job:
             time.sleep(0.05)
 
     def kill(self) -> None:
-        for agent in self.agents.values():
-            if agent.poll() is None:
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait()
+        kill_agents(self.agents)
 
     def output(self, rank: int) -> str:
         return "".join(log.read_text(errors="replace") for log in self.logs.get(rank, []))
@@ -149,16 +138,7 @@ def same_verdict_everywhere(job: Job) -> list[dict]:
 
 
 def assert_no_process_left(job: Job) -> None:
-    marker = str(job.ckpt).encode()
-    left = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "cmdline").read_bytes() and b" Z " not in (entry / "stat").read_bytes():
-                    left.append(entry.name)
-            except OSError:
-                continue
-    assert not left, f"processes left: {left}"
+    assert not (left := left_running(job.ckpt)), f"processes left: {left}"
 
 
 @pytest.fixture(scope="session")
@@ -378,8 +358,9 @@ def test_a_node_that_cannot_see_the_chosen_checkpoint_fails_the_round_instead_of
 
 @pytest.mark.parametrize("shared", [True, False], ids=["agent-store", "rank0-store"])
 def test_workers_meet_in_node_0s_agent_store_a_fresh_one_each_attempt(tmp_path, shared):
-    """torch's env:// rendezvous connects every rank to the store node 0's agent serves on MASTER_PORT,
-    a new one each attempt; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 leaves it to rank 0's worker again."""
+    """torch's env:// rendezvous connects every rank to the store node 0's agent serves, a new one each
+    attempt on a port of its own, so a worker of attempt 1 that connects again reaches nothing of attempt
+    2's; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 leaves it to rank 0's worker on MASTER_PORT again."""
     import torch.distributed
 
     off = {} if shared else {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -391,13 +372,17 @@ def test_workers_meet_in_node_0s_agent_store_a_fresh_one_each_attempt(tmp_path, 
         job.start(rank)
     job.wait_for(1, "rank 1 attempt 1 recorded")
     # a worker of attempt 1, connected to its store: what it leaves there and its connection
-    stale = torch.distributed.PrefixStore("default_pg", torch.distributed.TCPStore("127.0.0.1", job.master_port, is_master=False))
+    first = json.loads((records / "rank-1-attempt-1.json").read_text())["master_port"]
+    stale = torch.distributed.PrefixStore("default_pg", torch.distributed.TCPStore("127.0.0.1", first, is_master=False, timeout=timedelta(seconds=30)))
     stale.set("left-by-attempt-1", "1")
     (records / "stale-set").write_text("left-by-attempt-1")
     for rank in range(2):
         job.wait_for(rank, f"rank {rank} attempt 2 recorded")
     with pytest.raises(torch.distributed.DistNetworkError):
         stale.check(["left-by-attempt-1"])  # its store went with attempt 1: it cannot join attempt 2
+    if shared:  # and connecting again, as a stale worker's env:// rendezvous would, reaches no store at all
+        with pytest.raises(torch.distributed.DistNetworkError):
+            torch.distributed.TCPStore("127.0.0.1", first, is_master=False, timeout=timedelta(seconds=2))
     (records / "go").touch()
     assert job.wait() == {0: 0, 1: 0}, job.output(0)[-3000:]
     seen = {(rank, attempt): json.loads((records / f"rank-{rank}-attempt-{attempt}.json").read_text())
@@ -406,10 +391,13 @@ def test_workers_meet_in_node_0s_agent_store_a_fresh_one_each_attempt(tmp_path, 
         if shared:  # every rank a client of a store already listening, told which attempt it is
             assert (record["use_agent_store"], record["restart_count"]) == ("True", str(attempt - 1))
             assert record["listening_before_start"]
+            assert record["master_port"] == seen[0, attempt]["master_port"] != job.master_port
         else:  # today's env:// rendezvous: rank 0's worker hosts the store
             assert (record["use_agent_store"], record["restart_count"]) == (None, None)
             assert rank != 0 or not record["listening_before_start"]
+            assert record["master_port"] == job.master_port
         assert record["attempt_sum"] == 2 * attempt  # only ranks of the same attempt paired
     assert not seen[0, 2]["stale_key_seen"] and not seen[1, 2]["stale_key_seen"]
+    assert (seen[0, 1]["master_port"] != seen[0, 2]["master_port"]) is shared
     assert ("the workers' store is served here" in job.output(0)) is shared
     assert_no_process_left(job)

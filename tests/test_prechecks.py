@@ -50,6 +50,7 @@ def test_all_pass_on_a_cpu_job(precheck):
         "disk-size cache": "skipped",
         "ulimit": "skipped",
         "gpu-check": "skipped",
+        "npu-check": "skipped",
     }
     assert "[hacfg] item=disk-size shm status=passed value=" in result.out and "need=>1.0KiB" in result.out
 
@@ -94,6 +95,16 @@ def test_gpu_check_counts_device_nodes(tmp_path, precheck):
     (tmp_path / "nvidia0").touch()
     _, items = precheck("job: {accelerator: gpu}\n")
     assert items["gpu-check"] == "passed"
+
+
+def test_gpu_check_wants_every_card_the_node_asked_for(tmp_path, precheck):
+    """job.cards, or the flavor's count: a node that shows fewer has a card missing."""
+    for card in range(3):
+        (tmp_path / f"nvidia{card}").touch()
+    assert precheck("job: {accelerator: gpu, flavor: modelarts.pool.visual.4xlarge}\n")[1]["gpu-check"] == "failed"
+    assert precheck("job: {accelerator: gpu, cards: 3}\n")[1]["gpu-check"] == "passed"
+    result, items = precheck("job: {accelerator: gpu, cards: 0}\n")  # a GPU job that asks for none is not judged
+    assert items["gpu-check"] == "skipped" and result.code == 0
 
 
 def test_a_failed_precheck_stops_the_agent_before_the_command(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted(REPO.glob("examples/*/README.md"))]
-DOTTED = re.compile(r"\bhacfg(?:\.[A-Za-z_]\w*)+")
+DOTTED = re.compile(r"\bhacfg(?:\.[A-Za-z_]\w*)+(?![\w/])")  # not a Kubernetes key's domain: hacfg.io/...
 FROM_IMPORT = re.compile(r"^from (hacfg(?:\.\w+)*) import ([\w, ]+)$", re.MULTILINE)
 MODULE_FILE = re.compile(r"\b(?:hacfg|plugins|bench)/[\w/.-]+\.py\b")  # tests/ in the plugin guide are the plugin's
 FILE_NAMES = {"toml", "json", "jsonl", "yaml", "yml", "prom", "sarif", "md", "txt", "png", "py", "sh"}  # hacfg.toml, ...

@@ -142,9 +142,21 @@ def test_a_preset_value_the_platform_refuses_is_reported_at_the_scenario_line(cl
     assert built.err.startswith(f"{ha}:2:11: restart.max: otc allows 1 to 3 restarts") and "(inherited from llm-long-term.yaml)" in built.err
 
 
+def test_a_preset_built_by_name_for_a_platform_it_exceeds_is_refused_at_the_command_with_what_to_write(cli, write):
+    """Never a position inside the installed preset file, which the user cannot edit."""
+    built = cli("build", "--platform", "otc", "--only", "annotations", "llm-long-term")
+    assert built.code == 2 and built.out == ""
+    assert built.err.splitlines() == [
+        "llm-long-term: restart.max: otc allows 1 to 3 restarts (0 turns auto restart off), got 5 (the preset's own value;"
+        " write a scenario file with 'extends: llm-long-term' that sets restart.max, and build that)"]
+    advised = write("ha.yaml", "version: 1\nextends: llm-long-term\nrestart: {max: 3}\n")
+    built = cli("build", "--platform", "otc", "--only", "annotations", advised)
+    assert built.code == 0, built.err
+    assert json.loads(built.out)["metadata"]["annotations"]["fault-tolerance/job-retry-num"] == "3"
+
+
 @pytest.mark.parametrize(("passthrough", "where", "says"), [
     ("  spec: {schedule_policy: {priority: 5}}\n", "spec.schedule_policy.priority", "5 is greater than the maximum of 3"),
-    ("  spec: {notification: {topic_urn: 'urn:smn:x', events: [JobHung]}}\n", "spec.notification.events[0]", "'JobHung' is not one of"),
     ("  algorithm: {local_code_dir: /home/ma-user/modelarts/code}\n", "algorithm.local_code_dir", "does not match"),
     ("  algorithm: {local_code_dir: /opt/code}\n", "algorithm.local_code_dir", "does not match"),
     ("  spec: {volumes: [{nfs: {nfs_server_path: '1.2.3.4:/', local_path: /mnt, read_only: 'false'}}]}\n",
@@ -155,6 +167,17 @@ def test_what_the_sdk_docstrings_state_is_checked_at_build(cli, write, passthrou
     built = cli("build", ha)
     assert built.code == 2
     assert built.err.startswith(f"{ha}:6:") and f"modelarts output {where}: " in built.err and says in built.err
+
+
+def test_a_value_the_sdk_does_not_document_is_a_lint_warning_and_is_built(cli, write):
+    """The SDK lists the events but its client sends any: hacfg is no stricter, and lint names the nearest."""
+    ha = scenario(write, "  spec: {notification: {topic_urn: 'urn:smn:x', events: [JobHung]}}\n", flavor="modelarts.vm.gpu.t4u8")
+    found = [f for f in findings(cli, ha) if f["rule"] == "HA104"]
+    assert [(f["severity"], f["line"], f["logical_path"]) for f in found] == [("warning", 6, "passthrough.spec.notification.events[0]")]
+    assert "did you mean 'JobHanged'?" in found[0]["message"]
+    built = cli("build", ha)
+    assert built.code == 0, built.err
+    assert json.loads(built.out)["spec"]["notification"]["events"] == ["JobHung"]
 
 
 def test_a_code_dir_under_home_is_built(cli, write):

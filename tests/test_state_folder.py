@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import agent_argv
+from conftest import agent_argv, saved_state
 from hacfg.agent.records.state import EventLog, read_events
 
 
@@ -108,7 +108,7 @@ def test_a_command_that_fills_the_disk_is_still_judged_and_restarted(small_disk)
     said = [line for line in result.stderr.splitlines() if "cannot" in line]
     assert sum("cannot save the state" in line for line in said) == 1, result.stderr  # said once
     assert sum("cannot write events" in line for line in said) <= 1  # the log's last page may still hold a few
-    state = json.loads((small_disk / "state.json").read_text())
+    state = saved_state(small_disk)
     assert (state["attempt"], state["counted"], state["running"]) == (2, 1, False)  # judged from memory, saved once there was room
     records = read_events(small_disk / "events.jsonl", lambda number: pytest.fail(f"line {number} is damaged"))
     decisions = [e["action"] for e in records if e["event"] == "decision"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, left_running
 from hacfg.agent.process import warm_server
 from hacfg.agent.process.warm import Entry, interpreter_env, python_entry
 
@@ -149,16 +149,7 @@ def test_expected_endings_reach_the_agent(tmp_path):
 
 
 def assert_no_process_left(tmp_path: Path) -> None:
-    marker = str(tmp_path).encode()
-    left = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "cmdline").read_bytes() and b") Z " not in (entry / "stat").read_bytes():
-                    left.append(entry.name)
-            except OSError:
-                continue
-    assert not left, f"processes left: {left}"
+    assert not (left := left_running(tmp_path)), f"processes left: {left}"
 
 
 def test_no_warm_start_when_the_import_initialised_an_accelerator(tmp_path):

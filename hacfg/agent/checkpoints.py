@@ -8,13 +8,13 @@ leading elsewhere) is never chosen: every rank loads only what the job itself sa
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hacfg import untrusted
 from hacfg.checkpoint import MARKER
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import CheckpointLayout, SavedCheckpoint
@@ -118,12 +118,15 @@ def choose(root: Path | None) -> tuple[SavedCheckpoint | None, tuple[str, ...]]:
     return newest, tuple(dict.fromkeys(doubts))
 
 
+MARKER_BYTES = 4096  # save_step writes a few dozen
+
+
 def save_seconds(path: Path, files: int = 10_000) -> float | None:
     """How long a checkpoint took to save: what ``hacfg.checkpoint.save_step`` wrote in its marker,
     else the spread of its files' modification times (from the first file finished to the last,
     so a lower bound; among the first ``files`` only), else None."""
     try:
-        recorded = json.loads((path / MARKER).read_text() or "{}")
+        recorded = untrusted.read(path / MARKER, limit=MARKER_BYTES)  # the training writes it: any size, any nesting
         if isinstance(recorded, dict) and isinstance(recorded.get("save_s"), int | float):
             return float(recorded["save_s"])
     except (OSError, ValueError):

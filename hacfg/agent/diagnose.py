@@ -31,6 +31,7 @@ from hacfg.plugin.recovery import TAIL_LINES, Classification, Failure
 from hacfg.restart.policy import Budgets, Decision, Policy, decide
 from hacfg.restart.vocabulary import Cause
 from hacfg.scenario.source import InputError
+from hacfg.untrusted import printable
 
 WINDOW = 2 * TAIL_LINES  # the agent keeps the last lines of stdout and of stderr; a log holds both
 LINE_BYTES = 4096  # of each line: an error message fits; a progress bar or a dumped tensor is cut
@@ -275,7 +276,7 @@ def render_text(diagnoses: list[Diagnosis], policy_name: str) -> str:
         out.append(f"  restart rules ({policy_name}): {_decision_text(d.decisions[0])}")
         if len(d.decisions) > 1:
             out.append(f"  if it keeps failing this way: {_summary(d.decisions)}")
-    return "\n".join(out) + "\n"
+    return "".join(f"{printable(line)}\n" for line in out)  # a log's line holds anything
 
 
 def _decision_text(decision: Decision) -> str:
@@ -344,4 +345,4 @@ def render_evidence(folder: Path) -> str:
                 shown = [rank.state, f"pid {rank.pid}", counts and f"collective {counts}", rank.last_op or "", read]
                 lines.append(f"  node {report.node} rank {rank.rank}{step}: {', '.join(filter(None, shown))}")
                 lines += [f"    {frame}" for frame in rank.stack[:3]]
-    return "\n".join(lines) + "\n"
+    return "".join(f"{printable(line)}\n" for line in lines)  # what the ranks said of themselves holds anything

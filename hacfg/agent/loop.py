@@ -30,7 +30,7 @@ from hacfg.agent.culprit import evidence, straggler
 from hacfg.agent.culprit.analysis import NodeEvidence, describe_culprit
 from hacfg.agent.group import rendezvous
 from hacfg.agent.group.protocol import GroupLost, GroupRejected
-from hacfg.agent.group.signing import without_secret
+from hacfg.agent.group.signing import JobSecret, NoSecret, without_secret
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.process import leftovers
 from hacfg.agent.process.accelerator import nvml_probe
@@ -38,7 +38,7 @@ from hacfg.agent.process.attempt import Limit, Supervisor, become_subreaper, rep
 from hacfg.agent.process.warm import WarmStarts
 from hacfg.agent.records.identity import job_identity
 from hacfg.agent.records.state import EventLog, NodeState, StateStore, refuse_links, stamp
-from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict, resume_visible
+from hacfg.agent.rounds import Outcome, Plan, Rounds, SingleNodeRounds, Verdict, attempt_env, resume_visible
 from hacfg.plan.model import straggler_price
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.precheck import PrecheckContext, PrecheckSettings
@@ -46,6 +46,7 @@ from hacfg.plugin.recovery import Failure, Restart, SavedCheckpoint
 from hacfg.restart.learning import Learned
 from hacfg.restart.policy import RETRY_ELSEWHERE, Budgets, Policy
 from hacfg.restart.vocabulary import Action, Cause, Ending, Event, StragglerAction
+from hacfg.untrusted import printable
 
 if TYPE_CHECKING:
     from hacfg.agent.options import RunOptions
@@ -68,7 +69,9 @@ def _culprit_fields(verdict: Verdict) -> dict[str, Any]:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """The agent's own lines: what they quote of a log, a path or a file can neither break the line
+    nor reach the terminal as a control sequence (the command's own output is relayed untouched)."""
+    print(printable(line), file=sys.stderr, flush=True)
 
 
 class Agent:
@@ -80,6 +83,7 @@ class Agent:
         *,
         rounds: Rounds | None = None,  # default: this node on its own
         node: int | None = None,  # this node's rank in a group
+        secret: JobSecret | None = None,  # default: this node's own, in its state folder
         echo: Callable[[str], None] = _say,
     ):
         self.options = options
@@ -89,7 +93,9 @@ class Agent:
         self.warm = WarmStarts(self.command, state_dir / WARM_LOG, enabled=options.warm, preload=preload)
         self.rounds = rounds or SingleNodeRounds(policy)
         self.rank = node or 0
-        self.store = StateStore(state_dir, job=job_identity(os.environ))
+        job = job_identity(os.environ)
+        self.store = StateStore(state_dir, job=job)
+        self.secret = secret or JobSecret(os.environ, state_dir, job, create=True, timeout=0)
         self.heartbeat = state_dir / HEARTBEAT_FILE
         self.echo = echo
         self.events = EventLog(events, echo=echo, node=node)
@@ -112,6 +118,7 @@ class Agent:
         self.store.acquire()
         try:
             refuse_links(self.events.path)
+            self.store.key = self._file_key()
             self._end_leftovers()
             return self._run()
         except GroupLost as err:
@@ -137,7 +144,7 @@ class Agent:
         if (left := self.store.left) is not None:
             detail = self.store.describe_left()
             self.echo(f"[hacfg] {detail}")
-            self.events.write(Event.STATE_LEFT, detail=detail, job=left.get("job"), ended=left.get("ended"))
+            self.events.write(Event.STATE_LEFT, detail=detail, job=left.job, ended=left.ended)
         elif state.budgets.attempt:
             self.echo(f"[hacfg] taking over this job's counters from {self.store.path}: {self._so_far(state.budgets)}")
         counters = self._counters(state.budgets)
@@ -172,13 +179,9 @@ class Agent:
         started = time.time()
         env = {
             **without_secret(os.environ),
-            "HACFG_ATTEMPT": str(budgets.attempt),
-            "HACFG_RESTART_COUNT": str(budgets.restarts),
-            "HACFG_RESUME_FROM": plan.resume_from or "",
-            "HACFG_HEARTBEAT_FILE": str(self.heartbeat),
-            "HACFG_HEARTBEAT_INTERVAL": f"{self._beat_interval():g}",
+            **attempt_env(plan, self.heartbeat, self.policy),
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
-            **(rendezvous.worker_env(budgets.attempt) if plan.agent_store else {}),
+            **(rendezvous.worker_env(budgets.attempt, plan.workers_port) if plan.workers_port else {}),
         }
         for doubt in plan.doubts:
             self.echo(f"[hacfg] {doubt}")
@@ -300,11 +303,6 @@ class Agent:
             self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer, relocate=verdict.relocate
         )
 
-    def _beat_interval(self) -> float:
-        """How often the command's heartbeat is written at most: four times in the shortest timeout."""
-        shortest = min(self.policy.hang_timeout, self.policy.learn_floor if self.policy.learn else float("inf"))
-        return min(1.0, shortest / 4)
-
     def _save(self, state: NodeState, *, ended: str | None = None) -> None:
         """Persist the counters and what was learned; a full or read-only disk is said once, and the
         agent goes on from memory."""
@@ -314,9 +312,23 @@ class Agent:
         except OSError as err:
             self._unwritable("save the state to", self.store.path, err, "attempts are judged from memory")
 
+    def _file_key(self) -> bytes:
+        """The key the agent's own files are sealed with, from the job's secret. An agent on its own
+        that cannot keep one (a full or read-only state folder) seals with a secret of its life alone,
+        and says so: what it writes then, no later agent takes over."""
+        try:
+            return self.secret.file_key()
+        except NoSecret as err:
+            if self.secret.shared:
+                raise GroupLost(str(err)) from None
+            self.secret.for_this_agent()
+            self.echo(f"[hacfg] {err}; supervision continues, and no later agent takes over the state this one writes")
+            self.notes.append((Event.STATE_UNWRITABLE, {"path": str(self.secret.folder), "reason": str(err)}))
+            return self.secret.file_key()
+
     def _end_leftovers(self) -> None:
         """One trainer at a time: nothing an earlier agent on this folder started still runs."""
-        ended = leftovers.end_leftovers(self.store.directory)
+        ended = leftovers.end_leftovers(self.store.directory, self.store.key)
         if ended:
             self.echo(
                 f"[hacfg] ended {len(ended)} processes left by an earlier agent on {self.store.directory}: {ended}"
@@ -394,7 +406,7 @@ class Agent:
     def _remember(self, pid: int) -> None:
         """Record the attempt's session, so an agent after this one can end it however this one dies."""
         try:
-            leftovers.remember(self.store.directory, pid)
+            leftovers.remember(self.store.directory, pid, self.store.key)
         except OSError as err:
             record = self.store.directory / leftovers.RECORD
             self._unwritable("record the attempt's session in", record, err, "the next agent finds it by its mark")
@@ -411,6 +423,8 @@ class Agent:
         """Persist the round's verdict and record it, identically on every node."""
         state = NodeState(verdict.budgets, verdict.round, running=False)
         self._save(state, ended=verdict.action if verdict.action.ends_job else None)
+        if verdict.action.ends_job:  # a stop or a reschedule is taken over, sealed with the same key
+            self.secret.forget()
         self.events.write(
             Event.DECISION,
             round=verdict.round,
@@ -574,17 +588,17 @@ def default_state_dir(policy: Policy, node: int) -> Path:
 
 
 def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int:
-    """Supervise the command on this node: alone, or as one node of a group formed through torch's store."""
-    from hacfg.agent.group import discovery, protocol, transport
-
-    try:
-        for hook in AGENT_HOOKS:
-            plugin_manager.get().require_builtins(hook)
-    except plugin_manager.BuiltinPluginError as err:
-        echo(f"[hacfg] cannot supervise: {err}")
-        return CANNOT_START
+    """Supervise the command on this node: alone, or as one node of a group formed through torch's store;
+    under a per-card launch, as the node's speaker or as one of its cards' followers."""
+    from hacfg.agent.group import discovery, protocol, ranktable, transport
 
     policy = options.policy
+    env = dict(os.environ)
+    try:
+        card = discovery.per_card(env, timeout=options.rdzv_timeout, echo=echo)
+    except ranktable.NotReady as err:
+        echo(f"[hacfg] {err}; exiting {RETRY_ELSEWHERE} so the platform restarts the job")
+        return RETRY_ELSEWHERE
     spec = (
         None
         if options.standalone
@@ -594,15 +608,28 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
             endpoint=options.rdzv_endpoint,
             timeout=options.rdzv_timeout,
             config_nodes=options.config_nodes,
-            env=dict(os.environ),
+            env=env,
+            card=card,
         )
     )
     node = spec.rank if spec is not None else None
     directory = options.state_dir or default_state_dir(policy, node or 0)
+    if card is not None and not card.speaks:
+        from hacfg.agent.card import follow
+
+        return follow(options, card, directory, echo)
+    try:
+        for hook in AGENT_HOOKS:
+            plugin_manager.get().require_builtins(hook)
+    except plugin_manager.BuiltinPluginError as err:
+        echo(f"[hacfg] cannot supervise: {err}")
+        return CANNOT_START
+
     log = options.events or directory / "events.jsonl"
     textfile, listen = options.metrics_file, options.metrics_listen
     metrics, unserved = _metrics(log, textfile, listen, echo) if textfile or listen else (None, None)
     rounds: Rounds = SingleNodeRounds(policy)
+    secret = None  # this node's own, in its state folder
     if spec is not None:
         store_class = transport.torch_store()
         if store_class is None:
@@ -617,13 +644,25 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
                 f"[hacfg] node {spec.rank} of {spec.nnodes}: group store at {spec.host}:{spec.port}"
                 + (" (hosted here)" if spec.leader else "")
             )
-            secrets = default_state_dir(policy, 0)  # node 0's folder on the shared checkpoint storage
-            env = dict(os.environ)
+            # node 0's folder on the shared checkpoint storage, where it creates the job's secret
+            folder = default_state_dir(policy, 0)
+            secret = JobSecret(env, folder, job_identity(env), create=spec.leader, timeout=spec.timeout, shared=True)
             workers_store = rendezvous.endpoint(env, list(options.command)) if spec.leader else None
             rounds = protocol.GroupRounds(
-                spec, policy, store_class, echo=echo, secret_folder=secrets, env=env, workers_store=workers_store
+                spec, policy, store_class, echo=echo, secret=secret, workers_store=workers_store
             )
-    agent = Agent(options, directory, log, rounds=rounds, node=node, echo=echo)
+    node_cards = None
+    if card is not None and len(card.node_cards) > 1:
+        from hacfg.agent.group import cards
+
+        echo(f"[hacfg] {card.name()} speaks for the {len(card.node_cards)} cards of node {node or 0} (per-card launch)")
+        node_cards = cards.CardRounds(
+            rounds, cards.Hub(card, directory, echo), timeout=options.rdzv_timeout, grace=policy.grace
+        )
+        rounds = node_cards
+    agent = Agent(options, directory, log, rounds=rounds, node=node, secret=secret, echo=echo)
+    if node_cards is not None:
+        node_cards.on_card_exit = lambda fields: agent.events.write(Event.CARD_EXIT, **fields)
     if unserved is not None:
         agent.notes.append((Event.METRICS_UNAVAILABLE, unserved))
     if metrics is None:

@@ -33,7 +33,7 @@ class Plan:
     resume_step: int | None = None
     resume_from: str | None = None
     doubts: tuple[str, ...] = ()  # what made the choice of that checkpoint uncertain: each node says it
-    agent_store: bool = False  # node 0's agent serves this round's store for the workers' rendezvous
+    workers_port: int | None = None  # where node 0's agent serves this round's store for the workers' rendezvous
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,7 +42,7 @@ class Plan:
             "resume_step": self.resume_step,
             "resume_from": self.resume_from,
             "doubts": list(self.doubts),
-            "agent_store": self.agent_store,
+            "workers_port": self.workers_port,
         }
 
     @classmethod
@@ -53,8 +53,14 @@ class Plan:
             resume_step=data.get("resume_step"),
             resume_from=data.get("resume_from"),
             doubts=tuple(str(doubt) for doubt in data.get("doubts", ())),
-            agent_store=data.get("agent_store") is True,
+            workers_port=_port(data.get("workers_port")),
         )
+
+
+def _port(value: object) -> int | None:
+    if value is not None and not (isinstance(value, int) and 0 < value < 1 << 16):
+        raise ValueError(f"not a port: {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,6 @@ class Outcome:
     reason: str
     code: int = 0  # the shell's view: exit code, or 128 + signal
     peer: bool = False  # a consequence of another node's failure: recorded, never the round's cause
-    seq: int = 0  # the order in which the group heard the reports
     seen_on: int | None = None  # the node the cause is on, when not the reporting one (a straggler's)
     relocate: bool = False  # no restart on this node can fix it (a GPU fallen off the bus): the job moves
 
@@ -108,6 +113,19 @@ class Verdict:
         return cls(**{**data, **typed, "culprit": culprit})
 
 
+def attempt_env(plan: Plan, heartbeat: Path, policy: Policy) -> dict[str, str]:
+    """What each worker of a round is told: its attempt and restarts, where to resume, where to beat and
+    how often at most (four times in the shortest hang timeout, at most once a second)."""
+    shortest = min(policy.hang_timeout, policy.learn_floor if policy.learn else float("inf"))
+    return {
+        "HACFG_ATTEMPT": str(plan.budgets.attempt),
+        "HACFG_RESTART_COUNT": str(plan.budgets.restarts),
+        "HACFG_RESUME_FROM": plan.resume_from or "",
+        "HACFG_HEARTBEAT_FILE": str(heartbeat),
+        "HACFG_HEARTBEAT_INTERVAL": f"{min(1.0, shortest / 4):g}",
+    }
+
+
 def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     """The next round: one more attempt, resuming from the newest complete checkpoint.
 
@@ -126,9 +144,10 @@ def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     )
 
 
-def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
-    """The round's verdict from every node's outcome: the first failure reported that is not a
-    consequence of another is the cause; the restart rules apply to it once."""
+def judge(plan: Plan, outcomes: list[Outcome], policy: Policy, *, ended_by: int | None = None) -> Verdict:
+    """The round's verdict from every node's outcome: the failure that is not a consequence of
+    another is the cause, the one of node ``ended_by`` (whose report ended the round) before the
+    others'; the restart rules apply to it once."""
     budgets = dataclasses.replace(plan.budgets)
     after = checkpoints.newest_complete(policy.checkpoint_path)
     progressed = after is not None and (plan.resume_step is None or after.step > plan.resume_step)
@@ -147,7 +166,8 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy) -> Verdict:
             resume_from=str(after.path) if after else None,
         )
 
-    failures = sorted((o for o in outcomes if o.cause != Ending.SUCCESS), key=lambda o: (o.peer, o.seq, o.rank))
+    failed = (o for o in outcomes if o.cause != Ending.SUCCESS)
+    failures = sorted(failed, key=lambda o: (o.peer, o.rank != ended_by, o.rank))
     moved = next((o for o in outcomes if o.cause == Ending.STRAGGLER), None)
     if moved is not None:  # the leader stopped the round on purpose: the others' errors follow from it
         action = Action.POD_RESCHEDULE if policy.pod_reschedules else Action.JOB_RESCHEDULE

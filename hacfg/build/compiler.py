@@ -49,6 +49,8 @@ def compile_config(
     """The serialized output and the notes to show; raises ConfigInvalid when it fails the schema."""
     built = target.build(loaded.config)
     built.notes[:0] = loaded.notes
+    if built.refused:
+        raise ConfigInvalid([_at_key(loaded, key, message) for key, message in built.refused])
     if only is not None and only not in target.parts:
         choices = ", ".join(target.parts) or "none"
         raise InputError(f"--only {only!r}: target {target.name!r} has no such part (parts: {choices})")
@@ -98,6 +100,13 @@ def _changes(existing: Any, merged: Any, target: Target, built: Build, path: Log
     origin = built.origins.get(path)
     source = f" (from {dotted(origin)})" if origin else ""
     return [f"--into changes {dotted(path)}: {json.dumps(existing)} -> {json.dumps(now)}{source}"]
+
+
+def _at_key(loaded: Loaded, key: LogicalPath, message: str) -> InputError:
+    """``message`` at ``key`` where a file states it, else at the file."""
+    if key in loaded.document.values:
+        return InputError(message, loaded.document.span(key))
+    return InputError(message, file=loaded.document.path)
 
 
 def stated(loaded: Loaded, path: LogicalPath) -> bool:

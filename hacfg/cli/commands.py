@@ -43,8 +43,11 @@ def seconds(text: str, option: str) -> float:
 
 
 def say(line: str) -> None:
-    """One line on stderr, for the user rather than for a pipe."""
-    print(line, file=sys.stderr, flush=True)
+    """One line on stderr, for the user rather than for a pipe: a name or a message read from a file
+    can break neither the line nor the terminal (:func:`hacfg.untrusted.printable`)."""
+    from hacfg.untrusted import printable
+
+    print(printable(line), file=sys.stderr, flush=True)
 
 
 def note(message: str) -> None:

@@ -36,7 +36,7 @@ from hacfg.scenario.config import (
 from hacfg.scenario.modelarts import ENVIRONMENTS_AT
 from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
 from hacfg.scenario.passthrough import PASSTHROUGH, passthrough_agreements
-from hacfg.scenario.request import environments_as_mapping, environments_note, unknown_keys
+from hacfg.scenario.request import environments_as_mapping, environments_note, undocumented_values, unknown_keys
 from hacfg.scenario.source import (
     Document,
     InputError,
@@ -135,6 +135,21 @@ ENGINE_RULES = (
         `[{"MA_HANG_DETECT_TIME": "45"}]`, while a create request takes one mapping. hacfg reads
         the list as the mapping it means, in a request body and under `passthrough:`, so every
         rule judges the variables; lint, build and import say so. `hacfg fix` writes the mapping.""",
+    ),
+    _engine_rule(
+        "HA104",
+        "undocumented-value",
+        "warning",
+        """
+        A request field set to a value the ModelArts SDK does not document for it.
+
+        The SDK's docstrings list the values of some fields: `kind` (`job`, `edge_job`, ...),
+        `spec.log_export_config.version` (`v0`, `v1`), `spec.notification.events`
+        (`JobHanged`, ...). Its client checks none of them, and the API takes values before
+        the SDK lists them, so hacfg builds such a body as the SDK would send it; but a
+        misspelled value (`JobHung`) fails only when the job is submitted. Checked in a request
+        body and under `passthrough:`, with the nearest documented value. Where the value is
+        newer than the SDK on purpose, suppress the finding on its line.""",
     ),
 )
 
@@ -417,7 +432,7 @@ class _FileLinter:
         ctx = self.context(platform)
         if ctx is None:
             return
-        self._unknown_keys(ctx)
+        self._request_model(ctx)
         passthrough = _Passthrough.of(ctx) if isinstance(ctx, ScenarioContext) and ctx.config.passthrough else None
         for rule_id, source in self.rules.items():
             if rule_id not in self.enabled:
@@ -481,8 +496,8 @@ class _FileLinter:
         self._add("HA103", span, at, environments_note(within), fix=Fix(at, mapping, "Write the pairs as one mapping"))
         return view
 
-    def _unknown_keys(self, ctx: ScenarioContext | JobContext | ManifestContext) -> None:
-        """HA101 in a request body, or in what ``passthrough:`` adds to the one the scenario becomes."""
+    def _request_model(self, ctx: ScenarioContext | JobContext | ManifestContext) -> None:
+        """HA101 and HA104 in a request body, or in what ``passthrough:`` adds to the one the scenario becomes."""
         if isinstance(ctx, ManifestContext):
             return  # a Kubernetes manifest: its CRD, not the ModelArts request model
         body, within = (ctx.own.data, ()) if isinstance(ctx, JobContext) else (ctx.config.passthrough, PASSTHROUGH)
@@ -491,6 +506,8 @@ class _FileLinter:
             fix = self._rename(unknown.at, span, unknown.suggestion) if unknown.misspelled else None
             severity: Severity | None = "warning" if unknown.read_only else None
             self._add("HA101", span, unknown.at, unknown.message, fix=fix, severity=severity)
+        for value in undocumented_values(body, within):
+            self._add("HA104", self.own.span(value.at), value.at, value.message)
 
     def _rename(self, path: LogicalPath, span: Span, suggestion: str | None) -> Fix | None:
         """HA101's fix: the key spelled as the known key it most likely meant, quoted as it was; none when

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from hacfg.scenario import modelarts as ma
+
 if TYPE_CHECKING:
     from hacfg.restart.policy import Policy
 
@@ -42,7 +44,7 @@ class PrecheckSettings(NamedTuple):
     root_path: Path = Path("/")
     root_min: int = 32 * GiB
     shm_path: Path = Path("/dev/shm")
-    shm_min: int = 1 * GiB
+    shm_min: int = ma.PRECHECK_SHM_MIN
     cache_path: Path = Path("/cache")
     cache_min: int = 32 * GiB
     memlock_min_kb: int = 16000
@@ -51,6 +53,11 @@ class PrecheckSettings(NamedTuple):
     nproc_min: int = 1000000
     gpu_devices: str = "/dev/nvidia[0-9]*"
     dns_timeout: float = 10.0
+    # Ascend NPUs (accelerator: npu): the cards, the driver's management device, the tool that reads their health.
+    npu_devices: str = "/dev/davinci[0-9]*"
+    npu_manager: Path = Path("/dev/davinci_manager")
+    npu_smi: str = "npu-smi"
+    npu_smi_timeout: float = 30.0
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None) -> "PrecheckSettings":

@@ -19,11 +19,16 @@ from hacfg.scenario.source import LogicalPath
 
 @dataclass
 class Build:
-    """A target's output, the notes for the user, and which config key each output path came from."""
+    """A target's output, the notes for the user, and which config key each output path came from.
+
+    ``refused``: config values the target cannot write, each with the key that states it and why, in the
+    user's words; the build stops with one line for each, at that key.
+    """
 
     document: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     origins: dict[LogicalPath, LogicalPath] = field(default_factory=dict)
+    refused: list[tuple[LogicalPath, str]] = field(default_factory=list)
 
 
 class Target:

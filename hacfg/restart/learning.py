@@ -24,6 +24,8 @@ from hacfg import heartbeat
 
 FACTOR = 5
 WINDOW = 200  # samples kept per phase, the newest
+PHASES = 32  # phases learned: the trainer names them, and the state that keeps them must stay small
+SHORTEST, LONGEST = 0.001, 7 * 86400.0  # seconds a sample may hold: a phase seen to end took this long
 ENOUGH = 3  # samples before a phase's learned timeout applies: with fewer, the one without learning does
 
 
@@ -38,8 +40,10 @@ class Learned:
     def observe(self, phase: str, seconds: float) -> None:
         if phase in heartbeat.AS_START_UP or not seconds >= 0:
             return
+        if phase not in self.samples and len(self.samples) >= PHASES:
+            return  # a phase beyond the first few keeps the timeout it has without learning
         kept = self.samples.setdefault(phase, [])
-        kept.append(round(seconds, 3))
+        kept.append(min(max(round(seconds, 3), SHORTEST), LONGEST))
         del kept[:-WINDOW]
 
     def limit(self, phase: str, ceiling: float) -> float | None:
@@ -62,14 +66,21 @@ def p99(values: Iterable[float]) -> float:
 
 
 def samples_from_json(data: object) -> dict[str, list[float]]:
-    """The samples a state file holds; anything malformed is left out, never fatal."""
+    """The samples a state holds, as :meth:`Learned.observe` keeps them; ``ValueError`` says what
+    else it holds: a sample that is not a number of seconds between :data:`SHORTEST` and
+    :data:`LONGEST` (a 400-digit integer, ``1e308``) would make a timeout that never fires."""
     if not isinstance(data, Mapping):
-        return {}
-    return {
-        str(phase): [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)][-WINDOW:]
-        for phase, values in data.items()
-        if isinstance(values, list)
-    }
+        raise ValueError("learned: not a mapping of phases")
+    if len(data) > PHASES:
+        raise ValueError(f"learned: {len(data)} phases, more than {PHASES}")
+    for phase, values in data.items():
+        if not isinstance(phase, str) or not heartbeat.is_phase(phase) or phase in heartbeat.AS_START_UP:
+            raise ValueError(f"learned: {phase!r} is not a phase that is learned")
+        if not isinstance(values, list) or len(values) > WINDOW:
+            raise ValueError(f"learned: {phase}: not a list of at most {WINDOW} samples")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and SHORTEST <= v <= LONGEST for v in values):
+            raise ValueError(f"learned: {phase}: a sample that is not {SHORTEST:g} to {LONGEST:g} seconds")
+    return {phase: [float(v) for v in values] for phase, values in data.items()}
 
 
 class Intervals:

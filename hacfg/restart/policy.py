@@ -53,6 +53,7 @@ class Policy:
     checkpoint_interval: float | None = None  # seconds between saves, as the scenario says; None: not said
     precheck: bool = False
     accelerator: str | None = None  # None: not known without a scenario file
+    cards: int | None = None  # accelerator cards per node the job asks for (job.cards, or its flavor); None: not said
     network: str = "ethernet"
     nodes: int = 1
     grace: float = 30.0
@@ -162,6 +163,7 @@ def policy_from_config(config: HAConfig) -> Policy:
         checkpoint_interval=config.checkpoint.interval.total_seconds() if config.checkpoint.interval else None,
         precheck=config.precheck and config.restart.max > 0,
         accelerator=config.job.accelerator,
+        cards=config.job.cards_per_node,
         network=config.job.network,
         nodes=config.job.nodes,
         duration=config.job.duration.total_seconds() if config.job.duration else None,

@@ -26,7 +26,9 @@ running       the workers start                    ``attempt_start`` (with how t
                                                    computes persistently slower than the group
 ended         the workers exit, hang or are told   ``hang`` when hung, ``signal`` when the agent
               to stop                              is signalled, then ``attempt_exit`` with an
-                                                   :class:`Ending`
+                                                   :class:`Ending`; under a per-card launch,
+                                                   ``card_exit`` for each other card of the node
+                                                   whose process failed by itself
 judged        the round's verdict, one per job     ``decision`` with an :class:`Action`
 exited        the verdict is final                 ``agent_exit``
 ============  ===================================  ===============================================
@@ -131,3 +133,4 @@ class Event(StrEnum):
     METRICS_UNAVAILABLE = "metrics_unavailable"  # --metrics-port could not be served: the training goes on
     STATE_UNWRITABLE = "state_unwritable"  # a file of the state folder could not be written (a full disk, say)
     STRAGGLER = "straggler"  # a rank computes persistently slower than the group: named, with the action priced
+    CARD_EXIT = "card_exit"  # per-card launch: another card of the node failed (its agent's report, judged)

@@ -137,6 +137,17 @@ SCHEMA = {
                         },
                     },
                     {
+                        'name': 'cards',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'int',
+                                'ge': 0,
+                            },
+                        },
+                    },
+                    {
                         'name': 'pool',
                         'default': None,
                         'schema': {
@@ -464,6 +475,78 @@ SCHEMA = {
                             'schema': {
                                 'type': 'str',
                             },
+                        },
+                    },
+                    {
+                        'name': 'device_resource',
+                        'default': None,
+                        'schema': {
+                            'type': 'nullable',
+                            'schema': {
+                                'type': 'literal',
+                                'expected': [
+                                    'nvidia.com/gpu',
+                                    'huawei.com/Ascend910',
+                                    'huawei.com/Ascend310P',
+                                    'huawei.com/Ascend310',
+                                ],
+                            },
+                        },
+                    },
+                    {
+                        'name': 'shm_size',
+                        'default': '2Gi',
+                        'schema': {
+                            'type': 'function-after',
+                            'function': model.above_shm_precheck,
+                            'info': False,
+                            'schema': {
+                                'type': 'str',
+                                'pattern': '^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$',
+                                'compiled': re.compile('^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$'),
+                            },
+                        },
+                    },
+                    {
+                        'name': 'secrets',
+                        'default_factory': dict,
+                        'schema': {
+                            'type': 'dict',
+                            'keys_schema': {
+                                'type': 'str',
+                                'pattern': '^[A-Za-z_][A-Za-z0-9_]*$',
+                                'compiled': re.compile('^[A-Za-z_][A-Za-z0-9_]*$'),
+                            },
+                            'values_schema': {
+                                'type': 'dataclass',
+                                'cls': model.SecretKey,
+                                'forbid_extra': True,
+                                'fields': [
+                                    {
+                                        'name': 'name',
+                                        'schema': {
+                                            'type': 'str',
+                                            'pattern': '^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$',
+                                            'compiled': re.compile('^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$'),
+                                        },
+                                    },
+                                    {
+                                        'name': 'key',
+                                        'schema': {
+                                            'type': 'str',
+                                            'pattern': '^[-._a-zA-Z0-9]+$',
+                                            'compiled': re.compile('^[-._a-zA-Z0-9]+$'),
+                                        },
+                                    },
+                                ],
+                            },
+                        },
+                    },
+                    {
+                        'name': 'network_policy',
+                        'default': False,
+                        'schema': {
+                            'type': 'bool',
                         },
                     },
                 ],

@@ -79,12 +79,16 @@ class Loaded(NamedTuple):
 
 def load_config(path: str | Path, presets: Presets, *, platform: str | None = None) -> Loaded:
     """Parse, merge over presets, and validate; raises InputError or ConfigInvalid. An installed preset's value
-    refused here (``--platform otc`` of the long-term preset's 5 restarts) is reported at this file's choice
-    of that preset: the user cannot edit the preset."""
+    refused here (``--platform otc`` of the long-term preset's 5 restarts) is reported where the user chose that
+    preset: at this file's ``extends:`` or ``scenario:``, or at the command that names the preset itself. The
+    user cannot edit the installed file, so no error points into it."""
     own = load(path)
     try:
         return validate(with_presets(own, presets), platform=platform)
     except ConfigInvalid as invalid:
+        named = next((name for name, preset in presets.items() if _same_file(Path(path), str(preset))), None)
+        if named is not None:
+            raise ConfigInvalid([_at_command(error, named) for error in invalid.errors]) from None
         raise ConfigInvalid([_in_own_file(error, own, presets) for error in invalid.errors]) from None
 
 
@@ -100,6 +104,13 @@ def _in_own_file(error: InputError, own: Document, presets: Presets) -> InputErr
     if isinstance(error, ConfigError):
         return ConfigError(message, span, error.path, error.unknown_key, error.suggestion)
     return InputError(message, span)
+
+
+def _at_command(error: InputError, preset: str) -> InputError:
+    """An error of a preset built by name, said of that name: what to write instead of where to edit."""
+    key = dotted(error.path) if isinstance(error, ConfigError) and error.path else "the value"
+    advice = f"the preset's own value; write a scenario file with 'extends: {preset}' that sets {key}, and build that"
+    return InputError(f"{error.message} ({advice})", file=preset)
 
 
 def validate(document: Document, *, platform: str | None = None) -> Loaded:

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
+from hacfg.scenario import kubernetes as k8s
 from hacfg.scenario import modelarts as ma
-from hacfg.scenario.kubernetes import RestartStrategy
+from hacfg.scenario.kubernetes import DeviceResource, RestartStrategy
 from hacfg.scenario.names import Platform, Scenario
 
 if TYPE_CHECKING:
@@ -89,6 +90,13 @@ def within_platform_limits(value: int, info: ValidationInfo) -> int:
     return value
 
 
+def above_shm_precheck(value: str) -> str:
+    """``kubernetes.shm_size``: more than the agent's ``disk-size shm`` pre-check needs, or every pod fails it."""
+    if k8s.quantity_bytes(value) <= ma.PRECHECK_SHM_MIN:
+        raise ValueError(f"the agent's pre-check needs more than 1Gi at /dev/shm (disk-size shm), got {value}")
+    return value
+
+
 # Every leaf is strict (a quoted "3" is not a number; literals compare by value). The sections
 # take mappings, and refuse keys they do not know.
 _SECTION: dict[str, Any] = {"extra": "forbid"}
@@ -113,6 +121,14 @@ class Job:
         StrictStr | None, Field(description="algorithm.command")] = None
     flavor: Annotated[
         StrictStr | None, Field(description="spec.resource.flavor_id")] = None
+    cards: Annotated[
+        StrictInt | None,
+        Field(
+            ge=0,
+            description="Accelerator cards per node: what a pod requests of the device plugin, and what the "
+            "agent's pre-check expects to see. Defaults to what job.flavor names (modelarts.pool.visual.8xlarge: 8).",
+        ),
+    ] = None
     pool: Annotated[
         StrictStr | None, Field(description="spec.resource.pool_id (dedicated pool)")] = None
     environment: Annotated[
@@ -124,6 +140,15 @@ class Job:
         Annotated[timedelta, BeforeValidator(parse_duration), WithJsonSchema(DURATION_JSON_SCHEMA)] | None,
         Field(description="The compute time the run needs, failures aside (hacfg plan)."),
     ] = None
+
+    @property
+    def cards_per_node(self) -> int | None:
+        """``cards``, else what the flavor id says; None for a CPU job or when nothing says."""
+        if self.accelerator == "cpu":
+            return None
+        if self.cards is not None:
+            return self.cards
+        return ma.read_flavor(self.flavor).cards if self.flavor else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,6 +255,16 @@ class Reliability:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SecretKey:
+    """A key of a Kubernetes Secret that an environment variable is read from (``secretKeyRef``)."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = _SECTION
+
+    name: Annotated[StrictStr, Field(pattern=k8s.SECRET_NAME_PATTERN, description="The Secret's name.")]
+    key: Annotated[StrictStr, Field(pattern=k8s.SECRET_KEY_PATTERN, description="The key in the Secret.")]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Kubernetes:
     """What only the Kubernetes targets read: the checkpoint storage, how JobSet restarts, a runtime to reuse."""
 
@@ -251,6 +286,30 @@ class Kubernetes:
         StrictStr | None,
         Field(description="A PersistentVolumeClaim holding checkpoint.path, mounted there in every pod."),
     ] = None
+    device_resource: Annotated[
+        DeviceResource | None,
+        Field(
+            description="The device plugin's resource for job.cards; defaults to nvidia.com/gpu for a GPU job, "
+            "and to huawei.com/Ascend910 (Ascend310P or Ascend310 when job.flavor names one) for an NPU job."
+        ),
+    ] = None
+    shm_size: Annotated[
+        StrictStr,
+        Field(pattern=k8s.QUANTITY_PATTERN, description="The memory emptyDir mounted at /dev/shm in every pod."),
+        AfterValidator(above_shm_precheck),
+    ] = k8s.DEFAULT_SHM_SIZE
+    secrets: Annotated[
+        dict[Annotated[StrictStr, Field(pattern=ma.ENV_NAME_PATTERN)], SecretKey],
+        Field(
+            strict=True,
+            description="Environment variables the pods read from a Secret's key, never written in clear: "
+            "{WANDB_API_KEY: {name: wandb, key: api-key}}.",
+        ),
+    ] = field(default_factory=dict)
+    network_policy: Annotated[
+        StrictBool,
+        Field(description="A NetworkPolicy that admits the agents' and the workers' ports only from the job's pods."),
+    ] = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -299,6 +358,8 @@ def scenario_document(config: HAConfig) -> dict[str, Any]:
             return format_duration(value)
         if isinstance(value, dict):
             return {k: spell(v) for k, v in value.items()}
+        if dataclasses.is_dataclass(value):
+            return fields(value)
         return value
 
     def fields(section: Any) -> dict[str, Any]:

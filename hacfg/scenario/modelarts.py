@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
+from typing import NamedTuple
 
 # Where a request body holds the annotations and the training command's variables.
 ANNOTATIONS_AT = ("metadata", "annotations")
@@ -46,6 +47,9 @@ RECOMMENDED_RESTARTS = {
     "llm-long-term": (5, True, True, 3),
 }
 
+# The pre-check's /dev/shm: "disk-size shm" passes above 1 GB (read as 1 GiB, as the agent's pre-check does).
+PRECHECK_SHM_MIN = 1 << 30
+
 HANG_DETECT_TIME = "MA_HANG_DETECT_TIME"  # minutes, platform default 30
 PRECHECK_SWITCH = "MA_DETECT_TRAIN_INJECT_CODE"  # "0" turns the pre-check off
 SETTABLE_PLATFORM_VARIABLES = (HANG_DETECT_TIME, PRECHECK_SWITCH)
@@ -57,16 +61,59 @@ def hang_minutes(timeout: timedelta) -> int:
     return max(1, math.ceil(timeout.total_seconds() / 60))
 
 
-# Flavors, as the SDK's SpecResource.flavor_id documents them: public ones name their family
-# (modelarts.vm.gpu.t4u8, modelarts.vm.cpu.8u, Ascend's ...snt9b...); a dedicated pool's
-# modelarts.pool.visual.{,2,4,8}xlarge are GPU *or* Ascend cards, whichever the pool has, and
-# 16xlarge exists only on Ascend Snt9b23 supernode pools.
+# Flavors. A flavor id names the node: its accelerator family, often its card count and chip. The schemes
+# seen in ModelArts' SDK, API pages and public code (tests/test_flavors.py cites each id it reads):
+#   modelarts.pool.visual.{,2,4,8,16}xlarge     dedicated pool (SDK SpecResource.flavor_id): N cards, GPU or
+#                                               Ascend, whichever the pool has; 16xlarge only on Ascend
+#                                               Snt9b23 supernode pools
+#   modelarts.pool.visual.npu.8snt9b3.d         dedicated Ascend pool: the count right before the chip
+#   modelarts.bm.npu.arm.8snt9b2.d              Lite bare metal, the same: 8 x Snt9b2 (910B3)
+#   modelarts.bm.arm.24u.192g.npu.1d910b        vCPUs and memory, then the count and chip: 1 x 910B
+#   modelarts.bm.gpu.8v100                      bare-metal GPU: 8 x V100
+#   modelarts.kat1.{,2,4,8}xlarge[.public]      Ascend 910 ("Ascend: 8*Ascend 910" for 8xlarge)
+#   modelarts.p3.{large,8xlarge}.public         V100 ("GPU:1*NVIDIA-V100(32GB)" for p3.large)
+#   modelarts.bm.snt9.xlarge.{2,8}              a notebook's: the count after xlarge
+#   modelarts.vm.gpu.{v100,p100,t4u8,tnt004}    public GPU flavors: no count in the id
+#   modelarts.vm.cpu.{2u,8u}                    CPU: no cards
 SUPERNODE_FLAVOR = "modelarts.pool.visual.16xlarge"
 _FAMILIES = (
-    ("npu", re.compile(r"ascend|snt9|npu|d910|910b", re.IGNORECASE)),
+    ("npu", re.compile(r"ascend|snt\d|npu|d910|910b|d310|kat1", re.IGNORECASE)),
     ("cpu", re.compile(r"(^|[._-])cpu([._-]|$)", re.IGNORECASE)),
-    ("gpu", re.compile(r"(^|[._-])gpu([._-]|$)", re.IGNORECASE)),
+    ("gpu", re.compile(r"(^|[._-])(gpu|p3)([._-]|$)", re.IGNORECASE)),
 )
+_COUNT_AND_CHIP = re.compile(r"(\d+)([a-z]+\d[a-z0-9]*)")  # 8snt9b3, 1d910b, 8v100; not 24u, 192g
+_SIZE = re.compile(r"(\d*)xlarge|large")  # Nxlarge: N cards, xlarge and large: one
+# Ascend series as the device plugin names its resources (huawei.com/Ascend910 ...), by the chip in an id:
+# Snt9* and kat1 are 910s. No training flavor id naming a 310 or 310P was found; one that spells it as
+# d910b is spelled (1d310p) is read so, and kubernetes.device_resource states it for any other.
+_ASCEND_SERIES = (("310P", re.compile(r"310p", re.IGNORECASE)), ("310", re.compile(r"310", re.IGNORECASE)))
+
+
+class Flavor(NamedTuple):
+    """What a flavor id says about one node; None where it does not say."""
+
+    accelerator: str | None  # gpu, npu or cpu; None for a pool's modelarts.pool.visual.8xlarge: the pool decides
+    cards: int | None  # accelerator cards per node
+    chip: str | None  # the card as the id names it: snt9b3, d910b, v100
+    ascend_series: str | None  # 910 (910, 910B, A3), 310P or 310: the Ascend device plugin's resource suffix
+
+
+def read_flavor(flavor: str) -> Flavor:
+    """The accelerator family, card count and chip a flavor id names (see the schemes above)."""
+    parts = flavor.lower().split(".")
+    accelerator = accelerator_of(flavor)
+    cards: int | None = None
+    chip: str | None = None
+    for at, part in enumerate(parts):
+        if named := _COUNT_AND_CHIP.fullmatch(part):
+            cards, chip = int(named.group(1)), named.group(2)
+        elif (size := _SIZE.fullmatch(part)) and cards is None:
+            after = parts[at + 1] if at + 1 < len(parts) else ""
+            cards = int(after) if after.isdigit() else int(size.group(1) or 1)
+    if accelerator != "npu":
+        return Flavor(accelerator, None if accelerator == "cpu" else cards, chip, None)
+    series = next((series for series, pattern in _ASCEND_SERIES if pattern.search(flavor)), "910")
+    return Flavor(accelerator, cards, chip, series)
 
 
 def accelerator_of(flavor: str) -> str | None:

@@ -22,6 +22,9 @@ from hacfg.scenario.source import Document, LogicalPath, Span, closest, dotted, 
 
 SCHEMA_NAME = "modelarts-training-job.schema.json"
 ANY_ITEM = "*"  # in a read-only path: every element of an array
+# A member of a body: its parent's schema, its own (None for a key the parent's closed object has not),
+# its value and where it stands.
+_Member = tuple[dict[str, Any], Any, Any, LogicalPath]
 
 
 @functools.cache
@@ -59,8 +62,42 @@ def unknown_keys(body: Any, within: LogicalPath = ()) -> Iterator[Unknown]:
     if not body:
         return  # a scenario without passthrough: no need to read the schema
     root = schema()
-    for unknown in _walk(root, root, body, ()):
-        yield unknown._replace(at=(*within, *unknown.at))
+    for parent, child, _, at in _members(root, root, body, ()):
+        if child is None:
+            names = list(parent.get("properties", {}))
+            read_only = _is_read_only(at)
+            yield Unknown((*within, *at), None if read_only else closest(str(at[-1]), names), read_only)
+
+
+class Undocumented(NamedTuple):
+    """A value of a field whose values the SDK lists, not among them: its client sends it, and the
+    platform may refuse it, or take a value newer than the SDK (``log_export_config.version``)."""
+
+    at: LogicalPath
+    value: str
+    documented: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        suggestion = closest(self.value, list(self.documented))
+        hint = f"; did you mean {suggestion!r}?" if suggestion else ""
+        listed = ", ".join(self.documented)
+        return (
+            f"{dotted(self.at)}: {self.value!r} is not a value the ModelArts SDK documents ({listed}): "
+            f"the platform may refuse the job{hint}"
+        )
+
+
+def undocumented_values(body: Any, within: LogicalPath = ()) -> Iterator[Undocumented]:
+    """Every string in ``body`` (standing at ``within`` in its file) outside the values the SDK
+    documents for its field (the schema's ``x-documented``), in document order."""
+    if not body:
+        return
+    root = schema()
+    for _, child, value, at in _members(root, root, body, ()):
+        documented = _resolve(root, child).get("x-documented") if isinstance(child, dict) else None
+        if isinstance(value, str) and documented and value not in documented:
+            yield Undocumented((*within, *at), value, tuple(documented))
 
 
 def _resolve(root: dict[str, Any], node: Any) -> Any:
@@ -83,20 +120,16 @@ def _child(root: dict[str, Any], node: Any, key: Any) -> Any:
     return None if additional is False else additional if isinstance(additional, dict) else {}
 
 
-def _walk(root: dict[str, Any], node: Any, value: Any, at: LogicalPath) -> Iterator[Unknown]:
+def _members(root: dict[str, Any], node: Any, value: Any, at: LogicalPath) -> Iterator[_Member]:
+    """Every member of ``value`` with its schema and its parent's, in document order; nothing under an
+    unknown key."""
     node = _resolve(root, node)
-    if isinstance(value, dict):
-        names = list(node.get("properties", {})) if isinstance(node, dict) else []
-        for key, item in value.items():
-            child = _child(root, node, key)
-            if child is None:
-                read_only = _is_read_only((*at, key))
-                yield Unknown((*at, key), None if read_only else closest(key, names), read_only)
-            else:
-                yield from _walk(root, child, item, (*at, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _walk(root, _child(root, node, index), item, (*at, index))
+    members = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in members:
+        child = _child(root, node, key)
+        yield node if isinstance(node, dict) else {}, child, item, (*at, key)
+        if child is not None:
+            yield from _members(root, child, item, (*at, key))
 
 
 def _edits(a: str, b: str) -> int:

@@ -80,9 +80,13 @@ def dotted(path: LogicalPath) -> str:
 
 
 def lookup(tree: Any, path: LogicalPath) -> Any:
-    """The value at ``path`` in nested mappings, or None where any step is missing or not a mapping."""
+    """The value at ``path`` in nested mappings and lists (an int steps into a list), or None where any
+    step is missing."""
     for key in path:
-        if not isinstance(tree, dict) or key not in tree:
+        if isinstance(tree, list) and isinstance(key, int) and not isinstance(key, bool):
+            if not 0 <= key < len(tree):
+                return None
+        elif not isinstance(tree, dict) or key not in tree:
             return None
         tree = tree[key]
     return tree
@@ -204,7 +208,7 @@ def parse(text: str, name: str) -> Document:
 def parse_all(text: str, name: str, *, single: bool = False) -> list[Document]:
     """Every document of a YAML stream, or the one of a JSON file; ``single`` refuses a second one."""
     if name.endswith(".json"):
-        return [_parse_json(text, name)]
+        return [parse_json(text, name)]
     loader = _Loader(text)
     try:
         if single:
@@ -254,7 +258,8 @@ def _yaml_message(err: yaml.MarkedYAMLError, at: str) -> str:
     return ", ".join(part for part in (err.context, err.problem) if part) or "invalid YAML"
 
 
-def _parse_json(text: str, name: str) -> Document:
+def parse_json(text: str, name: str) -> Document:
+    """Strict JSON, every key and value with its position, whatever the file is called."""
     try:
         # the C decoder: strict JSON's verdict and message; the reader then reads each number, with its position
         json.loads(text, parse_int=len)

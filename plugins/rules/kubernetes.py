@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from hacfg.plugin import Manifest, ManifestContext, Problem, Rule, hookimpl, rule
+from hacfg.plugin import Manifest, ManifestContext, Problem, Rule, hookimpl, lookup, rule
 from hacfg.plugin import kubernetes as k8s
 
 # Volume sources that live and die with the pod, or only hold what Kubernetes hands it; a hostPath stays
@@ -17,7 +17,10 @@ RESUMES = ("hacfg agent", "resume", "--load")
 
 
 def _restarting(ctx: ManifestContext) -> bool:
-    return ctx.manifest.max_restarts > 0
+    """Whether the JobSet restarts at all: within ``maxRestarts``, or by a rule that ignores it."""
+    rules = ctx.manifest.failure_policy.get("rules")
+    uncounted = any(isinstance(r, dict) and r.get("action") in k8s.UNCOUNTED_ACTIONS for r in rules or [])
+    return ctx.manifest.max_restarts > 0 or uncounted
 
 
 @rule("HA030", "jobset-fails-on-retry-elsewhere", "error", kind="manifest")
@@ -56,7 +59,7 @@ def jobset_fails_on_retry_elsewhere(ctx: ManifestContext) -> Iterator[Problem]:
     """
     from hacfg.plugin import RETRY_ELSEWHERE  # here: only a manifest that restarts pays for the restart rules
 
-    if not _restarting(ctx):
+    if ctx.manifest.max_restarts <= 0:  # no restart that 138 could count against
         return
     rules = ctx.manifest.failure_policy.get("rules")
     for path, job in ctx.manifest.replicated_jobs():
@@ -127,7 +130,12 @@ def in_place_restart_without_prerequisites(ctx: ManifestContext) -> Iterator[Pro
     ## What it does
     When `failurePolicy.restartStrategy` is `InPlaceRestart`, checks each replicated Job for
     `backoffLimit: 2147483647`, `podReplacementPolicy: Failed`, JobSet's in-place restart agent
-    (`/in-place-restart-agent`, as the main container or a sidecar) and a `serviceAccountName`.
+    and a `serviceAccountName`. The agent is found as JobSet's examples run it: named in a
+    container's command or image (`/in-place-restart-agent`); as an init sidecar
+    (`restartPolicy: Always`) whose probe waits on `/barrier-is-down`; or as the image's
+    entrypoint, in a container with no command of its own that hands the agent its
+    `WORKER_COMMAND`. Where none of these shows it, the pod template's annotation
+    `hacfg.io/in-place-restart-agent: CONTAINER` says which container's image runs it.
 
     ## Why is this bad?
     In-place restart keeps the pods and restarts their containers, orchestrated by JobSet's agent
@@ -163,7 +171,7 @@ def in_place_restart_without_prerequisites(ctx: ManifestContext) -> Iterator[Pro
             lacks.append(f"backoffLimit: {k8s.IN_PLACE_BACKOFF_LIMIT}")
         if job.get("podReplacementPolicy") != k8s.IN_PLACE_REPLACEMENT:
             lacks.append(f"podReplacementPolicy: {k8s.IN_PLACE_REPLACEMENT}")
-        if not any(_runs_in_place_agent(c) for c in Manifest.containers(pod, init=True)):
+        if not _runs_in_place_agent(job):
             lacks.append("JobSet's in-place restart agent")
         if not pod.get("serviceAccountName"):
             lacks.append("a serviceAccountName that may patch its pod")
@@ -172,9 +180,34 @@ def in_place_restart_without_prerequisites(ctx: ManifestContext) -> Iterator[Pro
             yield Problem(at, f"InPlaceRestart needs in replicated job {name!r}: {', '.join(lacks)}")
 
 
-def _runs_in_place_agent(container: dict[Any, Any]) -> bool:
+def _runs_in_place_agent(job: dict[Any, Any]) -> bool:
+    """Whether a Job's pods run JobSet's in-place restart agent, in any of the ways its examples do."""
+    pod = Manifest.pod(job)
+    annotations = lookup(job, ("template", "metadata", "annotations"))
+    declared = annotations.get(k8s.IN_PLACE_AGENT_ANNOTATION) if isinstance(annotations, dict) else None
     agent = k8s.IN_PLACE_AGENT.lstrip("/")
-    return agent in Manifest.command_line(container) or agent in str(container.get("image", ""))
+
+    def runs_it(container: dict[Any, Any]) -> bool:
+        named = agent in Manifest.command_line(container) or agent in str(container.get("image", ""))
+        return named or _waits_on_barrier(container) or container.get("name") == declared
+
+    # an init container without restartPolicy: Always runs to its end before the worker starts: no agent
+    sidecars = [
+        c for c in Manifest.containers({"containers": pod.get("initContainers")}) if c.get("restartPolicy") == "Always"
+    ]
+    if any(runs_it(sidecar) for sidecar in sidecars):
+        return True
+    for container in Manifest.containers(pod):
+        env = {e.get("name") for e in container.get("env") or [] if isinstance(e, dict)}
+        entrypoint = not container.get("command") and k8s.IN_PLACE_WORKER_COMMAND in env  # main-container mode
+        if runs_it(container) or entrypoint:
+            return True
+    return False
+
+
+def _waits_on_barrier(container: dict[Any, Any]) -> bool:
+    probes = (container.get(kind) for kind in ("startupProbe", "readinessProbe", "livenessProbe"))
+    return any(lookup(probe, ("httpGet", "path")) == k8s.IN_PLACE_BARRIER for probe in probes)
 
 
 @rule("HA032", "restart-without-checkpoint-volume", "warning", kind="manifest")
@@ -182,10 +215,11 @@ def restart_without_checkpoint_volume(ctx: ManifestContext) -> Iterator[Problem]
     """A JobSet that restarts has a container that mounts no durable volume to resume from.
 
     ## What it does
-    When `maxRestarts` is above 0, fires for each container of a replicated Job's pods that
-    mounts no volume outliving the pod: a `persistentVolumeClaim`, `nfs`, `csi` or another
-    network volume, or a claim of the JobSet's `volumeClaimPolicies`. ConfigMaps, Secrets,
-    `emptyDir`, ephemeral volumes and `hostPath` do not count.
+    When the JobSet restarts (`maxRestarts` above 0, or a rule whose action ignores it), fires
+    for each container of a replicated Job's pods that mounts no volume outliving the pod: a
+    `persistentVolumeClaim`, `nfs`, `csi` or another network volume, or a claim of the JobSet's
+    `volumeClaimPolicies`. ConfigMaps, Secrets, `emptyDir`, ephemeral volumes and `hostPath` do
+    not count.
 
     ## Why is this bad?
     A restart recreates the pods (or their containers, in place) on whatever nodes are free;
@@ -242,9 +276,9 @@ def restarts_without_agent_or_resume(ctx: ManifestContext) -> Iterator[Problem]:
     """`maxRestarts` above 0 while no container runs `hacfg agent` or passes a resume path.
 
     ## What it does
-    When `failurePolicy.maxRestarts` is above 0, fires for each replicated Job none of whose
-    containers runs under `hacfg agent` or mentions a resume option (`resume`, `--load`) in its
-    command, arguments or environment.
+    When the JobSet restarts (`failurePolicy.maxRestarts` above 0, or a rule whose action ignores
+    it), fires for each replicated Job none of whose containers runs under `hacfg agent` or
+    mentions a resume option (`resume`, `--load`) in its command, arguments or environment.
 
     ## Why is this bad?
     JobSet restarts the pods; it does not tell the training where it stopped. Without an agent

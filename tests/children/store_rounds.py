@@ -2,7 +2,7 @@
 
     store_rounds.py FOLDER
 
-Each attempt writes FOLDER/rank-R-attempt-N.json: the store variables it was given, whether
+Each attempt writes FOLDER/rank-R-attempt-N.json: the store variables it was given (its port too), whether
 ``MASTER_ADDR:MASTER_PORT`` listened before this rank did anything, whether the key a client of
 attempt 1's store set (FOLDER/stale-set names it) is in its own store, and the sum of every rank's
 attempt number. Attempt 1: rank 1 kills itself once FOLDER/stale-set exists, the others wait.
@@ -31,6 +31,7 @@ stale = folder / "stale-set"
 record = {
     "use_agent_store": os.environ.get("TORCHELASTIC_USE_AGENT_STORE"),
     "restart_count": os.environ.get("TORCHELASTIC_RESTART_COUNT"),
+    "master_port": int(os.environ["MASTER_PORT"]),
     "listening_before_start": listening,
     "stale_key_seen": stale.exists() and dist.distributed_c10d._get_default_store().check([stale.read_text()]),
     "attempt_sum": int(total),

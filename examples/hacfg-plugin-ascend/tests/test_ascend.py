@@ -8,7 +8,7 @@ import pytest
 
 from hacfg.plugin import Policy, PrecheckContext, PrecheckSettings
 from hacfg.testing import check_rule_catalogue, fixtures_for
-from hacfg_plugin_ascend import NpuCheck, operator_retry_needs_pytorch_full_card
+from hacfg_plugin_ascend import CannToolkit, operator_retry_needs_pytorch_full_card
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -22,11 +22,12 @@ def test_catalogue():
     check_rule_catalogue([operator_retry_needs_pytorch_full_card], FIXTURES, id_pattern=r"ASC\d{3}")
 
 
-def test_npu_check(tmp_path):
-    devices = {"HACFG_PRECHECK_NPU_DEVICES": str(tmp_path / "davinci[0-9]*")}
-    ctx = PrecheckContext(Policy(accelerator="npu"), PrecheckSettings(), devices)
-    assert NpuCheck().run(ctx)[0].status == "failed"
-    (tmp_path / "davinci0").touch()
-    assert NpuCheck().run(ctx)[0].status == "passed"
+def test_cann_toolkit(tmp_path):
+    npu = Policy(accelerator="npu")
+    assert CannToolkit().run(PrecheckContext(npu, PrecheckSettings(), {}))[0].status == "failed"
+    toolkit = {"ASCEND_TOOLKIT_HOME": str(tmp_path / "ascend-toolkit" / "latest")}
+    assert CannToolkit().run(PrecheckContext(npu, PrecheckSettings(), toolkit))[0].status == "failed"
+    (tmp_path / "ascend-toolkit" / "latest").mkdir(parents=True)
+    assert CannToolkit().run(PrecheckContext(npu, PrecheckSettings(), toolkit))[0].status == "passed"
     gpu = PrecheckContext(Policy(accelerator="gpu"), PrecheckSettings(), {})
-    assert NpuCheck().run(gpu)[0].status == "skipped"
+    assert CannToolkit().run(gpu)[0].status == "skipped"

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hacfg import untrusted
 from hacfg.agent.culprit import hook
 from hacfg.agent.culprit.analysis import GONE, STOPPED, ZOMBIE, NodeEvidence, RankEvidence
 from hacfg.fsutil import atomic_write
@@ -31,6 +32,8 @@ SUMMARY = "summary.json"
 SITE = Path(__file__).with_name("site")
 DEADLINE = 2.0  # seconds from the request to the summary, whatever has not answered
 KEEP = 3  # attempts whose evidence is kept
+READ_BYTES = 4 << 20  # of a rank's answer or a node's summary: the ranks can write the folder
+NODES = 1 << 16  # a summary of a node numbered higher is no job's
 FRAMES = 8  # of each stack, in the summary sent to node 0
 FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # the flight recorder's ring of entries (NCCL's and gloo's)
 RECORDED = 4 * hook.ENTRIES
@@ -253,7 +256,7 @@ def _dumped(folder: Path, pid: int, size: int) -> bool:
 
 def _answer(path: Path, asked_at: float, slack: float = 1.0) -> dict[str, Any] | None:
     try:
-        found = json.loads(path.read_text())
+        found = untrusted.read(path, limit=READ_BYTES)
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) and found.get("taken", 0) >= asked_at - slack else None
@@ -327,10 +330,8 @@ def _size(path: Path) -> int:
 
 def _read_from(path: Path, offset: int) -> str:
     try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            return handle.read(1 << 20).decode("utf-8", "replace")
-    except OSError:
+        return untrusted.head(path, 1 << 20, offset).decode("utf-8", "replace")
+    except (OSError, ValueError):
         return ""
 
 
@@ -341,12 +342,15 @@ def _number(name: str) -> int:
 
 def read_summaries(folder: Path) -> dict[str, list[NodeEvidence]]:
     """Every hang's summaries under ``folder`` (a job's ``.hacfg``, a node's state folder, one
-    attempt's evidence), by attempt folder name; a summary that cannot be read is skipped."""
+    attempt's evidence), by attempt folder name. A summary that is not one the agent writes (the
+    ranks can write the folder: any size, any nesting, any types) is skipped."""
     found: dict[str, list[NodeEvidence]] = {}
     for path in sorted(folder.rglob(SUMMARY), key=lambda p: (_number(p.parent.name), str(p))):
         try:
-            evidence = NodeEvidence.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
+            evidence = NodeEvidence.from_json(untrusted.read(path, limit=READ_BYTES))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
+        if not 0 <= evidence.node < NODES:
+            continue  # the analysis counts the nodes of the job from the highest one
         found.setdefault(path.parent.name, []).append(evidence)
     return found

@@ -3,18 +3,26 @@
 The flags are torchrun's (``--nnodes``, ``--node-rank``, ``--rdzv-endpoint``); without them the
 job's environment says: ModelArts (``MA_NUM_HOSTS``, ``VC_TASK_INDEX``), Volcano
 (``VC_WORKER_NUM``, ``VC_WORKER_HOSTS``), an Indexed Job (``JOB_COMPLETION_INDEX``, as in a JobSet)
-or torchrun's own variables.
+or torchrun's own variables; and under a per-card launch, the rank table, which also says which
+card this agent is (:func:`per_card`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from hacfg.agent.group import ranktable
+from hacfg.agent.group.ranktable import Card, RankTable
 from hacfg.scenario.source import InputError
 
 DEFAULT_PORT = 29400  # torchrun's c10d rendezvous port
 # Where the job tells a node its rank: torchrun, ModelArts and Volcano, a Kubernetes Indexed Job (JobSet), torch.
 RANK_VARIABLES = ("NODE_RANK", "VC_TASK_INDEX", "JOB_COMPLETION_INDEX", "GROUP_RANK")
+COUNT_VARIABLES = ("VC_WORKER_NUM", "MA_NUM_HOSTS", "WORLD_SIZE_NODES")
+# ModelArts' Ascend-Powered-Engine runs the boot command once per card with these (develop-modelarts-1415).
+PER_CARD = (ranktable.ENV, "ASCEND_DEVICE_ID")
 
 
 @dataclass(frozen=True)
@@ -40,13 +48,20 @@ def resolve_spec(
     timeout: float,
     config_nodes: int | None,
     env: dict[str, str],
+    card: Card | None = None,
 ) -> GroupSpec | None:
-    """The group from flags, else the job's environment (ModelArts, Volcano, torchrun's variables);
-    None for a one-node job."""
-    count = nnodes or config_nodes or _int(env, "VC_WORKER_NUM", "MA_NUM_HOSTS", "WORLD_SIZE_NODES") or 1
+    """The group from flags, else the job's environment (ModelArts, Volcano, torchrun's variables), else
+    the rank table of a per-card launch (``card``); None for a one-node job."""
+    stated = nnodes or config_nodes or _int(env, *COUNT_VARIABLES)
+    servers = len(card.table.servers) if card is not None else None
+    if card is not None and stated and stated != servers:
+        raise InputError(f"{ranktable.ENV} {card.table.path} lists {servers} servers, but the job has {stated} nodes")
+    count = stated or servers or 1
     if count <= 1:
         return None
     rank = node_rank if node_rank is not None else _int(env, *RANK_VARIABLES)
+    if rank is None and card is not None:
+        rank = card.server
     if rank is None:
         raise InputError(
             f"a {count}-node job needs this node's rank: pass --node-rank or set NODE_RANK"
@@ -83,3 +98,35 @@ def _endpoint(endpoint: str | None, env: dict[str, str]) -> tuple[str, int]:
             )
     training_port = _int(env, "MASTER_PORT")
     return host, DEFAULT_PORT + 1 if training_port == DEFAULT_PORT else DEFAULT_PORT
+
+
+def per_card(env: dict[str, str], *, timeout: float, echo: Callable[[str], None]) -> Card | None:
+    """This agent's card when the platform starts the command once per card (``RANK_TABLE_FILE`` and
+    ``ASCEND_DEVICE_ID`` set), from the rank table once it is complete; None otherwise."""
+    if not all(env.get(name, "").strip() for name in PER_CARD):
+        return None
+    table = ranktable.wait_for(Path(env[ranktable.ENV].strip()), timeout, echo)
+    rank = _launch_number(env, "RANK_ID", table)
+    size = env.get("RANK_SIZE", "").strip()
+    if size and size != str(table.size):
+        raise InputError(f"RANK_SIZE {size} but {ranktable.ENV} {table.path} has {table.size} ranks")
+    server = table.server_of(rank)
+    if server is None:
+        raise InputError(f"RANK_ID {rank} is not in {ranktable.ENV} {table.path} (ranks 0 to {table.size - 1})")
+    cards = table.servers[server].devices
+    logical = _launch_number(env, "ASCEND_DEVICE_ID", table)
+    if logical >= len(cards):
+        raise InputError(
+            f"ASCEND_DEVICE_ID {logical} is out of range: server {table.servers[server].server_id!r} of"
+            f" {table.path} has {len(cards)} cards (0 to {len(cards) - 1})"
+        )
+    place = [card_rank for card_rank, _ in cards].index(rank)
+    return Card(rank, cards[place][1], server, place, table)
+
+
+def _launch_number(env: dict[str, str], name: str, table: RankTable) -> int:
+    value = env.get(name, "").strip()
+    if not (value.isdigit() and value.isascii()):
+        shown = repr(value) if value else "unset"
+        raise InputError(f"{name} is {shown}: a per-card launch ({ranktable.ENV}={table.path}) sets it to a number")
+    return int(value)

@@ -12,25 +12,23 @@ one resume checkpoint, one set of counters and one verdict per round. Keys in th
 ``current``         the round the leader is in
 ``r<N>/join/<r>``   node r is ready for round N: its workers of round N-1 are stopped
 ``r<N>/plan``       the leader: attempt, counters and resume checkpoint, or a final verdict
-``r<N>/stop``       anyone: round N is over, stop your workers (the first failure seen);
-                    for a hang, every node first sends its evidence
+``r<N>/stop``       anyone: round N is over, stop your workers (the first failure seen, and
+                    so the round's cause); for a hang, every node first sends its evidence
 ``r<N>/evidence/<r>``  node r's evidence of a hang: its ranks' states, stacks and collectives
 ``r<N>/pace/<r>``   node r's newest sample of when its ranks reached their collectives (stragglers)
-``r<N>/seq``        a counter that orders the reports
 ``r<N>/out/<r>``    how node r's workers ended
 ``r<N>/decision``   the leader: the round's verdict
 ``r<N>/ack/<r>``    node r read a final verdict (the leader keeps the store up until then)
-``alive/<r>``       a counter node r bumps while a round runs (keep-alive)
+``r<N>/alive/<r>``  node r's keep-alive while round N runs: a count it raises every second
 ``abort``           anyone: a value failed its check, so the group cannot be trusted (exit 138)
 ==================  ==========================================================================
 
-Every value but the two counters (``seq``, ``alive``) is signed with the job's secret
-(:mod:`hacfg.agent.group.signing`), for this job and this store's nonce, and checked before use:
-plans, decisions, ``ready`` and ``current`` only from node 0, a node's own keys only from that node,
-each for the round it is read in. A value that fails its check is never acted on: the node stops
-its workers, publishes ``abort`` and leaves with exit 138, and the others do the same within a
-second. A counter that is not a number is such a value too: the store drops the connection of a
-client whose ``add`` meets one, which is told apart from a lost store by reading the counter anew.
+Every value is signed with the job's secret (:mod:`hacfg.agent.group.signing`), for this job and
+this store's nonce, and checked before use: plans, decisions, ``ready`` and ``current`` only from
+node 0, a node's own keys only from that node, each for the round it is read in. A value that fails
+its check is never acted on: the node stops its workers, publishes ``abort`` and leaves with exit
+138, and the others do the same within a second. The store's own counters (``add``) are never used:
+a counter cannot be signed, so nothing the group decides rests on one.
 
 A node other than 0 trusts a nonce only once node 0 has answered its own fresh challenge under it:
 a ``nonce`` replayed from an earlier store is never answered, so nothing signed with it is read.
@@ -55,8 +53,7 @@ from hacfg.agent.culprit.evidence import DEADLINE
 from hacfg.agent.culprit.straggler import Arrivals
 from hacfg.agent.group import rendezvous, signing
 from hacfg.agent.group.discovery import GroupSpec
-from hacfg.agent.group.transport import first_line, network_errors, open_store
-from hacfg.agent.records.identity import job_identity
+from hacfg.agent.group.transport import first_line, fresh_store, network_errors, open_store
 from hacfg.agent.records.state import NodeState
 from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict, with_culprit
 from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
@@ -70,7 +67,6 @@ KEEPALIVE_TIMEOUT = 15.0  # a node silent this long is lost (torchrun: 3 missed 
 ACK_TIMEOUT = 30.0
 ABORT_EVERY = 1.0  # seconds between looks at the abort key while waiting for another key
 ABORT_LINGER = 3 * ABORT_EVERY  # the leader keeps an aborted store up this long, so every node reads why
-PROBE_TIMEOUT = 2.0  # seconds to reach the store again after it closed a connection
 
 
 class GroupLost(Exception):
@@ -97,22 +93,20 @@ class GroupRounds:
         store_class: Any,
         *,
         echo: Callable[[str], None],
-        secret_folder: Path,
-        env: dict[str, str],
-        workers_store: tuple[str, int] | None = None,
+        secret: signing.JobSecret,
+        workers_store: str | None = None,
     ):
         self.spec = spec
         self.policy = policy
         self.store_class = store_class
         self.echo = echo
-        self.secret_folder = secret_folder  # node 0's state folder on the shared checkpoint storage
-        self.env = env
+        self.secret = secret  # the job's, on node 0's state folder unless the platform gives one
         self.signer: signing.Signer | None = None
-        self.secret_file: Path | None = None  # the secret node 0 created, if it did
         self.store: Any = None
         self.served: Any = None  # on node 0, the store whose server runs in this process
-        self.workers_store = workers_store  # on node 0, where it serves the workers' store (see rendezvous.py)
+        self.workers_store = workers_store  # on node 0, the host where it serves the workers' store (rendezvous.py)
         self.workers_served: Any = None  # on node 0, this round's store for the workers
+        self.workers_ports: set[int] = set()  # on node 0, the ports its workers' stores had: never one again
         self.answered: dict[int, str] = {}  # on node 0, the challenge each node's welcome answers
         self.plan: Plan | None = None
         self.state = NodeState()
@@ -128,18 +122,11 @@ class GroupRounds:
     def recover(self, state: NodeState) -> Verdict | None:
         """Join the group; the verdict of a round this node was part of and has not applied, if any."""
         self.state = state
-        job = job_identity(self.env)
         try:
-            secret, self.secret_file = signing.job_secret(
-                self.env, self.secret_folder, job, create=self.spec.leader, timeout=self.spec.timeout
-            )
+            secret = self.secret.value()
         except signing.NoSecret as err:
             raise GroupLost(str(err)) from None
-        except OSError as err:  # node 0 could not write it: a full or read-only checkpoint storage
-            raise GroupLost(f"cannot create the group secret in {self.secret_folder}: {err.strerror or err}") from None
-        if not self.spec.leader:
-            self.secret_file = None  # only node 0 ever removes it
-        self.signer = signing.Signer(secret, self.spec.rank, job or "")
+        self.signer = signing.Signer(secret, self.spec.rank, self.secret.job or "")
         self._connect()
         return self._catch_up()
 
@@ -317,29 +304,33 @@ class GroupRounds:
                 )
         plan = plan_round(number, state.budgets, self.policy)
         if self.workers_store is not None:
-            plan = dataclasses.replace(plan, agent_store=self._serve_workers())
+            plan = dataclasses.replace(plan, workers_port=self._serve_workers())
         self._put(f"r{number}/plan", number, plan.to_json())
         return plan.to_json()
 
-    def _serve_workers(self) -> bool:
-        """A fresh store for this round's workers, once every node has stopped the last round's: the
-        last round's keys and connections go with its store. False when the port cannot be had."""
+    def _serve_workers(self) -> int | None:
+        """A fresh store for this round's workers, once every node has stopped the last round's, on
+        a port no earlier round's store had: the last round's keys and connections go with its store,
+        and a worker of an earlier round finds nothing on the port it knows. Its port; None when no
+        store can be served."""
         assert self.workers_store is not None
-        host, port = self.workers_store
+        host = self.workers_store
         starting = self.workers_served is None
-        self.workers_served = None  # closes the last round's server, and frees the port
+        self.workers_served = None  # closes the last round's server
         try:
-            self.workers_served, everywhere = open_store(self.store_class, host, port, self.spec.timeout, serve=True)
+            self.workers_served, everywhere = fresh_store(self.store_class, host, self.spec.timeout, self.workers_ports)
         except (ConnectionError, RuntimeError) as err:  # torch's store errors are RuntimeErrors
-            self.echo(f"[hacfg] cannot serve the workers' store on {host}:{port} ({first_line(err)}); rank 0 hosts it")
-            return False
+            self.echo(f"[hacfg] cannot serve the workers' store on {host} ({first_line(err)}); rank 0 hosts it")
+            return None
+        port: int = self.workers_served.port
+        self.workers_ports.add(port)
         if starting:
             self.echo(
-                f"[hacfg] the workers' store is served here on {host}:{port}"
+                f"[hacfg] the workers' store is served here on {host}, on a new port each round"
                 + (" (every interface)" if everywhere else "")
-                + f"; {rendezvous.OFF}=1 leaves it to rank 0's worker"
+                + f"; {rendezvous.OFF}=1 leaves it to rank 0's worker on MASTER_PORT"
             )
-        return True
+        return port
 
     def _publish_final(self, number: int, verdict: Verdict) -> dict[str, Any]:
         published = {"verdict": verdict.to_json()}
@@ -446,8 +437,8 @@ class GroupRounds:
         except network_errors():
             stop("lost the group's store")
             return
-        stop_key, alive = f"r{number}/stop", f"alive/{self.spec.rank}"
-        beat_at = 0.0
+        stop_key = f"r{number}/stop"
+        beat_at, beats = 0.0, 0
         seen: dict[int, tuple[int, float]] = {}
         stopped = False
         while not done.wait(POLL):
@@ -455,7 +446,8 @@ class GroupRounds:
                 now = time.monotonic()
                 if now >= beat_at:
                     beat_at = now + KEEPALIVE_EVERY
-                    self._count(store, alive, 1)
+                    beats += 1
+                    self._put(f"r{number}/alive/{self.spec.rank}", number, beats, store)
                     self._check_abort(store)
                     if self.spec.leader and not stopped:
                         self._check_alive(store, number, seen, now)
@@ -484,7 +476,7 @@ class GroupRounds:
     def _check_alive(self, store: Any, number: int, seen: dict[int, tuple[int, float]], now: float) -> None:
         """The leader ends the round for a node whose agent went silent."""
         for rank in range(1, self.spec.nnodes):
-            count = self._count(store, f"alive/{rank}", 0)
+            count = self._beats(store, number, rank)
             last = seen.get(rank)
             if last is None or last[0] != count:
                 seen[rank] = (count, now)
@@ -515,11 +507,9 @@ class GroupRounds:
         prefix = f"r{number}"
         if outcome.cause != Ending.SUCCESS:
             self._stop_round(self.store, number, self.spec.rank, outcome.reason)
-        seq = self._count(self.store, f"{prefix}/seq", 1)
-        report = Outcome(**{**outcome.to_json(), "seq": seq})
-        self._put(f"{prefix}/out/{self.spec.rank}", number, report.to_json())
+        self._put(f"{prefix}/out/{self.spec.rank}", number, outcome.to_json())
         if self.spec.leader:
-            verdict = judge(self.plan, self._outcomes(number), self.policy)
+            verdict = judge(self.plan, self._outcomes(number), self.policy, ended_by=self._ended_by(number))
             if verdict.cause == Ending.HANG:
                 reports, refused = self._evidence(number)
                 verdict = with_culprit(verdict, reports, self.spec.nnodes, refused)
@@ -535,7 +525,7 @@ class GroupRounds:
         seen: dict[int, tuple[int, float]] = {}
         while not self.store.check(keys) and time.monotonic() < deadline:
             self._check_abort(self.store)
-            stale = [rank for rank in self._missing(keys) if self._silent(rank, seen)]
+            stale = [rank for rank in self._missing(keys) if self._silent(number, rank, seen)]
             if stale and len(stale) == len(self._missing(keys)):
                 break
             self._wait(keys, POLL)  # returns as soon as the last report is in
@@ -550,13 +540,12 @@ class GroupRounds:
                         Ending.ENVIRONMENT,
                         f"node {rank} did not report how round {number} ended (its agent is gone)",
                         RETRY_ELSEWHERE,
-                        seq=1 << 30,
                     )
                 )
         return outcomes
 
-    def _silent(self, rank: int, seen: dict[int, tuple[int, float]]) -> bool:
-        count, now = self._count(self.store, f"alive/{rank}", 0), time.monotonic()
+    def _silent(self, number: int, rank: int, seen: dict[int, tuple[int, float]]) -> bool:
+        count, now = self._beats(self.store, number, rank), time.monotonic()
         last = seen.setdefault(rank, (count, now))
         if last[0] != count:
             seen[rank] = (count, now)
@@ -585,8 +574,6 @@ class GroupRounds:
         for rank, key in enumerate(keys, start=1):
             if self.store.check([key]):
                 self._take(key, verdict.round, node=rank)
-        if verdict.exit_code != RETRY_ELSEWHERE:  # the job is over, not handed to the platform to retry
-            signing.forget(self.secret_file)
 
     def close(self) -> None:
         if self.spec.leader and self.store is not None:
@@ -640,26 +627,15 @@ class GroupRounds:
             self._put("abort", 0, {"rank": self.spec.rank, "reason": str(rejected)}, store)
         return rejected
 
-    def _count(self, store: Any, key: str, amount: int) -> int:
-        """Add ``amount`` to the counter ``key``. The store drops the connection of a client whose
-        ``add`` meets a value that is not a number: read anew, such a counter is a rejected value,
-        not a lost store."""
-        try:
-            return int(store.add(key, amount))
-        except network_errors() as err:
-            lost = err
-        try:
-            fresh = self.store_class(
-                self.spec.host, self.spec.port, None, False, timedelta(seconds=PROBE_TIMEOUT), wait_for_workers=False
-            )
-            value: bytes = fresh.get(key) if fresh.check([key]) else b"0"
-        except network_errors():
-            raise lost from None  # the store itself is gone
-        if value.strip().lstrip(b"-").isdigit():
-            raise lost
-        if store is self.store:
-            self.store = fresh  # this connection was closed
-        raise self._reject(key, f"a counter that is not a number: {value[:40]!r}", fresh)
+    def _beats(self, store: Any, number: int, rank: int) -> int:
+        """How many keep-alives node ``rank`` has sent in round ``number`` (0 before its first)."""
+        key = f"r{number}/alive/{rank}"
+        return self._take(key, number, node=rank, parse=int, store=store) if store.check([key]) else 0
+
+    def _ended_by(self, number: int) -> int | None:
+        """The node that ended round ``number`` first (the signed stop: the first report is kept), if any."""
+        key = f"r{number}/stop"
+        return self._take(key, number, parse=lambda ended: int(ended["rank"])) if self.store.check([key]) else None
 
     def _check_abort(self, store: Any) -> None:
         """Leave once any node found a value it cannot trust; node 0 also welcomes new hellos here,

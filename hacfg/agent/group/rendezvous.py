@@ -4,11 +4,13 @@ torch's ``env://`` rendezvous (``init_process_group`` without a store) makes ran
 ``TCPStore`` on ``MASTER_ADDR:MASTER_PORT``; the other ranks connect to it, and one that connects
 before rank 0's new worker listens sleeps a fixed second before it tries again. With
 ``TORCHELASTIC_USE_AGENT_STORE=True`` every rank only connects, to a store its agent already serves.
-Node 0's agent serves one on ``MASTER_PORT``, a fresh one for each round, opened once every node
-has stopped its workers of the last round and before the round's plan is published: no key of an
-earlier attempt is ever read in a later one, and a worker of an earlier attempt, whose connection
-went with its store, cannot join a later one (torch's client adds no per-attempt prefix in this
-mode: it expects a new store each attempt).
+Node 0's agent serves one on ``MASTER_ADDR``, a fresh one for each round on a port no earlier round
+had (the kernel's choice), opened once every node has stopped its workers of the last round and
+before the round's plan, which names the port, is published; every rank gets it as its
+``MASTER_PORT``. No key of an earlier attempt is ever read in a later one, and a worker of an
+earlier attempt cannot reach a later one's store: its connection went with its store, and the port
+it knows is closed (torch's client adds no per-attempt prefix in this mode; torchrun's agent serves
+one store on one port for all its attempts).
 
 Only for a Python command with ``MASTER_ADDR`` and ``MASTER_PORT`` set: torchrun, or a shell
 script, rendezvous by themselves. ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (torchrun's own switch)
@@ -23,17 +25,18 @@ USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
 OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
-def endpoint(env: dict[str, str], command: list[str]) -> tuple[str, int] | None:
-    """Where node 0's agent serves the workers' store: ``MASTER_ADDR:MASTER_PORT``; None when it
-    does not (turned off, not a Python command, no such variables)."""
+def endpoint(env: dict[str, str], command: list[str]) -> str | None:
+    """Where node 0's agent serves the workers' store: ``MASTER_ADDR``, when the command's ranks
+    meet through ``env://`` (``MASTER_PORT`` set too); None when it does not (turned off, not a
+    Python command, no such variables)."""
     host, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "").strip()
     if env.get(OFF) == "1" or not host or not port.isdigit() or not 0 < int(port) < 1 << 16:
         return None
     if not isinstance(python_entry(command, env.get("PATH")), Entry):
         return None  # a launcher or a shell: how its workers meet is its own business
-    return host, int(port)
+    return host
 
 
-def worker_env(attempt: int) -> dict[str, str]:
-    """What tells a worker's ``env://`` rendezvous to connect to the agent's store, for this attempt."""
-    return {USE_AGENT_STORE: str(True), RESTART_COUNT: str(attempt - 1)}
+def worker_env(attempt: int, port: int) -> dict[str, str]:
+    """What tells a worker's ``env://`` rendezvous to connect to the agent's store of this attempt."""
+    return {USE_AGENT_STORE: str(True), RESTART_COUNT: str(attempt - 1), "MASTER_PORT": str(port)}

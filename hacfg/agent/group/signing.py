@@ -12,8 +12,12 @@ Volcano job shares its Secret), or in this job before node 0's agent restarted, 
 The secret comes from the platform when it provides one (``HACFG_GROUP_SECRET``, or a file named
 by ``HACFG_GROUP_SECRET_FILE``, such as a mounted Kubernetes Secret); otherwise node 0 creates it,
 mode 0600, on the checkpoint storage every node already shares and trusts, in a file named after
-the job (a new job gets a new secret), and the others wait for it there. The agent never passes
-the secret on: no attempt, nor anything it starts, finds it in its environment.
+the job (a new job gets a new secret), and the others wait for it there. An agent on its own
+creates one the same way in its state folder. The agent never passes the secret on: no attempt,
+nor anything it starts, finds it in its environment.
+
+The same secret seals the agent's own files (:mod:`hacfg.agent.records.sealed`), under a key
+derived from it for the job: :class:`JobSecret` fetches it once for both.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ import secrets
 import stat
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hacfg.agent.records import sealed
 from hacfg.scenario.source import InputError
 
 SECRET_ENV = "HACFG_GROUP_SECRET"
@@ -45,7 +50,45 @@ class Rejected(ValueError):
 
 
 class NoSecret(Exception):
-    """Node 0's secret did not appear on the shared storage in time."""
+    """Node 0's secret did not appear on the shared storage in time, or could not be created."""
+
+
+@dataclass
+class JobSecret:
+    """The job's secret, fetched once (:func:`job_secret`) for all it seals: the group's values and
+    the agent's own files. ``create``: this agent makes it when the platform gives none (node 0, or
+    an agent on its own); ``shared``: other nodes read it (a group), so it cannot be one of this
+    agent's own."""
+
+    env: Mapping[str, str]
+    folder: Path
+    job: str | None
+    create: bool
+    timeout: float
+    shared: bool = False
+    file: Path | None = None  # the file this agent created, removed when the job is over
+    _value: bytes | None = field(default=None, repr=False)
+
+    def value(self) -> bytes:
+        if self._value is None:
+            try:
+                self._value, file = job_secret(dict(self.env), self.folder, self.job, create=self.create,
+                                               timeout=self.timeout)
+            except OSError as err:  # a full or read-only checkpoint storage
+                raise NoSecret(f"cannot create the job's secret in {self.folder}: {err.strerror or err}") from None
+            self.file = file if self.create else None
+        return self._value
+
+    def for_this_agent(self) -> None:
+        """A secret of this agent's life alone, where none can be kept: what it seals, no later agent opens."""
+        self._value = secrets.token_bytes(32)
+
+    def file_key(self) -> bytes:
+        return sealed.file_key(self.value(), self.job)
+
+    def forget(self) -> None:
+        """The job is over: remove the secret this agent created, so the next job gets its own."""
+        forget(self.file)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import gc
 import ipaddress
 import os
 import socket
+from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
@@ -51,6 +52,17 @@ def open_store(store_class: Any, host: str, port: int, timeout: float, *, serve:
         os.close(fd)
         raise
     return store, False
+
+
+def fresh_store(store_class: Any, host: str, timeout: float, used: Collection[int]) -> tuple[Any, bool]:
+    """A new store's server on ``host``, on a port the kernel picks that is none of ``used``, and
+    whether it listens on every interface: a client that kept an earlier store's port reaches nothing."""
+    held = []  # ports drawn again, kept open until a new one comes, so the kernel cannot hand them out twice
+    while True:
+        store, everywhere = open_store(store_class, host, 0, timeout, serve=True)
+        if store.port not in used:
+            return store, everywhere
+        held.append(store)
 
 
 def listening_socket(host: str, port: int) -> socket.socket | None:

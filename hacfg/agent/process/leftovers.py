@@ -6,9 +6,11 @@ trainer under ``sh -c`` or ``bash run.sh``, and anything it moved to a session o
 ``setsid``, would keep writing the checkpoint folder while the next agent starts a second copy.
 So every process of an attempt carries ``HACFG_AGENT_TREE`` (one value per state folder) in its
 environment, which ``sh``, ``setsid`` and double forks pass on, and the attempt's session is
-recorded in the state folder (``attempt.json``: session id, its start time, the boot). A new
-agent, holding the folder's lock, kills every process that carries the mark or belongs to the
-recorded session, checking start times so that a reused PID is never touched.
+recorded in the state folder (``attempt.json``: session id, its start time, the boot), sealed
+with the job's key (:mod:`hacfg.agent.records.sealed`), so that a record someone else wrote never
+names a session for the agent to kill. A new agent, holding the folder's lock, kills every process
+that carries the mark or belongs to the recorded session, checking start times so that a reused
+PID is never touched.
 
 A process that both leaves the session and clears its environment (``setsid env -i ...``) is
 out of reach; the container's end (a pod restart) still ends it.
@@ -26,10 +28,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hacfg import untrusted
+from hacfg.agent.records import sealed
 from hacfg.fsutil import atomic_write
 
 TREE_ENV = "HACFG_AGENT_TREE"
 RECORD = "attempt.json"
+RECORD_BYTES = 4096
 WAIT = 10.0  # seconds to wait for killed processes to be gone
 
 
@@ -65,18 +70,18 @@ def boot_id() -> str:
         return ""
 
 
-def remember(state_dir: Path, pid: int) -> None:
-    """Record the attempt's session (its leader is ``pid``, started with a session of its own)."""
+def remember(state_dir: Path, pid: int, key: bytes) -> None:
+    """Record the attempt's session (its leader is ``pid``, started with a session of its own), sealed with ``key``."""
     found = read_proc(pid)
     if found is not None:
         record = {"session": found.session, "start": found.start, "boot": boot_id()}
-        atomic_write(state_dir / RECORD, json.dumps(record) + "\n", mode=0o600)
+        atomic_write(state_dir / RECORD, sealed.seal(key, "attempt", json.dumps(record)), mode=0o600)
 
 
-def leftovers(state_dir: Path) -> list[Proc]:
+def leftovers(state_dir: Path, key: bytes) -> list[Proc]:
     """Every live process of an earlier attempt on ``state_dir``: carrying its mark or in its recorded session."""
     mark = f"\0{TREE_ENV}={tree_mark(state_dir)}\0".encode()
-    session = _recorded_session(state_dir)
+    session = _recorded_session(state_dir, key)
     me = os.getpid()
     found = []
     for entry in os.listdir("/proc"):
@@ -91,10 +96,16 @@ def leftovers(state_dir: Path) -> list[Proc]:
     return found
 
 
-def end_leftovers(state_dir: Path) -> list[int]:
-    """Kill what earlier attempts on ``state_dir`` left running and wait until it is gone; their PIDs."""
+def in_attempt(pid: int) -> bool:
+    """Whether process ``pid`` belongs to some agent's attempt: a trainer, or anything it started."""
+    return f"\0{TREE_ENV}=".encode() in _environment(pid)
+
+
+def end_leftovers(state_dir: Path, key: bytes) -> list[int]:
+    """Kill what earlier attempts on ``state_dir`` left running and wait until it is gone; their PIDs.
+    ``key``: the job's file key, which the record of the last attempt's session was sealed with."""
     killed: list[tuple[int, int]] = []
-    for proc in leftovers(state_dir):
+    for proc in leftovers(state_dir, key):
         try:
             pidfd = os.pidfd_open(proc.pid)
         except OSError:
@@ -117,15 +128,20 @@ def end_leftovers(state_dir: Path) -> list[int]:
     return [pid for pid, _ in killed]
 
 
-def _recorded_session(state_dir: Path) -> Proc | None:
-    """The session of the last attempt, if recorded on this boot and its ID was not reused since."""
+def _recorded_session(state_dir: Path, key: bytes) -> Proc | None:
+    """The session of the last attempt, if recorded by this job's agent on this boot and its ID was
+    not reused since. A record not sealed with ``key``, or not as the agent writes it, names none."""
     try:
-        record = json.loads((state_dir / RECORD).read_text())
-        session = Proc(int(record["session"]), int(record["session"]), int(record["start"]))
+        found = sealed.read_file(state_dir / RECORD, "attempt", RECORD_BYTES)
+        record = untrusted.loads(found.open(key), limit=RECORD_BYTES)
+        numbers = [record["session"], record["start"]]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1 << 63 for n in numbers):
+            return None
         if record["boot"] != boot_id():
             return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    session = Proc(record["session"], record["session"], record["start"])
     leader = read_proc(session.pid)
     if leader is not None and leader.start != session.start:
         return None  # the leader's PID now names another process, so the session ID may too

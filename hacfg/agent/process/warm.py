@@ -45,7 +45,9 @@ BOOT = (
 INTERPRETER = re.compile(r"python[0-9.]*$")
 FLAGS = "bBdEIOPqRsSuv"  # interpreter options without a value, kept for the warm interpreter
 LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")  # they start workers of their own
-RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"  # an attempt's own, when its workers use the agent's store
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+# an attempt's own, when its workers use the agent's store: it says which attempt, and a port of its own
+ATTEMPTS_OWN = frozenset({RESTART_COUNT, "MASTER_PORT"})
 FORK_TIMEOUT = 5.0
 _PR_GET_CHILD_SUBREAPER = 37
 
@@ -105,7 +107,7 @@ def python_entry(command: list[str], path: str | None) -> Entry | str:
 
 def interpreter_env(env: dict[str, str]) -> dict[str, str]:
     """The attempt's environment without its own variables: what a warm interpreter may see at import."""
-    return {key: value for key, value in env.items() if not key.startswith("HACFG_") and key != RESTART_COUNT}
+    return {key: value for key, value in env.items() if not key.startswith("HACFG_") and key not in ATTEMPTS_OWN}
 
 
 class Stale(Exception):

@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hacfg.restart.vocabulary import Ending, Event
+from hacfg.untrusted import printable
 
 KINDS = ("startup", "productive", "save", "fail_slow", "lost", "hang_wait", "grace", "restart")
 MICROSECONDS = 6  # decimals of a second: event times are exact to the microsecond, and no finer
@@ -263,7 +264,7 @@ def report(result: Breakdown) -> str:
         ended = f"{a.cause} -> {a.action}" if a.action else a.cause
         if a.lost_steps():  # a lower bound: the heartbeat reports the step at most once per interval
             ended += f", at least {a.lost_steps()} step(s) lost"
-        rows.append([str(a.attempt), *[f"{seconds[k]:.1f}" for k in KINDS], ended])
+        rows.append([str(a.attempt), *[f"{seconds[k]:.1f}" for k in KINDS], printable(ended)])  # words of an event
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
     for row in rows:
         lines.append("  " + "  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])

@@ -28,6 +28,7 @@ from typing import Any
 
 from hacfg.agent.records.goodput import node_of, when
 from hacfg.restart.vocabulary import Action, Event
+from hacfg.untrusted import printable
 
 STAGES = ("detection", "stop", "decision", "start", "rendezvous", "load", "first step")
 
@@ -145,7 +146,7 @@ def report(found: list[Recovery]) -> str:
         )
         where = f" on node {recovery.cause_node}" if recovery.cause_node is not None else ""
         lines.append(
-            f"recovery after round {recovery.round} ({recovery.cause}{where}): {recovery.seconds:.2f}s,"
+            f"recovery after round {recovery.round} ({printable(recovery.cause)}{where}): {recovery.seconds:.2f}s,"
             " seconds per stage:"
         )
         rows = [["node", *shown, "total"]]

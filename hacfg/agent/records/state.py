@@ -5,6 +5,12 @@ The state folder usually lies on shared storage and the agent usually runs as ro
 are never followed through a link (``O_NOFOLLOW``) and a folder owned by another user is refused:
 nobody can make the agent write its PID or its records into a file of their choosing. A full disk
 loses records whole, never half of one, and supervision goes on.
+
+The trainer can write the folder too. So the state file is sealed with the job's key
+(:mod:`hacfg.agent.records.sealed`) and validated before it is taken over: counters that hold
+together, learned samples a timeout can be drawn from. Anything else is read as no state at all,
+said in one line and a ``state_recovered`` event: never a larger budget than a fresh start, never
+a longer timeout, never an internal error.
 """
 
 from __future__ import annotations
@@ -15,21 +21,27 @@ import fcntl
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from hacfg import untrusted
+from hacfg.agent.records import sealed
 from hacfg.fsutil import atomic_write
 from hacfg.restart.learning import samples_from_json
 from hacfg.restart.policy import Budgets
 from hacfg.restart.vocabulary import Event
+from hacfg.scenario import modelarts as ma
 from hacfg.scenario.source import InputError, Span
 
 STATE_FILE = "state.json"
 LOCK_FILE = "agent.lock"
 PRIVATE = 0o600
+STATE_BYTES = 256 << 10  # the largest state the agent writes: 32 phases of 200 samples learned
+EVENT_BYTES = 1 << 20  # of one event record: the agent's largest, a hang's, holds a few kilobytes
+MOST = 1 << 31  # attempts, restarts or rounds a state may count
 
 
 @dataclass
@@ -48,10 +60,26 @@ class NodeState:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> NodeState:
-        budgets = Budgets(**{f.name: int(data[f.name]) for f in dataclasses.fields(Budgets)})
-        running = bool(data.get("running", False))
-        return cls(budgets, int(data.get("round", budgets.attempt)), running, samples_from_json(data.get("learned")))
+    def from_json(cls, data: object) -> NodeState:
+        """The state as :meth:`to_json` writes it; ``ValueError`` says what else ``data`` holds."""
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        counts: dict[str, int] = {}
+        for name in (*(f.name for f in dataclasses.fields(Budgets)), "round"):
+            count = data.get(name)
+            if not (isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= MOST):
+                raise ValueError(f"{name}: {_shown(count)} is not a count")
+            counts[name] = count
+        budgets = Budgets(**{name: count for name, count in counts.items() if name != "round"})
+        if not budgets.counted <= budgets.restarts <= budgets.attempt:
+            raise ValueError(f"counted {budgets.counted}, restarts {budgets.restarts}, attempt {budgets.attempt}: "
+                             "not counted <= restarts <= attempt")
+        cap = ma.CONSECUTIVE_RESTART_CAP
+        if not (budgets.user_streak <= min(budgets.counted, cap) and budgets.hang_streak <= min(budgets.restarts, cap)):
+            raise ValueError(f"restarts in a row ({budgets.user_streak}, {budgets.hang_streak}) beyond the restarts")
+        if not isinstance(data.get("running"), bool):
+            raise ValueError(f"running: {_shown(data.get('running'))} is not true or false")
+        return cls(budgets, counts["round"], data["running"], samples_from_json(data.get("learned")))
 
 
 class StateStore:
@@ -65,9 +93,10 @@ class StateStore:
         self.directory = directory
         self.path = directory / STATE_FILE
         self.job = job  # the job's name on the platform, None when it has none
+        self.key = b""  # the job's file key (records.sealed), known once the job's secret is
         self._lock_fd: int | None = None
         self.recovered: str | None = None  # what was wrong with the state file, if anything
-        self.left: dict[str, Any] | None = None  # a state found but not taken over: closed, or another job's
+        self.left: Left | None = None  # a state found but not taken over: closed, or another job's
 
     def acquire(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -82,7 +111,8 @@ class StateStore:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            holder = holder if holder.isdigit() else "?"  # a PID, or what anyone who can write the folder put there
             os.close(fd)
             raise InputError(
                 f"another hacfg agent (pid {holder}) is running on this state directory", file=str(self.directory)
@@ -97,37 +127,56 @@ class StateStore:
             self._lock_fd = None
 
     def load(self) -> NodeState:
-        """The saved state, including whether an attempt was running when the last agent stopped."""
+        """The saved state, including whether an attempt was running when the last agent stopped.
+        Whose it is and whether it was closed are read first; its document is parsed only once its
+        seal holds under this job's key."""
         try:
-            fd = open_unlinked(self.path, os.O_RDONLY)
-            with os.fdopen(fd, "rb") as handle:
-                data = json.loads(handle.read())
-            state = NodeState.from_json(data)
+            found = sealed.read_file(self.path, "state", STATE_BYTES)
         except FileNotFoundError:
             return NodeState()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            self.recovered = f"state file unreadable ({type(err).__name__}); starting from zero"
+        except (OSError, sealed.Unsealed) as err:
+            return self._unreadable(err)
+        left = Left(found.words.get("job"), found.words.get("ended"))
+        if left.ended or left.job != self.job:
+            self.left = left
             return NodeState()
-        if data.get("ended") or data.get("job") != self.job:
-            self.left = data
-            return NodeState()
-        return state
+        try:
+            return NodeState.from_json(untrusted.loads(found.open(self.key), limit=STATE_BYTES))
+        except ValueError as err:  # Unsealed and Unreadable among them
+            return self._unreadable(err)
+
+    def _unreadable(self, err: OSError | ValueError) -> NodeState:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+        self.recovered = f"state file unreadable ({untrusted.printable(reason)}); starting from zero"
+        return NodeState()
 
     def describe_left(self) -> str:
         """One line on the state found and not taken over."""
         assert self.left is not None
-        found = f"{self.left.get('attempt', 0)} attempt(s), {self.left.get('counted', 0)} restart(s) counted"
-        if self.left.get("job") != self.job:
-            whose = f"job {self.left.get('job')}" if self.left.get("job") else "a job without a name"
-            return f"the state in {self.directory} is of {whose} ({found}), not of this one; starting from zero"
-        ended = self.left["ended"]
-        return f"the job that left the state in {self.directory} ended ({ended}, {found}); starting from zero"
+        if self.left.job != self.job:
+            whose = f"job {untrusted.printable(self.left.job)}" if self.left.job else "a job without a name"
+            return f"the state in {self.directory} is of {whose}, not of this one; starting from zero"
+        ended = untrusted.printable(self.left.ended)
+        return f"the job that left the state in {self.directory} ended ({ended}); starting from zero"
 
     def save(self, state: NodeState, *, ended: str | None = None) -> None:
-        """Write the state (a rename, which never follows a link; OSError on a full disk); ``ended``,
-        the final verdict, closes it."""
-        record = {**state.to_json(), "job": self.job, "ended": ended}
-        atomic_write(self.path, json.dumps(record) + "\n", mode=PRIVATE)
+        """Write the state, sealed (a rename, which never follows a link; OSError on a full disk);
+        ``ended``, the final verdict, closes it."""
+        atomic_write(self.path, sealed.seal(self.key, "state", json.dumps(state.to_json()), job=self.job, ended=ended),
+                     mode=PRIVATE)
+
+
+@dataclass(frozen=True)
+class Left:
+    """A state found and not taken over: another job's, or closed by its job's final verdict."""
+
+    job: str | None
+    ended: str | None
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def open_unlinked(path: Path, flags: int) -> int:
@@ -196,24 +245,38 @@ def stamp(when: datetime) -> str:
 
 
 def read_events(path: Path, damaged: Callable[[int], None] = lambda number: None) -> list[dict[str, Any]]:
-    """Events from a log. A line that is not a JSON object (a record torn by a crash) is skipped and
-    reported to ``damaged`` by its number; the next line is read as usual. A record without a valid
-    time is not the agent's and is an error at its line."""
+    """Events from a log, read a line at a time. A line that is not a JSON object (a record torn by
+    a crash), or longer than :data:`EVENT_BYTES` (read past, never held), is skipped and reported to
+    ``damaged`` by its number; the next line is read as usual. A record without a valid time is not
+    the agent's and is an error at its line."""
     events = []
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict):
-            if line.strip():
-                damaged(number)
-            continue
-        wrong = _not_as_written(record)
-        if wrong:
-            raise InputError(f"not an agent event: {wrong}", Span(str(path), number, 1, number, 1))
-        events.append(record)
+    with open(path, "rb") as stream:
+        for number, line in enumerate(_lines(stream, EVENT_BYTES), start=1):
+            try:
+                record = None if line is None else untrusted.loads(line.decode(errors="replace"), limit=EVENT_BYTES)
+            except untrusted.Unreadable:
+                record = None
+            if not isinstance(record, dict):
+                if line is None or line.strip():
+                    damaged(number)
+                continue
+            wrong = _not_as_written(record)
+            if wrong:
+                raise InputError(f"not an agent event: {wrong}", Span(str(path), number, 1, number, 1))
+            events.append(record)
     return events
+
+
+def _lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
+    """Each line of ``stream`` without its end; None for a line longer than ``limit`` bytes, which is
+    read past a megabyte at a time: memory stays bounded however long a line is."""
+    while line := stream.readline(limit + 1):
+        if line.endswith(b"\n") or len(line) <= limit:
+            yield line.removesuffix(b"\n").removesuffix(b"\r")
+            continue
+        while line and not line.endswith(b"\n"):
+            line = stream.readline(1 << 20)
+        yield None
 
 
 def _zoned_time(value: object) -> bool | None:
@@ -279,6 +342,5 @@ def _not_as_written(record: dict[str, Any]) -> str | None:
         return 'no valid ISO 8601 "time"' if zoned is None else '"time" has no time zone'
     for key, (check, expected) in _FIELDS.items():
         if record.get(key) is not None and not check(record[key]):
-            shown = json.dumps(record[key])
-            return f"{key}: expected {expected}, got {shown if len(shown) <= 40 else shown[:37] + '...'}"
+            return f"{key}: expected {expected}, got {_shown(record[key])}"
     return None

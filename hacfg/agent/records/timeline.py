@@ -12,6 +12,7 @@ from hacfg.agent.culprit.analysis import describe_culprit
 from hacfg.agent.records import goodput
 from hacfg.fsutil import write_figure
 from hacfg.restart.vocabulary import Action, Event
+from hacfg.untrusted import printable
 
 Record = dict[str, Any]
 
@@ -51,6 +52,9 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
         + (f"; {describe_culprit(e['culprit'], e.get('culprit_note'))}" if "culprit" in e else "")
     ),
     Event.AGENT_EXIT: lambda e: f"exit {e.get('exit_code')}",
+    Event.CARD_EXIT: lambda e: (
+        f"card {e.get('card')} (rank {e.get('rank')}): exit {e.get('exit_code')} [{e.get('cause')}] {e.get('reason')}"
+    ),
     Event.STATE_RECOVERED: lambda e: str(e.get("detail")),
     Event.CHECKPOINT_DOUBT: lambda e: str(e.get("detail")),
     Event.STRAGGLER: lambda e: (
@@ -66,7 +70,7 @@ def _nothing(event: Record) -> str:
 
 def table(events: list[dict[str, Any]]) -> str:
     nodes = len({goodput.node_of(e) for e in events}) > 1
-    rows = [("time", "attempt", "restarts", "event", "detail")]
+    rows: list[tuple[str, ...]] = [("time", "attempt", "restarts", "event", "detail")]
     attempt = restarts = ""
     for event in events:
         attempt = str(event.get("attempt", attempt))
@@ -78,7 +82,8 @@ def table(events: list[dict[str, Any]]) -> str:
         describe = _SHOWN.get(str(event.get("event", "")), _nothing)
         time_text = str(event.get("time", ""))[11:23]
         node = f"node {goodput.node_of(event)}: " if nodes else ""
-        rows.append((time_text, attempt, restarts, str(event.get("event", "?")), node + describe(event)))
+        row = (time_text, attempt, restarts, str(event.get("event", "?")), node + describe(event))
+        rows.append(tuple(map(printable, row)))  # an event's fields hold what a log or a rank said
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     return (
         "\n".join(

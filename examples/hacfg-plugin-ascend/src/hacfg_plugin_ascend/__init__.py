@@ -1,9 +1,9 @@
-"""hacfg plugin for Ascend NPU jobs: an operator re-execution rule and an NPU pre-check."""
+"""hacfg plugin for Ascend NPU jobs: an operator re-execution rule and a pre-check of the CANN toolkit."""
 
 from __future__ import annotations
 
-import glob
 from collections.abc import Iterator
+from pathlib import Path
 
 from hacfg.plugin import (
     JobContext,
@@ -63,18 +63,22 @@ def _unsupported(image: str, flavor: str, where: LogicalPath) -> Iterator[Proble
         yield Problem(where, f"operator re-execution needs a full-card flavor (*{FULL_CARD_FLAVOR}), not {flavor}")
 
 
-class NpuCheck(Precheck):
-    """NPU jobs see at least one Ascend device."""
+class CannToolkit(Precheck):
+    """NPU jobs find the CANN toolkit their framework runs on: ``ASCEND_TOOLKIT_HOME`` (or
+    ``ASCEND_HOME_PATH``), which CANN's ``set_env.sh`` exports, names an installed toolkit."""
 
-    name = "npu-check"
+    name = "cann-toolkit"
 
     def run(self, ctx: PrecheckContext) -> list[PrecheckResult]:
         if ctx.policy.accelerator != "npu":
             return [PrecheckResult(self.name, "skipped", detail=f"accelerator is {ctx.policy.accelerator}")]
-        pattern = ctx.environ.get("HACFG_PRECHECK_NPU_DEVICES", "/dev/davinci[0-9]*")
-        count = len(glob.glob(pattern))
-        status = "passed" if count else "failed"
-        return [PrecheckResult(self.name, status, str(count), ">=1", detail=f"devices {pattern}")]
+        home = ctx.environ.get("ASCEND_TOOLKIT_HOME") or ctx.environ.get("ASCEND_HOME_PATH")
+        if not home:
+            detail = "ASCEND_TOOLKIT_HOME is unset: source CANN's set_env.sh in the image"
+            return [PrecheckResult(self.name, "failed", need="a CANN toolkit", detail=detail)]
+        found = Path(home).is_dir()
+        detail = "" if found else f"{home} does not exist"
+        return [PrecheckResult(self.name, "passed" if found else "failed", home, "a CANN toolkit", detail)]
 
 
 @hookimpl
@@ -84,7 +88,7 @@ def hacfg_rules() -> list[Rule]:
 
 @hookimpl
 def hacfg_prechecks() -> list[Precheck]:
-    return [NpuCheck()]
+    return [CannToolkit()]
 
 
-__all__ = ["NpuCheck", "operator_retry_needs_pytorch_full_card"]
+__all__ = ["CannToolkit", "operator_retry_needs_pytorch_full_card"]
