@@ -3,25 +3,33 @@
 Emulated nodes on 127.0.0.1, one ``hacfg agent`` each as docs/multi-node.md starts them, each
 supervising one rank of ``tests/children/gloo_ranks.py`` (a gloo group on CPU that all-reduces
 every step: the same hook, flight recorder, evidence and group protocol as a DDP job, without
-a model to load), with a 3 s hang timeout. In each run one rank misbehaves at step 11, on node 0,
-node 1, ... in turn:
+a model to load), with a 3 s hang timeout. In each run one node's rank misbehaves at step 11, on
+node 0, node 1, ... in turn:
 
   stuck   stuck before its next collective
   skip    leaves out one collective (a desync)
   stop    SIGSTOPped
   spin    a pure-Python busy loop holding the GIL
+  fifo    blocked opening a FIFO no one writes
+  lock    deadlocked with a thread of its own over two locks
+  loader  waiting for a batch its DataLoader worker never delivers
+  save    blocked writing its part of a DCP save every rank makes
+  size    all-reduces a tensor of no elements: it returns at once and waits in the next collective
+  two     two ranks of four stuck, both on the faulty node (two ranks per node, on 2 nodes only)
 
 A run counts as right when node 0's first hang decision names the faulty node as the culprit;
-a ``null`` culprit (the evidence could not tell) is counted apart from a wrong one. For each
+a ``null`` culprit (the evidence could not tell) is counted apart from a wrong one. The
+decision's ``cause_node`` is checked against the culprit: the same node, or null with it. For each
 kind and node count it also reports how long after the first node declared the hang the last
 node's summary (every rank's evidence) was written, which always precedes its stop signal, the
 running ranks whose stacks or collectives missed it, and the bytes each rank left. Then the steady-state cost of the armed hook: the step time of a
 two-rank gloo loop, armed against unarmed, interleaved.
 
 Run: python bench/culprit.py [KIND ...] (needs torch), or ``overhead`` for the step times alone. BENCH_RUNS per kind and node count
-(default 13: 104 runs in all), BENCH_NODES (default "2,4"), BENCH_LANES jobs at once (default 2).
-Targets: the right node in at least 95 % of runs; every rank's evidence within 2 s and before
-the stop; at most 1 MB per rank; step time unchanged within noise.
+(default 13: 247 runs in all), BENCH_NODES (default "2,4"), BENCH_LANES jobs at once (default 2).
+Targets: the right node in at least 95 % of runs and no wrong one; ``cause_node`` always the
+culprit's; every rank's evidence within 2 s and before the stop; at most 1 MB per rank; step time
+unchanged within noise.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from importlib.metadata import version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +60,9 @@ from common import free_port  # noqa: E402
 from hacfg.agent.culprit import evidence  # noqa: E402
 
 CHILD = REPO / "tests" / "children" / "gloo_ranks.py"
-KINDS = ("stuck", "skip", "stop", "spin")
+KINDS = ("stuck", "skip", "stop", "spin", "fifo", "lock", "loader", "save", "size", "two")
+PER_NODE = {"two": 2}  # ranks per node, where not one
+CHILD_KIND = {"two": "stuck"}  # what the faulty node's ranks do, where the kind's name is not the child's
 RUNS = int(os.environ.get("BENCH_RUNS", "13"))
 NODES = tuple(int(n) for n in os.environ.get("BENCH_NODES", "2,4").split(","))
 LANES = int(os.environ.get("BENCH_LANES", "2"))  # jobs at once: most of a run is waiting
@@ -64,6 +75,8 @@ class Tally:
     outcomes: Counter[str] = field(default_factory=Counter)
     latency: list[float] = field(default_factory=list)  # first hang event -> the last node's summary
     missing: int = 0  # running ranks whose stacks or recorder state did not make it into the summary
+    apart: int = 0  # decisions whose cause_node is not the culprit's node (or not null with it)
+    first: Counter[str] = field(default_factory=Counter)  # whose detector fired first: the hung node or another
     size: list[int] = field(default_factory=list)  # bytes each rank left
 
 
@@ -79,7 +92,8 @@ def run(kind: str, nodes: int, faulty: int, root: Path) -> tuple[dict | None, Pa
                 "--rdzv-endpoint", f"127.0.0.1:{rdzv}", "--checkpoint-path", str(ckpt), "--max-restarts", "3",
                 "--no-precheck", "--no-warm", "--hang-timeout", "3s", "--initial-hang-timeout", "120s",
                 "--hang-retry", "--grace", "2", "--",
-                sys.executable, str(CHILD), str(rank), str(nodes), str(master), kind, str(faulty)]
+                sys.executable, str(CHILD), str(rank), str(nodes), str(master), CHILD_KIND.get(kind, kind), str(faulty),
+                "0.02", str(PER_NODE.get(kind, 1))]
         log = (root / f"node{rank}.log").open("wb")
         agents.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     events = ckpt / ".hacfg" / "node-0" / "events.jsonl"
@@ -97,16 +111,19 @@ def run(kind: str, nodes: int, faulty: int, root: Path) -> tuple[dict | None, Pa
     return (decision if decision is not None and decision["cause"] == "hang" else None), ckpt / ".hacfg"
 
 
-def measure_evidence(state: Path, tally: Tally) -> str:
+def measure_evidence(state: Path, faulty: int, tally: Tally) -> str:
     """From the nodes' events and evidence files: how long after the first hang event every node's
-    summary was written, whether each running rank's stacks and recorder state made it in, and
-    the bytes each rank left; the same in words. Each node's summary precedes its stop signal
-    (the agent stops its workers only once it has sent it and waited for the others')."""
+    summary was written, whether each running rank's stacks and recorder state made it in, the
+    bytes each rank left, and whether the node whose detector fired first (what ``cause_node``
+    said before it followed the culprit) is the hung one; the same in words. Each node's summary
+    precedes its stop signal (the agent stops its workers only once it has sent it and waited for
+    the others')."""
     hangs, summaries, sizes = [], [], []
     for node in sorted(state.glob("node-*")):
         for record in map(json.loads, (node / "events.jsonl").read_text().splitlines()):
             if record["event"] == "hang":
-                hangs.append(datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp())
+                at = datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
+                hangs.append((at, int(node.name.rpartition("-")[2])))
         folder = node / evidence.FOLDER / "attempt-1"
         summary = folder / evidence.SUMMARY
         if not summary.exists():
@@ -121,7 +138,8 @@ def measure_evidence(state: Path, tally: Tally) -> str:
     tally.size += sizes
     if not (hangs and summaries):
         return ""
-    tally.latency.append(max(summaries) - min(hangs))
+    tally.first["hung node" if min(hangs)[1] == faulty else "another"] += 1
+    tally.latency.append(max(summaries) - min(hangs)[0])
     return f" evidence {tally.latency[-1]:.2f}s, max {max(sizes, default=0) / 1024:.1f} KB/rank"
 
 
@@ -137,9 +155,11 @@ def trial(kind: str, nodes: int, faulty: int, tally: Tally) -> None:
     else:
         right = decision["culprit"]["node"] == faulty
         outcome, said = "right" if right else "wrong", decision["culprit"]["how"]
+    agrees = decision is None or decision.get("cause_node") == (decision.get("culprit") or {}).get("node")
     with LOCK:
         tally.outcomes[outcome] += 1
-        measured = measure_evidence(state, tally) if decision is not None else ""
+        tally.apart += not agrees
+        measured = measure_evidence(state, faulty, tally) if decision is not None else ""
     kept = ""
     if outcome == "right":
         shutil.rmtree(folder, ignore_errors=True)
@@ -189,15 +209,16 @@ def main() -> int:
     if sys.argv[1:] == ["overhead"]:
         return report_overhead()
     kinds = sys.argv[1:] or KINDS
-    print(f"load at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-    tallies = {(kind, nodes): Tally() for nodes in NODES for kind in kinds}
+    print(f"torch {version('torch')}; load at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    tallies = {(kind, nodes): Tally() for nodes in NODES for kind in kinds if kind not in PER_NODE or nodes == 2}
     jobs = [(kind, nodes, number % nodes, tallies[(kind, nodes)]) for (kind, nodes) in tallies for number in range(RUNS)]
     with ThreadPoolExecutor(LANES) as pool:
         for done in [pool.submit(trial, *job) for job in jobs]:
             done.result()
     print(f"\nload at end: {os.getloadavg()[0]:.1f}")
     print(f"{'kind':6} {'nodes':>5} {'runs':>4} {'right':>5} {'unknown':>7} {'wrong':>5} {'no hang':>7} "
-          f"{'evidence p50/max s':>18} {'missing':>7} {'KB/rank max':>11}")
+          f"{'evidence p50/max s':>18} {'missing':>7} {'KB/rank max':>11} {'cause_node apart':>16} "
+          f"{'first detector hung':>19}")
     total: Counter[str] = Counter()
     for (kind, nodes), tally in tallies.items():
         counts = tally.outcomes
@@ -205,9 +226,15 @@ def main() -> int:
         latency = f"{statistics.median(tally.latency):.2f}/{max(tally.latency):.2f}" if tally.latency else "-"
         size = f"{max(tally.size) / 1024:.1f}" if tally.size else "-"
         print(f"{kind:6} {nodes:5} {sum(counts.values()):4} {counts['right']:5} {counts['unknown']:7} {counts['wrong']:5} "
-              f"{counts['no hang']:7} {latency:>18} {tally.missing:7} {size:>11}")
+              f"{counts['no hang']:7} {latency:>18} {tally.missing:7} {size:>11} {tally.apart:16} "
+              f"{tally.first['hung node']:>10}/{sum(tally.first.values())}")
     runs = sum(total.values())
-    print(f"right culprit node: {total['right']}/{runs} = {total['right'] / max(runs, 1):.0%} (target >= 95%)")
+    apart = sum(tally.apart for tally in tallies.values())
+    first = sum((tally.first for tally in tallies.values()), Counter())
+    print(f"right culprit node: {total['right']}/{runs} = {total['right'] / max(runs, 1):.0%} (target >= 95%), "
+          f"wrong: {total['wrong']} (target 0); cause_node apart from the culprit: {apart} (target 0)")
+    print(f"the first detector to fire (cause_node before it followed the culprit) was the hung node's in "
+          f"{first['hung node']}/{sum(first.values())} runs")
     return report_overhead()
 
 

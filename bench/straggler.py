@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 from common import free_port
@@ -119,7 +120,8 @@ def overhead() -> float:
 
 
 def main() -> int:
-    print(f"{RUNS} trials each, {COMPUTE:g} s of compute per step, rank 1 twice as long from step {FAULT_STEP}")
+    print(f"torch {version('torch')}; {RUNS} trials each, {COMPUTE:g} s of compute per step, "
+          f"rank 1 twice as long from step {FAULT_STEP}")
     detected: list[int | None] = []
     false_flags = 0
     for number in range(RUNS):

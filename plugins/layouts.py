@@ -1,7 +1,12 @@
 """Built-in checkpoint layouts, each complete by the rule of the framework that writes it.
 
-Each layout names the source its rule was read from. The layouts own disjoint folder names, so one
-checkpoint is never judged by two rules: torch DCP takes the numbered folders no framework claims.
+Each layout names the source its rule was read from, and says of a checkpoint that is not complete
+what its rule still waits for. A folder is judged by every layout whose rule can apply to it, and
+is complete when one of them finds it so: torch DCP judges every numbered folder, so ``step_N``
+holding DCP's ``.metadata`` is complete without ``save_step``'s marker, and ``checkpoint-N``
+without Trainer's state file. Only where a framework's own pointer, tracker or marker decides when a
+save is done (DeepSpeed's ``latest``, Megatron's tracker, NeMo's ``-unfinished``) does no other rule
+apply to its names: a torch_dist save has DCP's ``.metadata`` before its tracker names it.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ class TrainerDirs(CheckpointLayout):
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         for path, match in _entries(root, self.pattern):
             complete = (path / "trainer_state.json").is_file() or (path / ".complete").exists()
-            yield SavedCheckpoint(int(match[1]), path, complete, self.name)
+            lacks = "" if complete else "no trainer_state.json, which Trainer writes last"
+            yield SavedCheckpoint(int(match[1]), path, complete, self.name, lacks=lacks)
 
 
 class DeepSpeedLatest(CheckpointLayout):
@@ -53,6 +59,10 @@ class DeepSpeedLatest(CheckpointLayout):
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         pointer = root / "latest"
         if not pointer.is_file():
+            for path, match in _entries(root, self.pattern):
+                lacks = "no latest file names it, which DeepSpeed writes once every file is saved"
+                if path.is_dir():
+                    yield SavedCheckpoint(int(match[1]), path, False, self.name, lacks=lacks)
             return
         tag = pointer.read_text().strip()
         step = step_of(tag)
@@ -84,6 +94,10 @@ class MegatronTracker(CheckpointLayout):
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         tracker = root / "latest_checkpointed_iteration.txt"
         if not tracker.is_file():
+            for path, match in _entries(root, self.pattern):
+                lacks = f"no {tracker.name} names it, which Megatron writes once the iteration is saved"
+                if path.is_dir():
+                    yield SavedCheckpoint(int(match[1] or 0), path, False, self.name, lacks=lacks)
             return
         text = tracker.read_text().strip()
         if text.isdigit() or text == "release":
@@ -101,7 +115,9 @@ class StepDirs(CheckpointLayout):
 
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         for path, match in _entries(root, self.pattern):
-            yield SavedCheckpoint(int(match[1]), path, (path / ".complete").exists(), self.name)
+            complete = (path / ".complete").exists()
+            lacks = "" if complete else "no .complete marker, which save_step writes last"
+            yield SavedCheckpoint(int(match[1]), path, complete, self.name, lacks=lacks)
 
 
 class ModelCheckpoint(CheckpointLayout):
@@ -136,8 +152,14 @@ class ModelCheckpoint(CheckpointLayout):
             if step is None:
                 continue
             written = whole or self._written(path)
-            finishing = (root / (stem.removesuffix("-EMA") + self.unfinished)).exists()
-            yield SavedCheckpoint(step, path, written and not finishing, self.name)
+            marker = stem.removesuffix("-EMA") + self.unfinished
+            finishing = (root / marker).exists()
+            lacks = ""
+            if not written:
+                lacks = "no .metadata in it or in its weights/, and no latest naming a tag in it"
+            elif finishing:
+                lacks = f"{marker} lies beside it: a save in progress"
+            yield SavedCheckpoint(step, path, written and not finishing, self.name, lacks=lacks)
 
     @staticmethod
     def _written(folder: Path) -> bool:
@@ -177,20 +199,20 @@ def _global_step(path: Path) -> int | None:
 
 
 class TorchDcp(CheckpointLayout):
-    """torch.distributed.checkpoint folders: torchtitan's ``step-N/``, or any numbered folder no
-    framework above claims. ``FileSystemWriter.finish`` (torch/distributed/checkpoint/filesystem.py)
-    renames ``.metadata`` into place after every rank's data; torchtitan's ``_find_load_step``
-    (torchtitan/components/checkpointer/dcp.py) counts a folder with it, or with
-    ``model.safetensors.index.json`` for a Hugging Face format save, as complete."""
+    """torch.distributed.checkpoint folders: torchtitan's ``step-N/``, or any numbered folder whose
+    name no framework's own pointer governs (``step_N`` and ``checkpoint-N`` included: a DCP save
+    so named is complete as DCP defines it). ``FileSystemWriter.finish``
+    (torch/distributed/checkpoint/filesystem.py) renames ``.metadata`` into place after every
+    rank's data; torchtitan's ``_find_load_step`` (torchtitan/components/checkpointer/dcp.py)
+    counts a folder with it, or with ``model.safetensors.index.json`` for a Hugging Face format
+    save, as complete."""
 
     name = "torch-dcp"
-    claimed = (
-        TrainerDirs.pattern,
-        DeepSpeedLatest.pattern,
-        MegatronTracker.pattern,
-        StepDirs.pattern,
-        ModelCheckpoint.pattern,
-    )
+    # names whose framework decides when a save is done, by a pointer, a tracker or a marker
+    claimed = (DeepSpeedLatest.pattern, MegatronTracker.pattern, ModelCheckpoint.pattern)
+    # names whose framework writes a Hugging Face index before the rest of its checkpoint (Trainer
+    # saves the model, then the optimizer, then trainer_state.json): only .metadata counts there
+    indexed_early = (TrainerDirs.pattern,)
 
     def find(self, root: Path) -> Iterator[SavedCheckpoint]:
         for path in sorted(root.iterdir()):
@@ -198,9 +220,11 @@ class TorchDcp(CheckpointLayout):
             hidden = path.name.startswith(".")  # a save still being staged, as ``save_step`` stages one
             if step is None or hidden or not path.is_dir() or any(p.fullmatch(path.name) for p in self.claimed):
                 continue
-            complete = (path / ".metadata").is_file() or (path / "model.safetensors.index.json").is_file()
+            index = not any(p.fullmatch(path.name) for p in self.indexed_early)
+            complete = (path / ".metadata").is_file() or (index and (path / "model.safetensors.index.json").is_file())
             if complete or any(p.suffix in (".distcp", ".safetensors") for p in path.iterdir()):
-                yield SavedCheckpoint(step, path, complete, self.name)
+                lacks = "" if complete else "no .metadata, which DCP writes once every rank's data is saved"
+                yield SavedCheckpoint(step, path, complete, self.name, lacks=lacks)
 
 
 @hookimpl

@@ -47,8 +47,10 @@ def _under_the_agent(name: str):
 def test_the_agent_and_diagnose_give_the_expected_verdict_on_the_same_lines(name, diagnosed):
     entry = EXPECTED[name]
     report, verdict = diagnosed[name], _under_the_agent(name)
-    expected = (entry["cause"], entry.get("peer", False))
-    assert (report["cause"], report["peer"]) == expected, report["reason"]
-    assert (verdict.cause, verdict.peer) == expected, verdict.reason
+    expected = (entry["cause"], entry.get("peer", False), entry.get("relocate", False))
+    assert (report["cause"], report["peer"], report["relocate"]) == expected, report["reason"]
+    assert (verdict.cause, verdict.peer, verdict.relocate) == expected, verdict.reason
     assert verdict.evidence, verdict.reason  # every verdict names its lines
     assert set(verdict.evidence) <= {line["text"] for line in report["evidence"]}
+    if "cites" in entry:  # the root cause, not a line that follows from it
+        assert entry["cites"] in verdict.evidence[-1], verdict.evidence

@@ -4,7 +4,9 @@ synthetic summaries, and the hook and collector on real processes.
 The recordings under tests/data/culprit/ are what ``evidence.collect`` gathered from one emulated
 node per rank of tests/children/gloo_ranks.py on CPU (torch 2.13, gloo), the last rank faulty:
 ``stuck`` before a collective, ``skip`` of one collective, ``stop`` by SIGSTOP, ``spin`` in a
-pure-Python busy loop.
+pure-Python busy loop; ``size-2``, by bench/culprit.py, rank 0 all-reducing an empty tensor; and
+``ddp-hang-2``, two agents around examples/resumable-training/train_ddp.py (torch 2.15, gloo), rank 1
+made to hang at step 6 outside any collective, after DDP enqueued an all-reduce it had not waited for.
 """
 
 import json
@@ -21,6 +23,8 @@ import pytest
 from conftest import CHILDREN, free_port
 from hacfg.agent.culprit import evidence, hook
 from hacfg.agent.culprit.analysis import Attribution, NodeEvidence, RankEvidence, attribute
+
+pytestmark = pytest.mark.torch  # the hook and evidence in real ranks, or what they recorded
 
 RECORDED = Path(__file__).parent / "data" / "culprit"
 
@@ -53,6 +57,37 @@ def test_a_skipped_collective_between_two_ranks_is_named_by_the_jobs_rhythm():
     found = attribute(recorded("skip-2"), 2).culprit
     assert found is not None and (found.node, found.ranks) == (1, (1,))
     assert "waits in gloo:barrier where the job's collectives on process group 0, repeating every 5" in found.how
+
+
+def test_a_rank_that_went_through_a_collective_alone_is_named_though_it_is_ahead():
+    """Rank 0 all-reduced a tensor of no elements: gloo sent nothing, the call returned, and rank 0
+    waits in #14 while rank 1 still waits in #13. The count alone would name rank 1 as behind."""
+    found = attribute(recorded("size-2"), 2).culprit
+    assert found is not None and (found.node, found.ranks) == (0, (0,))
+    assert found.how.startswith("it completed collective #13 on process group 0 (gloo), which the other ranks still wait in")
+
+
+def test_a_rank_behind_outside_any_collective_is_the_one_behind_whatever_it_saw_complete():
+    """DDP enqueues its all-reduces and waits for them late: rank 1 hung in its own code before it
+    saw #16 complete, which rank 0 did. Rank 1 is not inside #16: it is the one behind."""
+    found = attribute(recorded("ddp-hang-2"), 2).culprit
+    assert found is not None and (found.node, found.ranks) == (1, (1,)) and "is #16" in found.how
+
+
+def test_without_completions_or_stacks_the_count_decides_as_before():
+    inside = ("all_reduce (/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3252)",)
+
+    def waiting(number, seq, completed, stack=inside):
+        return RankEvidence(number, 1000 + number, "sleeping", stack, {"0": seq}, "gloo:all_reduce", completed=completed)
+
+    ahead = [NodeEvidence(0, (waiting(0, 14, {"0": 13}),)), NodeEvidence(1, (waiting(1, 13, {"0": 12}),))]
+    assert attribute(ahead, 2).culprit.node == 0
+    unknown = [NodeEvidence(0, (waiting(0, 14, None),)), NodeEvidence(1, (waiting(1, 13, None),))]
+    assert attribute(unknown, 2).culprit.node == 1  # older summaries, or a recorder that keeps no completions
+    stuck = [NodeEvidence(0, (waiting(0, 14, {"0": 13}),)), NodeEvidence(1, (waiting(1, 13, {"0": 13}),))]
+    assert attribute(stuck, 2).culprit.node == 1  # rank 1 finished #13 and never reached #14
+    unseen = [NodeEvidence(0, (waiting(0, 14, {"0": 13}),)), NodeEvidence(1, (waiting(1, 13, {"0": 12}, ()),))]
+    assert attribute(unseen, 2).culprit.node == 1  # no stack: not known to be inside #13
 
 
 def rank(number, *, seq=7, op="gloo:all_reduce", state="sleeping", stack=("all_reduce (d.py:10)", "<module> (t.py:5)")):
@@ -109,9 +144,24 @@ def test_the_recorders_entries_give_each_groups_newest_run_of_collectives():
         {"process_group": ["0", "default_pg"], "collective_seq_id": 0, "is_p2p": True, "profiling_name": "gloo:send"},
     ]
     status = {"0": {"last_enqueued_collective": "4"}, "1": {"last_enqueued_collective": "7"}}
-    counts, last, history = evidence._collectives({"pg_status": status, "entries": entries})
-    assert counts == {"0": 4, "1": 7} and last == "gloo:send"
-    assert history == {"0": ("gloo:all_reduce", "gloo:barrier"), "1": ("gloo:all_gather",)}  # #2 missing: the run starts at #3
+    counts, last, history = evidence._collectives({"gloo": {"pg_status": status, "entries": entries}})
+    assert counts == {"0 (gloo)": 4, "1 (gloo)": 7} and last == "gloo:send"
+    assert history == {"0 (gloo)": ("gloo:all_reduce", "gloo:barrier"), "1 (gloo)": ("gloo:all_gather",)}  # #2 missing
+
+
+def test_a_group_two_backends_serve_is_two_groups_and_the_newest_entry_is_the_last_op():
+    """``cpu:gloo,cuda:nccl`` (init_process_group's default on a GPU machine): gloo and NCCL number
+    their collectives apart, each in its own recorder, under the same process group."""
+    def entry(seq, name, ns):
+        return {"process_group": ["0", "default_pg"], "collective_seq_id": seq, "profiling_name": name, "time_created_ns": ns}
+
+    recorders = {
+        "gloo": {"pg_status": {"0": {"last_enqueued_collective": 2}}, "entries": [entry(2, "gloo:barrier", 50)]},
+        "nccl": {"pg_status": {"0": {"last_enqueued_collective": 90}}, "entries": [entry(90, "nccl:all_reduce", 40)]},
+    }
+    counts, last, history = evidence._collectives(recorders)
+    assert counts == {"0 (gloo)": 2, "0 (nccl)": 90} and last == "gloo:barrier"
+    assert history == {"0 (gloo)": ("gloo:barrier",), "0 (nccl)": ("nccl:all_reduce",)}
 
 
 def test_a_node_that_sent_nothing_leaves_the_culprit_unknown():
@@ -167,6 +217,89 @@ def armed_child(tmp_path, code):
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True, stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     return proc, folder
+
+
+RANK = """
+import time, torch, torch.distributed as dist
+{start}
+for _ in range(3):
+    dist.all_reduce(torch.ones(2))
+print('ready', flush=True)
+time.sleep(60)
+"""
+
+
+def asked(tmp_path, start):
+    """What the hook of a one-rank job, three all-reduces in, said: its arrivals, its answer to a
+    hang's question and its evidence."""
+    proc, folder = armed_child(tmp_path, RANK.format(start=start))
+    try:
+        arrived = evidence.arrivals(folder, deadline=30)
+        found = evidence.collect(proc.pid, folder, node=0, step=None)
+    finally:
+        proc.kill()
+        proc.wait()
+    (only,) = found.ranks
+    return arrived, json.loads((folder / f"{proc.pid}.json").read_text()), only
+
+
+@pytest.mark.torch
+def test_every_flight_recorder_the_installed_torch_keeps_is_read(tmp_path):
+    """A CUDA build of torch keeps NCCL's recorder beside the generic one gloo records into; the
+    collectives of a gloo group are in the second, whichever the first holds."""
+    from torch._C import _distributed_c10d as c10d
+
+    start = f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)"
+    arrived, answer, only = asked(tmp_path, start)
+    expected = {"gloo"} | ({"nccl"} if hasattr(c10d, "_dump_nccl_trace_json") else set())
+    assert set(answer["flight_recorders"]) == expected and only.recorders == tuple(sorted(expected))
+    assert only.collectives == {"0 (gloo)": 3} and only.last_op == "gloo:all_reduce"
+    assert [entry[:2] for entry in arrived[0]] == [["0 (gloo)", n] for n in (1, 2, 3)]
+
+
+@pytest.mark.torch
+def test_a_backend_torch_records_through_its_hook_is_read_under_its_own_name(tmp_path):
+    """``FlightRecorderHook.attach`` records any backend's collectives into the generic recorder
+    (torch 2.14); from torch 2.15 that recorder is kept per backend and read by its name."""
+    from torch._C import _distributed_c10d as c10d
+
+    if not hasattr(c10d, "FlightRecorderHook"):
+        pytest.skip("this torch has no FlightRecorderHook")
+    start = (
+        "from torch.testing._internal.distributed.fake_pg import FakeStore\n"
+        "dist.init_process_group('fake', store=FakeStore(), rank=0, world_size=2)\n"
+        "hooked = torch._C._distributed_c10d.FlightRecorderHook.attach(dist.group.WORLD)"
+    )
+    arrived, answer, only = asked(tmp_path, start)
+    assert "fake" in answer["flight_recorders"] and only.collectives is not None
+    assert "0 (fake)" in only.collectives and only.last_op == "fake:all_reduce"
+    assert only.history is not None and only.history["0 (fake)"] == ("fake:all_reduce",) * 3
+    assert [entry[:2] for entry in arrived[0]] == [["0 (fake)", n] for n in (1, 2, 3)]
+
+
+def test_a_recorder_reached_through_its_backend_object_is_read_too():
+    """XCCL's recorder (XPU builds) is dumped through the backend of a process group, not a function
+    of torch's: a stand-in for the group (no XPU here) shows it is found and named by its backend."""
+    from types import SimpleNamespace
+
+    trace = {"pg_status": {"0": {"last_enqueued_collective": 5}}, "entries": [{"process_group": ["0", ""]}]}
+
+    class Xccl:
+        def _dump_xccl_trace_json(self, includeCollectives, onlyActive):  # torch's keyword names
+            return json.dumps(trace)
+
+    class Group:
+        group_name, _device_types = "0", ("xpu",)
+
+        def _get_backend(self, device):
+            return Xccl()
+
+    group = Group()
+    dist = SimpleNamespace(distributed_c10d=SimpleNamespace(_world=SimpleNamespace(pg_map={group: ("xccl", None)})),
+                           get_backend=lambda g: "xccl")
+    found = dict(hook._recorders(dist))
+    assert "xccl" in found and json.loads(found["xccl"]()) == trace
+    assert hook._owners(dist, "xccl", trace) == {"xccl": {"0"}}
 
 
 def test_the_hook_dumps_a_busy_loop_that_holds_the_gil(tmp_path):
@@ -320,6 +453,15 @@ def test_diagnose_reads_the_evidence_the_agents_kept(cli):
     assert lines[lines.index("  node 1 rank 1: sleeping, pid 11005, collective #16 on group 0, gloo:all_reduce") + 1].startswith("    fire (")
 
 
+def test_diagnose_says_which_recorders_each_rank_was_read_from(cli, tmp_path):
+    for report in recorded("size-2"):  # each node's summary in its own state folder, as the agents keep them
+        folder = tmp_path / f"node-{report.node}" / evidence.FOLDER / "attempt-1"
+        folder.mkdir(parents=True)
+        (folder / evidence.SUMMARY).write_text(json.dumps(report.to_json()))
+    lines = cli("diagnose", tmp_path).out.splitlines()
+    assert "  node 0 rank 0: sleeping, pid 19884, collective #14 on group 0 (gloo), gloo:all_reduce, recorders read: gloo" in lines
+
+
 def test_diagnose_of_a_folder_without_evidence_is_one_line_and_exit_2(cli, tmp_path):
     result = cli("diagnose", tmp_path)
     assert result.code == 2 and result.err.strip().endswith("no hang evidence (evidence/attempt-N/summary.json) under it")
@@ -338,6 +480,20 @@ def test_a_single_node_hang_names_its_only_rank_with_its_stack(tmp_path):
 
 
 @pytest.mark.slow
+def test_stopping_counts_from_the_stop_signal_and_the_evidence_gathered_before_it_is_its_own_figure(tmp_path):
+    """A rank in C code that holds the GIL (a regular expression backtracking) keeps its hook's
+    thread from answering: the evidence waits for it until its deadline, and only then is the stop
+    signal sent, which ends the rank at once."""
+    from conftest import agent, read_events
+
+    child = tmp_path / "holds_the_gil.py"
+    child.write_text("import re\nprint('started', flush=True)\nre.match(r'(a+)+$', 'a' * 64 + 'b')\n")
+    result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "30s", child=str(child), env={"RANK": "0"})
+    (ended,) = [e for e in read_events(tmp_path / "state") if e["event"] == "attempt_exit"]
+    assert ended["gathering"] >= evidence.DEADLINE / 2 > ended["stopping"], result.stderr
+
+
+@pytest.mark.slow
 def test_with_py_spy_a_stopped_ranks_verdict_carries_its_stack(tmp_path):
     from conftest import agent, read_events
 
@@ -349,6 +505,26 @@ def test_with_py_spy_a_stopped_ranks_verdict_carries_its_stack(tmp_path):
     culprit = decision["culprit"]
     assert culprit["how"].startswith("its process is stopped"), result.stderr
     assert culprit["stack"][0].startswith("fault (") and "gloo_ranks.py" in culprit["stack"][0]
+
+
+def test_a_hangs_node_is_its_culprits_whichever_detector_fired_first(tmp_path, cli):
+    """Every rank goes quiet when one hangs: node 0's detector fired first here, but the hung rank is
+    on node 1; with no culprit, the decision does not name a node either."""
+    from hacfg.agent.records.state import EventLog
+    from hacfg.agent.rounds import Verdict, with_culprit
+    from hacfg.restart.policy import Budgets
+    from hacfg.restart.vocabulary import Action, Ending, Event
+
+    hang = Verdict(round=1, cause=Ending.HANG, reason="hang", rank=0, action=Action.PROC_RESTART, detail="", budgets=Budgets())
+    named = with_culprit(hang, recorded("stuck-2"), 2)
+    assert named.culprit is not None and named.rank == named.culprit.node == 1
+    unknown = with_culprit(hang, recorded("stuck-2")[:1], 2)
+    assert (unknown.culprit, unknown.rank) == (None, None)
+    log = EventLog(tmp_path / "events.jsonl", node=0)
+    log.write(Event.DECISION, round=1, cause="hang", cause_node=None, action="proc_restart", reason="restart",
+              culprit=None, culprit_note=unknown.culprit_note)
+    shown = cli("events", tmp_path / "events.jsonl").out
+    assert "proc_restart: restart (round 1, hang); the hang's culprit is unknown: no evidence from node 1" in shown
 
 
 @pytest.mark.slow

@@ -346,7 +346,7 @@ def test_event_logs_of_any_type_are_one_line_and_exit_2(tmp_path_factory, exampl
     plan = folder / "ha.yaml"
     plan.write_text("version: 1\nscenario: single-node\njob: {duration: 1d}\ncheckpoint: {save_time: 1m}\nreliability: {restart_time: 1m}\n")
     fields = ["node", "round", "attempt", "exit_code", "cause", "action", "after", "idle", "timeout", "duration", "stopping",
-              "step", "checkpoints", "progressed", "resume_from", "reason", "signal", "start", "pid", "cause_node", "command",
+              "gathering", "step", "checkpoints", "progressed", "resume_from", "reason", "signal", "start", "pid", "cause_node", "command",
               "rank", "score", "slowdown", "since", "phase", "culprit", "culprit_note"]
     times = st.sampled_from(["2026-12-01T07:00:00+00:00", "2026-12-01T08:00:00.5Z", "2026-12-01T07:00:00", "0001-01-01T00:00:00+00:00",
                              "9999-12-31T23:59:59+00:00", "2026-12-01T07:00:00-23:59", "2026-12-01", "soon"])

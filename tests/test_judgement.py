@@ -80,6 +80,60 @@ def test_deepspeeds_report_of_a_worker_killed_by_the_oom_killer_is_an_environmen
     assert result.returncode == 138
 
 
+def _replayed(tmp_path: Path, name: str, *options: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """The agent around a command that prints a corpus log and exits 1, as the job in the thread did."""
+    replay = f"import sys; sys.stderr.write(open({str(CORPUS / name)!r}).read()); sys.exit(1)"
+    result = _supervise(tmp_path, [sys.executable, "-c", replay], "--max-restarts", "3", *options)
+    return result, read_events(tmp_path / "state")
+
+
+@pytest.mark.slow
+def test_a_gpu_fallen_off_the_bus_moves_the_job_at_once(tmp_path):
+    """Restarting in place three times on a GPU the node can no longer reach only delays the move."""
+    result, events = _replayed(tmp_path, "xid-79-surprise-down-gpu-burn-1.log")
+    [ended] = [e for e in events if e["event"] == "attempt_exit"]
+    assert (ended["cause"], ended["relocate"]) == ("environment", True) and "79, GPU has fallen off" in ended["evidence"][-1]
+    [decision] = [e for e in events if e["event"] == "decision"]
+    assert (decision["action"], decision["counted"], result.returncode) == ("job_reschedule", 0, 138), result.stderr
+    assert decision["reason"] == "a fault no restart on this node can fix: retry elsewhere"
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_named_and_not_restarted_on_the_same_storage(tmp_path):
+    result, events = _replayed(tmp_path, "disk-full-torch-save-dolly-139.log", "--unconditional")
+    [ended] = [e for e in events if e["event"] == "attempt_exit"]
+    assert ended["cause"] == "disk_full" and "a full disk" in ended["reason"]
+    [decision] = [e for e in events if e["event"] == "decision"]
+    assert (decision["cause"], decision["action"], result.returncode) == ("disk_full", "give_up", 1)
+    assert "free space on it (or raise its quota), then start the job again" in decision["reason"]
+    assert "attempt 1 disk_full" in result.stderr and "free space on it" in result.stderr
+
+
+def test_the_root_cause_is_cited_not_the_line_that_followed_it():
+    """An Xid 64 (the page could not be retired) follows the Xid 48 (the double-bit error) it is about."""
+    verdict = classify(Failure(1, None, _tail((CORPUS / "xid-48-then-64-gpu-operator-1146.log").read_text())))
+    assert ": 48, " in verdict.evidence[-1] and verdict.relocate
+    assert any("outranked by a fault of the machine itself" in why and ": 64, " in why for why in verdict.not_counted)
+    remapped = (
+        "NVRM: Xid (PCI:0000:07:00): 48, pid=1, name=python, An uncorrectable double bit error (DBE) has been detected",
+        "NVRM: Xid (PCI:0000:07:00): 63, pid=1, name=python, Row Remapper: New row marked for remapping, reset gpu",
+    )
+    assert not classify(Failure(1, None, remapped)).relocate  # a remapped row: a restart here can go on
+
+
+def test_nccls_chain_of_return_codes_is_evidence_where_other_info_lines_are_not():
+    lines = _tail((CORPUS / "nccl-info-chain-fsdp-nccl-1000.log").read_text())
+    verdict = classify(Failure(1, None, (NCCL_INFO, *lines)))
+    assert verdict.cause == "environment" and verdict.evidence == (lines[0],)
+    assert classify(Failure(1, None, (NCCL_INFO, "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] via P2P"))).cause == "user"
+
+
+def test_a_dataloader_worker_the_oom_killer_took_is_judged_as_the_oom_killer_itself():
+    worker = classify(Failure(1, None, _tail((CORPUS / "dataloader-worker-killed-dcpdn-12.log").read_text())))
+    kernel = classify(Failure(None, 9, _tail((CORPUS / "oom-killer-dmesg-ert-7797.log").read_text())))
+    assert worker.cause == kernel.cause == "environment" and "killed by SIGKILL" in worker.reason
+
+
 def test_deepspeeds_minus_11_is_a_segfault():
     log = (CORPUS / "deepspeed-segfault-examples-626.log").read_text()
     verdict = classify(Failure(245, None, _tail(log)))

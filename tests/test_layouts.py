@@ -136,6 +136,95 @@ def test_two_layouts_saving_the_same_step_is_a_doubt(tmp_path):
     assert doubts == (f"step 300 is saved by more than one layout: {found.path} is resumed ({found.layout}), not {other}",)
 
 
+# A folder whose name two layouts can claim is judged by each rule that can apply to it: torch DCP's
+# (any numbered folder) beside the layout that names it. One test per such pair.
+DCP = (".metadata", "__0_0.distcp", "__1_0.distcp")  # FileSystemWriter: each rank's data, then .metadata
+
+
+def test_step_n_holding_a_dcp_save_is_complete_as_dcp_defines_it(tmp_path):
+    files(tmp_path / "step_200", *DCP)  # dcp.save(state, checkpoint_id="ckpt/step_200"): no .complete
+    files(tmp_path / "step_300", *DCP[1:])  # killed before .metadata
+    found, doubts = choose(tmp_path)
+    assert (found.path, found.layout, doubts) == (tmp_path / "step_200", "torch-dcp", ())
+    files(tmp_path / "step_300", ".complete")  # save_step's marker: complete by its rule
+    assert newest_complete(tmp_path).path == tmp_path / "step_300"
+
+
+def test_a_folder_complete_by_two_rules_is_one_checkpoint_not_a_doubt(tmp_path):
+    files(tmp_path / "step_300", *DCP, ".complete")  # save_step around dcp.save
+    found, doubts = choose(tmp_path)
+    assert (found.path, doubts) == (tmp_path / "step_300", ())
+
+
+def test_checkpoint_n_holding_a_dcp_save_is_complete_and_trainers_index_is_not_enough(tmp_path):
+    files(tmp_path / "checkpoint-900", "model.safetensors", "trainer_state.json")
+    files(tmp_path / "step_1200", *DCP)
+    assert newest_complete(tmp_path).path == tmp_path / "step_1200"
+    files(tmp_path / "checkpoint-1500", *DCP)  # a DCP save named as Trainer names its own
+    assert newest_complete(tmp_path).path == tmp_path / "checkpoint-1500"
+    # Trainer._save: the sharded model and its index first, trainer_state.json last
+    files(tmp_path / "checkpoint-1800", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+          "model.safetensors.index.json")
+    assert newest_complete(tmp_path).path == tmp_path / "checkpoint-1500"
+
+
+def test_megatrons_iter_folders_are_its_trackers_even_with_dcps_metadata(tmp_path):
+    files(tmp_path / "iter_0000100", *TORCH_DIST)  # the first save, its tracker not yet written
+    found, doubts = choose(tmp_path)
+    assert found is None and doubts == (
+        f"checkpoint folders under {tmp_path} exist but none is complete: iter_0000100 (megatron: no "
+        "latest_checkpointed_iteration.txt names it, which Megatron writes once the iteration is saved): "
+        "the attempt starts from scratch",
+    )
+
+
+def test_deepspeeds_global_step_folders_are_its_latests_even_with_dcps_metadata(tmp_path):
+    files(tmp_path / "global_step100", *DEEPSPEED, ".metadata")
+    assert newest_complete(tmp_path) is None  # no latest: DeepSpeed would start from nothing
+    (tmp_path / "latest").write_text("global_step100")
+    assert newest_complete(tmp_path).path == tmp_path / "global_step100"
+
+
+def test_a_nemo_folder_being_saved_is_not_complete_for_its_dcp_metadata(tmp_path):
+    saving = "megatron_gpt--val_loss=2.20-step=3000-consumed_samples=192000.0"
+    files(tmp_path / saving, *TORCH_DIST)  # NeMo 1: DCP's files at the top, .metadata among them
+    files(tmp_path, f"{saving}-unfinished")
+    found, doubts = choose(tmp_path)
+    assert found is None and f"{saving} (model-checkpoint: {saving}-unfinished lies beside it" in doubts[0]
+
+
+def test_when_no_folder_is_complete_each_is_named_with_what_it_lacks_newest_first(tmp_path):
+    files(tmp_path / "step_300", "__0_0.distcp")  # judged by save_step's rule and DCP's
+    files(tmp_path / "checkpoint-200", "model.safetensors")
+    found, doubts = choose(tmp_path)
+    assert found is None and doubts == (
+        f"checkpoint folders under {tmp_path} exist but none is complete: step_300 (step_N: no .complete "
+        "marker, which save_step writes last; torch-dcp: no .metadata, which DCP writes once every rank's data "
+        "is saved), checkpoint-200 (checkpoint-N: no trainer_state.json, which Trainer writes last; torch-dcp: "
+        "no .metadata, which DCP writes once every rank's data is saved): the attempt starts from scratch",
+    )
+    for step in range(1, 8):
+        (tmp_path / f"step_{step}").mkdir()
+    (doubt,) = choose(tmp_path)[1]
+    assert doubt.count("(step_N: ") == 4 and doubt.endswith(" and 4 more: the attempt starts from scratch")
+
+
+@pytest.mark.slow
+def test_the_agent_says_which_folders_are_not_complete_before_it_starts_from_scratch(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    files(ckpt / "step_300", "__0_0.distcp")
+    argv = [*agent_argv(tmp_path / "state", "--checkpoint-path", str(ckpt)), sys.executable, "-c",
+            "import os; print(os.environ.get('HACFG_RESUME_FROM') or 'nothing')"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert result.stdout == "nothing\n"
+    said = f"[hacfg] checkpoint folders under {ckpt} exist but none is complete: step_300 (step_N: no .complete"
+    assert said in result.stderr
+    events = read_events(tmp_path / "state")
+    (doubt,) = [e for e in events if e["event"] == "checkpoint_doubt"]
+    assert doubt["resume_from"] is None and doubt["detail"] in result.stderr
+    assert events.index(doubt) < next(i for i, e in enumerate(events) if e["event"] == "attempt_start")
+
+
 def test_hugging_face_trainer_is_complete_once_trainer_state_is_written(tmp_path):
     # transformers' Trainer._save_checkpoint: model, optimizer, scheduler, RNG state, then trainer_state.json.
     files(tmp_path / "checkpoint-500", "model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json")
@@ -164,6 +253,7 @@ def lightning_checkpoint(path: Path, epoch: int, step: int, sharded: bool = Fals
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_lightning_last_ckpt_carries_its_step_inside(tmp_path):
     lightning_checkpoint(tmp_path / "epoch=1-step=2000.ckpt", 1, 2000)
     lightning_checkpoint(tmp_path / "epoch=2-step=3000.ckpt", 2, 3000)
@@ -176,6 +266,7 @@ def test_lightning_last_ckpt_carries_its_step_inside(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_torch_dcp_and_torchtitan_step_folders(tmp_path):
     torch = pytest.importorskip("torch")
     import torch.distributed.checkpoint as dcp
@@ -187,9 +278,12 @@ def test_torch_dcp_and_torchtitan_step_folders(tmp_path):
     assert newest_complete(tmp_path).path == tmp_path / "step-10"
     dcp.save(state, checkpoint_id=tmp_path / "iter_0000030")  # Megatron's, and no tracker names it
     assert newest_complete(tmp_path).path == tmp_path / "step-10"
+    dcp.save(state, checkpoint_id=tmp_path / "step_40")  # named as save_step names its own, without its marker
+    assert newest_complete(tmp_path).path == tmp_path / "step_40"
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 def test_nemo_2_default_names_without_a_step_are_ordered_by_the_step_they_hold(tmp_path):
     # nemo/lightning/nemo_logger.py under MegatronStrategy: '{name}--{monitor:.4f}-{epoch}-{consumed_samples}'.
     for samples, step in ((64000, 1000), (128000, 2000)):

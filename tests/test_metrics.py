@@ -97,7 +97,7 @@ def test_every_cause_and_action_is_exported_at_zero_before_the_first_failure(tmp
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=20)
     assert {labels[0][1]: value for (name, labels), value in got.items() if name == "hacfg_failures_total"} == {
-        "environment": 0, "hang": 0, "peer": 0, "stopped": 0, "straggler": 0, "user": 0,
+        "disk_full": 0, "environment": 0, "hang": 0, "peer": 0, "stopped": 0, "straggler": 0, "user": 0,
     }
     actions = {labels[0][1]: value for (name, labels), value in got.items() if name == "hacfg_decisions_total"}
     assert actions == dict.fromkeys(["give_up", "job_reschedule", "pod_reschedule", "proc_restart", "stop", "success"], 0)

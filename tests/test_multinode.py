@@ -258,6 +258,7 @@ def assert_one_timeline(job: Job, cli, svg: Path) -> None:
 
 
 # A hung attempt is a cold one (the first) either way: what follows it is the killed worker's test
+@pytest.mark.torch
 @pytest.mark.parametrize("torchrun", [False, True], ids=["agent", "torchrun"])
 def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference, torchrun):
     # torchrun waits silently at its exit barrier for the other node's torchrun, and a restarted
@@ -272,6 +273,7 @@ def test_a_hung_worker_stops_every_node_and_does_not_count(tmp_path, reference, 
     # torchrun's workers too (they sit in sessions of their own); it may say it cannot tell only
     # for a rank that exited or kept silent past the deadline: never a guess shown as a fact.
     culprit = decisions[0]["culprit"]
+    assert decisions[0]["cause_node"] == (culprit["node"] if culprit else None)  # one answer to which node
     if culprit is None:
         assert re.search(r"exited before it could be asked|before the deadline", decisions[0]["culprit_note"])
         return

@@ -29,6 +29,21 @@ def test_environment_faults_spend_the_budget_then_ask_for_a_reschedule():
     assert (budgets.counted, budgets.restarts) == (3, 3)
 
 
+def test_a_fault_no_restart_here_can_fix_moves_at_once_unless_restarts_are_off():
+    budgets = Budgets()
+    moved = decide("environment", budgets, Policy(max_restarts=3, pod_reschedules=1), progressed=False,
+                   command_code=1, relocate=True)
+    assert (moved.action, moved.exit_code, budgets.counted) == ("pod_reschedule", RETRY_ELSEWHERE, 0)
+    off = decide("environment", Budgets(), Policy(), progressed=False, command_code=1, relocate=True)
+    assert (off.action, off.exit_code) == ("give_up", 1)
+
+
+def test_a_full_disk_is_given_up_with_what_to_free_whatever_the_budgets():
+    policy = Policy(max_restarts=10, unconditional=True, on_hang=True)
+    decision = decide("disk_full", Budgets(), policy, progressed=True, command_code=1)
+    assert (decision.action, decision.exit_code) == ("give_up", 1) and "free space on it" in decision.reason
+
+
 def test_user_errors_need_unconditional_and_stop_after_three_in_a_row():
     assert run(["user"], Policy(max_restarts=10))[0] == ["give_up"]
     actions, budgets = run(["user"] * 5, Policy(max_restarts=10, unconditional=True))

@@ -54,6 +54,15 @@ def test_the_scenario_file_lints_clean_and_builds(readme_project):
     assert built.code == 0, built.err
 
 
+def test_ci_runs_the_quick_starts_test_lines_verbatim():
+    """The suite on the pinned torch, then the tests that touch torch on the newest: .ci/run says
+    both exactly as the README does, so neither drifts from the other."""
+    [quick] = blocks("Quick start", "bash")
+    [test] = [line for line in quick.splitlines() if "pytest" in line]
+    assert test.index("&& pytest &&") < test.index("pytest -m torch")
+    assert test in (REPO / ".ci" / "run").read_text().splitlines()
+
+
 def test_the_quick_start_builds(readme_project):
     [build] = [c for c in commands("Quick start") if c[0] == "build"]
     result = run_hacfg(*build, cwd=REPO)

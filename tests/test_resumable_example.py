@@ -93,6 +93,7 @@ def test_numpy_training_survives_a_kill_and_a_hang_bit_identical(faulty_run):
     assert starts[0] is None and all(s and "/step_" in s for s in starts[1:])
 
 
+@pytest.mark.torch
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_torch_training_survives_a_kill_bit_identical(tmp_path):
     import torch

@@ -23,6 +23,8 @@ from hacfg.agent.records.goodput import breakdown
 from hacfg.plan.model import straggler_price
 from hacfg.restart.vocabulary import StragglerAction
 
+pytestmark = pytest.mark.torch  # arrivals from real ranks' flight recorders, or recorded from them
+
 RECORDED = Path(__file__).parent / "data" / "straggler"
 MS = 1_000_000
 
@@ -54,11 +56,11 @@ def test_an_unperturbed_pair_of_ranks_names_no_one():
 def steps(pacer: Pacer, computes: dict[int, list[float]], *, nodes: dict[int, int] | None = None, first: int = 0) -> None:
     """Feed ``pacer`` synchronous steps from collective ``first`` on: each rank computes its
     milliseconds, then all-reduces."""
-    ended = max(pacer.arrived[(0, first - 1)].values()) + MS if first else 0
+    ended = max(pacer.arrived[("0 (gloo)", first - 1)].values()) + MS if first else 0
     for seq, _ in enumerate(next(iter(computes.values())), start=first):
         arrivals = {rank: ended + int(ms[seq - first] * MS) for rank, ms in computes.items()}
         for rank, ns in arrivals.items():
-            pacer.add((nodes or {}).get(rank, rank), {rank: [[0, seq, ns]]})
+            pacer.add((nodes or {}).get(rank, rank), {rank: [["0 (gloo)", seq, ns]]})
         ended = max(arrivals.values()) + 1 * MS  # the all-reduce itself
 
 
@@ -190,10 +192,10 @@ def test_samples_meet_at_node_0_signed_and_a_forged_one_is_left_out(joined_pair)
     """Two real group members on a real TCPStore: node 1's signed sample reaches node 0; a value
     written under node 1's key by anyone else is not read."""
     leader, follower = joined_pair
-    mine, theirs = {0: [[0, 7, 1000]]}, {1: [[0, 7, 2000]]}
+    mine, theirs = {0: [["0 (gloo)", 7, 1000]]}, {1: [["0 (gloo)", 7, 2000]]}
     assert follower.pace(1, theirs) is None
     assert leader.pace(0, mine) == [(0, mine), (1, theirs)]
-    follower.store.set("r1/pace/1", json.dumps({"1": [[0, 7, 1]]}))  # unsigned
+    follower.store.set("r1/pace/1", json.dumps({"1": [["0 (gloo)", 7, 1]]}))  # unsigned
     assert leader.pace(0, mine) == [(0, mine)]
 
 

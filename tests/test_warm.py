@@ -231,6 +231,7 @@ def run_script(tmp_path: Path, script: Path, *options: str, env: dict | None = N
 
 
 @pytest.mark.slow
+@pytest.mark.torch
 # unset, and a device this machine does not have: the variable reaches the attempt as it was, and
 # nothing initialises an accelerator ("" takes the same path as "0")
 @pytest.mark.parametrize("cuda", [None, "0"], ids=["cuda-unset", "fake-device"])

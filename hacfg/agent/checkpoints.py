@@ -20,6 +20,8 @@ from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import CheckpointLayout, SavedCheckpoint
 from hacfg.restart.vocabulary import Event
 
+UNFINISHED_SHOWN = 5  # incomplete folders named when none is complete, newest first
+
 
 def layouts() -> list[CheckpointLayout]:
     return [layout for _, layout in plugin_manager.get().items("hacfg_checkpoint_layouts", CheckpointLayout)]
@@ -28,13 +30,19 @@ def layouts() -> list[CheckpointLayout]:
 def saved(root: Path | None) -> list[SavedCheckpoint]:
     """The checkpoints under ``root``, across every layout: each complete one, and each incomplete
     one a layout has a doubt about (why it cannot be resumed)."""
+    return [found for found in _found(root) if found.complete or found.doubt]
+
+
+def _found(root: Path | None) -> list[SavedCheckpoint]:
+    """Every checkpoint each layout sees under ``root``, complete or not; a complete one that lies
+    outside ``root`` once links are resolved is left out, and said as the layout's failure."""
     if root is None or not root.is_dir():
         return []
     manager = plugin_manager.get()
     found: list[SavedCheckpoint] = []
     for layout in layouts():
         try:
-            candidates = [candidate for candidate in layout.find(root) if candidate.complete or candidate.doubt]
+            candidates = list(layout.find(root))
         except Exception as err:  # a layout plugin's bug must not stop the restart
             manager.fail(layout.name or type(layout).__name__, "find", err)
             continue
@@ -45,6 +53,17 @@ def saved(root: Path | None) -> list[SavedCheckpoint]:
                 outside = f"{candidate.path} lies outside checkpoint.path {root}: never resumed from"
                 manager.fail(layout.name or type(layout).__name__, "find", outside)
     return found
+
+
+def unfinished(found: list[SavedCheckpoint]) -> dict[Path, list[str]]:
+    """The folders among ``found`` that no layout finds complete, newest first, each with what
+    every layout that judged it still waits for ("torch-dcp: no .metadata ...")."""
+    done = {c.path for c in found if c.complete}
+    waiting: dict[Path, list[str]] = {}
+    for c in sorted(found, key=lambda c: c.step, reverse=True):
+        if c.path not in done and c.lacks:
+            waiting.setdefault(c.path, []).append(f"{c.layout}: {c.lacks}" if c.layout else c.lacks)
+    return waiting
 
 
 def complete(root: Path | None) -> list[SavedCheckpoint]:
@@ -70,16 +89,26 @@ def newest_complete(root: Path | None) -> SavedCheckpoint | None:
 def choose(root: Path | None) -> tuple[SavedCheckpoint | None, tuple[str, ...]]:
     """The checkpoint to resume from, and the doubts about that choice, each to be said (a line and
     an event): a layout's, about the checkpoint chosen or a newer one it could not take (a dangling
-    pointer, say), and another layout's checkpoint of the same step (two programs saving under one path)."""
-    found = saved(root)
+    pointer, say); another layout's checkpoint of the same step (two programs saving under one
+    path); and, when none is complete, the folders there are and what each still lacks."""
+    everything = _found(root)
+    found = [c for c in everything if c.complete or c.doubt]
     newest = max((c for c in found if c.complete), key=lambda c: c.step, default=None)
     resumed = f"{newest.path} is resumed" if newest else "no checkpoint is resumed"
     doubts = [
         f"{c.doubt}: {resumed}" for c in found if c.doubt and (newest is None or c == newest or c.step > newest.step)
     ]
+    if newest is None and (waiting := unfinished(everything)):
+        shown = [f"{path.name} ({'; '.join(why)})" for path, why in list(waiting.items())[:UNFINISHED_SHOWN]]
+        more = len(waiting) - len(shown)
+        doubts.append(
+            f"checkpoint folders under {root} exist but none is complete: {', '.join(shown)}"
+            + (f" and {more} more" if more > 0 else "")
+            + ": the attempt starts from scratch"
+        )
     if newest is not None:
         rivals = sorted(
-            {str(c.path) for c in found if c.complete and c.step == newest.step and c.layout != newest.layout}
+            {str(c.path) for c in found if c.complete and c.step == newest.step and c.path != newest.path}
         )
         if rivals:
             doubts.append(

@@ -227,9 +227,15 @@ def _relied_on(lines: tuple[Line, ...], failure: Failure, verdict: Classificatio
 def _decisions(verdict: Classification, policy: Policy, command_code: int) -> tuple[Decision, ...]:
     """The rules' answer to this failure, then to the same failure again, until they stop restarting."""
     budgets = Budgets()
-    decisions = [decide(verdict.cause, budgets, policy, progressed=False, command_code=command_code)]
+
+    def next_decision() -> Decision:
+        return decide(
+            verdict.cause, budgets, policy, progressed=False, command_code=command_code, relocate=verdict.relocate
+        )
+
+    decisions = [next_decision()]
     while decisions[-1].exit_code is None:
-        decisions.append(decide(verdict.cause, budgets, policy, progressed=False, command_code=command_code))
+        decisions.append(next_decision())
     return tuple(decisions)
 
 
@@ -242,7 +248,9 @@ def policy_label(policy: Policy, source: str | None) -> str:
     return f"{source or 'no --config'}: {', '.join(allowed)}"
 
 
-CAUSES = {Cause.ENVIRONMENT: "environment fault", Cause.USER: "user error", Cause.HANG: "hang"}
+CAUSES = {
+    Cause.ENVIRONMENT: "environment fault", Cause.USER: "user error", Cause.HANG: "hang", Cause.DISK_FULL: "disk full"
+}
 
 
 def render_text(diagnoses: list[Diagnosis], policy_name: str) -> str:
@@ -259,6 +267,8 @@ def render_text(diagnoses: list[Diagnosis], policy_name: str) -> str:
         out.append(f"  classifier:  {verdict.classifier}")
         if verdict.peer:
             out.append("  consequence: another rank failed first; the log of its node holds the cause")
+        if verdict.relocate:
+            out.append("  relocate:    no restart on this node can fix it; with restarts on, the job moves at once")
         out.append("  evidence:" if d.evidence else "  evidence:    none; no line was recognised")
         width = len(str(d.evidence[-1].number)) if d.evidence else 0
         out += [f"    {line.number:>{width}} | {line.text}" for line in d.evidence]
@@ -297,6 +307,7 @@ def to_json(diagnoses: list[Diagnosis], policy_name: str) -> list[dict[str, Any]
                 "reason": verdict.reason if verdict else None,
                 "classifier": verdict.classifier if verdict else None,
                 "peer": verdict.peer if verdict else None,
+                "relocate": verdict.relocate if verdict else None,
                 "exit_status": {
                     "exit_code": status.exit_code,
                     "signal": signal.Signals(status.signal).name if status.signal else None,
@@ -330,7 +341,8 @@ def render_evidence(folder: Path) -> str:
                 lines.append(f"  node {report.node}{step}: no rank answered")
             for rank in report.ranks:
                 counts = ", ".join(f"#{seq} on group {group}" for group, seq in (rank.collectives or {}).items())
-                shown = [rank.state, f"pid {rank.pid}", counts and f"collective {counts}", rank.last_op or ""]
+                read = f"recorders read: {', '.join(rank.recorders)}" if rank.recorders is not None else ""
+                shown = [rank.state, f"pid {rank.pid}", counts and f"collective {counts}", rank.last_op or "", read]
                 lines.append(f"  node {report.node} rank {rank.rank}{step}: {', '.join(filter(None, shown))}")
                 lines += [f"    {frame}" for frame in rank.stack[:3]]
     return "".join(f"{printable(line)}\n" for line in lines)  # what the ranks said of themselves holds anything

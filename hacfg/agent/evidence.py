@@ -16,9 +16,16 @@ speaks decides:
 3. **The runtime's error lines**: NCCL ``WARN`` and error codes, HCCL/HCCP error codes
    (``EI0006``, ``EJ0001``), Xid, ECC errors, ``GPU has fallen off the bus``, CUDA errors.
 
-INFO, debug and trace lines (``NCCL INFO NET/Socket : GPU Direct RDMA Disabled``) and echoed
-settings (``export HCCL_CONNECT_TIMEOUT=1200``) are never evidence, however they are worded.
-Every verdict names the lines it rests on and says why the other telling lines did not count.
+Among lines, root causes outrank their consequences, by :data:`SIGNATURES`: each kind of telling
+line says how root a cause it is, what it is a cause of, and whether a restart on the same node
+can fix it. A fault of the machine itself (a GPU fallen off the bus, an uncorrectable ECC error)
+or a full disk explains the exceptions and errors that follow it, so it decides before them; an
+Xid 64 that follows an Xid 48 is its consequence, and NCCL's ``-> N`` lines trace an error back
+to where it began. Where a runtime's error shows only as such a chain, the chain is the
+evidence: INFO, debug and trace lines (``NCCL INFO NET/Socket : GPU Direct RDMA Disabled``) and
+echoed settings (``export HCCL_CONNECT_TIMEOUT=1200``) are never evidence otherwise, however
+they are worded. Every verdict names the lines it rests on and says why the other telling lines
+did not count.
 
 It also says which lines are a launcher's own (torchrun's start-up banner, its log lines,
 DeepSpeed's launcher): before the training itself speaks, the agent does not count them as a
@@ -70,6 +77,9 @@ _DEEPSPEED_EXIT = re.compile(r"\bexits with return code = (-?\d{1,4})\b")
 _MODELARTS_EXIT = re.compile(r"\bTraining end with return code:\s*(\d{1,4})\b", re.IGNORECASE)
 # The kernel's OOM killer, as dmesg prints it: "Out of memory: Killed process 7899 (python) ..."
 _OOM_KILLER = re.compile(r"\bOut of memory: Killed process \d+|\boom-kill:|\binvoked oom-killer\b")
+# torch's report of a DataLoader worker that died of a signal (the host's OOM killer takes them
+# most often): "RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed."
+_LOADER_KILLED = re.compile(rf"\bDataLoader worker \(pid \d+\) is killed by signal: (?P<name>{_NAMES})\b")
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,8 @@ def _ended(index: int, text: str) -> Ended | None:
         return Ended(index, None, SHELL_SIGNALS[match.group("name")])
     if _OOM_KILLER.search(text):
         return Ended(index, None, signal.SIGKILL)
+    if match := _LOADER_KILLED.search(text):
+        return Ended(index, None, SHELL_SIGNALS[match.group("name")])
     for pattern in (_TORCHRUN_SIGNAL, _TORCHRUN_SIGNALLED, _CAUGHT_SIGNAL):
         if (match := pattern.search(text)) and int(match.group(1)) in _KNOWN_SIGNALS:
             return Ended(index, None, int(match.group(1)))
@@ -221,6 +233,92 @@ PEER = re.compile(
     r"|c10d.*(?:store|Store).*(?:timeout|closed|failed)|Socket Timeout|Failed to recv, got 0 bytes",
     re.IGNORECASE,
 )
+# NCCL's trace of a failing call back to where it began, at INFO level: each frame it returns
+# through prints its return code ("misc/socket.cc:568 -> 2", "group.cc:65 -> 2 [Async thread]").
+NCCL_CHAIN = re.compile(r"NCCL INFO [\w./-]+\.(?:cc|cu|cpp|h):\d+ -> [1-9]\d*\b")
+# A full disk, or a full quota: whatever writes there next fails the same way.
+DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceeded|\[Errno 122\]")
+
+
+def _xid(*codes: int) -> re.Pattern[str]:
+    """The driver's Xid line for ``codes``: "NVRM: Xid (PCI:0000:07:00): 48, pid=...", "Xid 79"."""
+    alternatives = "|".join(map(str, codes))
+    return re.compile(rf"\bXid\b(?: \([^)]*\))?:? ?(?:{alternatives})\b")
+
+
+# How root a cause a line is: a higher rank outranks a lower one wherever it stands in the log.
+MACHINE = 50  # the machine itself failed: it explains the exceptions and errors after it
+AFTER_MACHINE = 40  # what the driver records after such a fault (a page retirement, a CUDA ECC report)
+RUNTIME = 30  # an error of the runtime (NCCL WARN, a CUDA error, an HCCL code)
+CHAIN = 20  # NCCL's INFO trace of an error back to where it began
+CONSEQUENCE = 10  # what a rank sees when another one failed
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A kind of telling line: how root a cause it is, what it is a cause of, and what a restart
+    can do about it. The first signature a line matches is its kind; see :data:`SIGNATURES`."""
+
+    name: str
+    pattern: re.Pattern[str]
+    rank: int
+    cause: Cause = Cause.ENVIRONMENT
+    peer: bool = False  # another rank's failure, seen from here
+    relocate: bool = False  # no restart on the same node can fix it: the job moves at once
+    first: bool = False  # of several such lines, the first is the cause (it starts a cascade); else the last
+    unless: re.Pattern[str] | None = None  # with such a line there too, a restart here can fix it after all
+
+
+# Root causes before their consequences, by rank (NVIDIA's Xid catalog for the device faults).
+# A classifier of another runtime's errors adds rows here, with its own ranks.
+SIGNATURES = (
+    Signature("a GPU fallen off the bus", _xid(79), MACHINE, relocate=True, first=True),
+    Signature("a GPU fallen off the bus", re.compile("fallen off the bus"), MACHINE, relocate=True, first=True),
+    # a double-bit ECC error: the GPU moves unless the driver says it remapped the row (Xid 63)
+    Signature("an uncorrectable ECC error (Xid 48)", _xid(48), MACHINE, relocate=True, first=True, unless=_xid(63)),
+    Signature("an uncontained ECC error (Xid 95)", _xid(95), MACHINE, relocate=True, first=True),
+    Signature("a contained ECC error (Xid 94)", _xid(94), MACHINE, first=True),
+    Signature("a full disk", DISK_FULL, MACHINE, cause=Cause.DISK_FULL, first=True),
+    Signature("a failed row remapping or page retirement (Xid 64)", _xid(64), AFTER_MACHINE, relocate=True),
+    Signature("a row remapping or page retirement (Xid 63)", _xid(63), AFTER_MACHINE),
+    Signature("an ECC error", re.compile(r"ECC error|uncorrectable ECC|ECC_UNCORRECTABLE"), AFTER_MACHINE),
+    Signature("a lost peer", PEER, CONSEQUENCE, peer=True),
+    Signature("an NCCL error chain", NCCL_CHAIN, CHAIN, first=True),
+    Signature("an error of the runtime", RUNTIME_ERROR, RUNTIME),
+)
+
+
+def signature(text: str) -> Signature | None:
+    """The kind of telling line ``text`` is, or None for a line that is no evidence."""
+    if _DEVICE_ASSERT.search(text) or (quiet(text) and not NCCL_CHAIN.search(text)):
+        return None
+    return next((found for found in SIGNATURES if found.pattern.search(text)), None)
+
+
+def cause_of(lines: Sequence[str], indexes: Sequence[int]) -> tuple[int, Signature] | None:
+    """The line among ``indexes`` that is the root cause: the highest rank; among lines of one rank,
+    the first where the signature starts a cascade, else the last."""
+    found = [(i, kind) for i in indexes if (kind := signature(lines[i])) is not None]
+    if not found:
+        return None
+    rank = max(kind.rank for _, kind in found)
+    top = [(i, kind) for i, kind in found if kind.rank == rank]
+    return top[0] if top[0][1].first else top[-1]
+
+
+def relocating(lines: Sequence[str], indexes: Sequence[int]) -> Signature | None:
+    """A fault among ``indexes`` that no restart on the same node can fix, or None."""
+    kinds = {kind for i in indexes if (kind := signature(lines[i])) is not None}
+    return next(
+        (
+            kind
+            for kind in sorted(kinds, key=lambda kind: -kind.rank)
+            if kind.relocate and not (kind.unless and any(kind.unless.search(lines[i]) for i in indexes))
+        ),
+        None,
+    )
+
+
 # Out of accelerator memory: the model or batch does not fit, and will not fit on the next attempt either.
 OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|(?:CUDA|NPU) out of memory|CUDA error: out of memory")
 # An assertion in a kernel (an index out of range, most often): the user's bug, though CUDA reports it.
@@ -241,6 +339,7 @@ _TELLING_WORDS = (
     "nccl", "hccl", "hccp", "cuda", "cublas", "cudnn", "xid", "ecc", "npu", "nvrm", "rdma", "ibv_", "fallen",
     "unhandled", "route", "input/output", "stale file", "peer", "pipe", "econnreset", "gloo", "remote process",
     "watchdog", "processgroup", "distnetwork", "diststore", "socket", "c10d", "recv", "out of memory", "outofmemory",
+    "no space left", "errno 28", "quota exceeded", "errno 122",
 )
 _CODE = re.compile(r"\bE[IJ]\d{4}\b")
 
@@ -252,7 +351,8 @@ def telling(text: str) -> bool:
 
 
 def quiet(text: str) -> str | None:
-    """Why a line is never evidence (an INFO or debug line, an echoed setting), or None."""
+    """Why a line is no evidence by itself (an INFO or debug line, an echoed setting), or None.
+    NCCL's INFO chain of an error (:data:`NCCL_CHAIN`) is the one kind of INFO line that tells."""
     if _SETTING.match(text):
         return "an echoed setting"
     if _GLOG_INFO.match(text) or (any(level in text for level in _LEVELS) and _LEVEL.search(text)):
@@ -286,13 +386,16 @@ def judge(failure: Failure) -> Classification:
     report = ending(lines)
     raised = [r for r in exceptions(lines) if r.name not in _WRAPPERS]
     candidates = [i for i, text in enumerate(lines) if telling(text)]
-    errors = [i for i in candidates if _runtime_error(lines[i])]
     memory = [i for i in candidates if OUT_OF_MEMORY.search(lines[i]) and not quiet(lines[i])]
+    moving = relocating(lines, candidates)
 
     def verdict(cause: Cause, reason: str, evidence: Sequence[int], by: str, *, peer: bool = False) -> Classification:
         said = tuple(lines[i] for i in evidence)
         others = _not_counted(lines, candidates, evidence, by, {r.index for r in raised})
-        return Classification(cause, reason, peer=peer, evidence=said, not_counted=others)
+        relocate = cause == Cause.ENVIRONMENT and not peer and moving is not None
+        if relocate and moving is not None:
+            reason += f"; {moving.name}: no restart on this node can fix it"
+        return Classification(cause, reason, peer=peer, evidence=said, not_counted=others, relocate=relocate)
 
     # 1. how the process ended
     worker = report.signal if report is not None else None
@@ -307,6 +410,12 @@ def judge(failure: Failure) -> Classification:
         evidence = [report.index] if report is not None and report.exit_code == OOM_EXIT else []
         return verdict(Cause.ENVIRONMENT, "exit 137: killed, most often by the out-of-memory killer", evidence, ENDED)
     ended = [report.index] if report is not None else []
+    # the machine failed (a device, a full disk): it explains whatever was raised and logged after it
+    root = cause_of(lines, candidates)
+    if root is not None and root[1].rank >= MACHINE:
+        index, kind = root
+        reason = f"{failure.describe()}: {kind.name}: {lines[index].strip()[:200]}"
+        return verdict(kind.cause, reason, [*ended, index], MACHINE_FAULT)
     # 2. the exception that ended the program: the first that is not a consequence of another rank's
     if raised:
         own = [r for r in raised if not PEER.search(r.describe())]
@@ -326,26 +435,19 @@ def judge(failure: Failure) -> Classification:
     if memory:  # an out-of-memory error whose traceback is out of sight
         reason = f"out of accelerator memory, as it will be on the next attempt: {lines[memory[-1]].strip()[:200]}"
         return verdict(Cause.USER, f"{failure.describe()}: {reason}", [*ended, memory[-1]], RAISED)
-    # 3. the runtime's error lines: the last one that is not a consequence of another rank's
-    if errors:
-        own_errors = [i for i in errors if not PEER.search(lines[i])]
-        last = (own_errors or errors)[-1]
-        said = f"{failure.describe()} after {lines[last].strip()[:200]!r}"
-        if not own_errors:
-            return verdict(Cause.ENVIRONMENT, f"{said}: another rank failed first", [*ended, last], LOGGED, peer=True)
-        return verdict(Cause.ENVIRONMENT, f"{said} in the output", [*ended, last], LOGGED)
+    # 3. the runtime's error lines: the root cause among them, and a consequence of another rank's last
+    if root is not None:
+        index, kind = root
+        said = f"{failure.describe()} after {lines[index].strip()[:200]!r}"
+        if kind.peer:
+            return verdict(Cause.ENVIRONMENT, f"{said}: another rank failed first", [*ended, index], LOGGED, peer=True)
+        return verdict(kind.cause, f"{said} in the output", [*ended, index], LOGGED)
     return verdict(Cause.USER, f"{failure.describe()}, not recognised as an environment fault", ended, "")
 
 
-def _runtime_error(text: str) -> bool:
-    """An error line of the runtime (or of a lost peer), not the user's assertion in a kernel."""
-    if quiet(text):
-        return False
-    return bool((RUNTIME_ERROR.search(text) or PEER.search(text)) and not _DEVICE_ASSERT.search(text))
-
-
 # What decided, in the words of the lines it outranked
-ENDED, RAISED, LOGGED = "how the process ended", "the exception that ended the program", "a later error line"
+ENDED, RAISED, LOGGED = "how the process ended", "the exception that ended the program", "a line nearer the root cause"
+MACHINE_FAULT = "a fault of the machine itself"
 
 
 def _not_counted(
@@ -360,7 +462,7 @@ def _not_counted(
             why.setdefault(f"raised an exception, outranked by {by}", []).append(text.strip())
             continue
         reason = quiet(text)
-        if reason is None and (RUNTIME_ERROR.search(text) or PEER.search(text)):
+        if signature(text) is not None:
             reason = f"outranked by {by}" if by else "not recognised"
         elif reason is not None and not _MENTIONS.search(text):
             reason = None  # a quiet line that does not even name the runtime: nothing to say

@@ -268,6 +268,7 @@ class Agent:
             "signal": signal.Signals(result.signal).name if result.signal else None,
             "duration": round(result.duration, 3),
             "stopping": _rounded(result.stopping),
+            "gathering": _rounded(result.gathering),
             "step": result.step,
             "checkpoints": _saved_since(self.policy.checkpoint_path, started),
         }
@@ -295,9 +296,12 @@ class Agent:
             peer=verdict.peer,
             evidence=[line[-500:] for line in verdict.evidence],
             not_counted=list(verdict.not_counted),
+            relocate=verdict.relocate,
             **exit_fields,
         )
-        return Outcome(self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer)
+        return Outcome(
+            self.rank, Ending(verdict.cause), verdict.reason, failure.code, peer=verdict.peer, relocate=verdict.relocate
+        )
 
     def _save(self, state: NodeState, *, ended: str | None = None) -> None:
         """Persist the counters and what was learned; a full or read-only disk is said once, and the
@@ -437,7 +441,7 @@ class Agent:
         if verdict.cause == Ending.HANG:
             self.echo(f"[hacfg] {describe_culprit(verdict.culprit, verdict.culprit_note)}")
         if verdict.action != Action.SUCCESS:
-            where = f" on node {verdict.rank}" if self.events.node is not None else ""
+            where = f" on node {verdict.rank}" if self.events.node is not None and verdict.rank is not None else ""
             self.echo(
                 f"[hacfg] attempt {verdict.budgets.attempt} {verdict.cause}{where} ({verdict.reason}): "
                 f"{verdict.action}, {verdict.detail}"

@@ -73,6 +73,7 @@ class Outcome:
     code: int = 0  # the shell's view: exit code, or 128 + signal
     peer: bool = False  # a consequence of another node's failure: recorded, never the round's cause
     seen_on: int | None = None  # the node the cause is on, when not the reporting one (a straggler's)
+    relocate: bool = False  # no restart on this node can fix it (a GPU fallen off the bus): the job moves
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -90,7 +91,7 @@ class Verdict:
     round: int
     cause: Ending
     reason: str
-    rank: int  # the node where the cause was seen
+    rank: int | None  # the node the cause is on; of a hang, its culprit's (None when the evidence names none)
     action: Action
     detail: str
     budgets: Budgets
@@ -179,18 +180,22 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy, *, ended_by: int 
     if first.cause == Ending.STOPPED:
         return verdict(Ending.STOPPED, first.reason, first.rank, Action.STOP, "the agent was told to stop", first.code)
     cause = Cause.ENVIRONMENT if first.peer else Cause(first.cause)  # only consequences seen: the peer is gone
-    decision = decide(cause, budgets, policy, progressed=progressed, command_code=first.code)
+    decision = decide(cause, budgets, policy, progressed=progressed, command_code=first.code, relocate=first.relocate)
     return verdict(Ending(cause), first.reason, first.rank, decision.action, decision.reason, decision.exit_code)
 
 
 def with_culprit(verdict: Verdict, reports: Sequence[NodeEvidence], nodes: int, refused: Sequence[str] = ()) -> Verdict:
     """A hang's verdict with the rank the nodes' evidence names (or why none); others unchanged.
-    ``refused`` says which evidence could not be used (a summary that failed its check)."""
+    ``refused`` says which evidence could not be used (a summary that failed its check).
+
+    The hang's node is its culprit's: whose detector fired first is a race among victims, since
+    every rank goes quiet when one hangs, so with no culprit the node is not known either."""
     if verdict.cause != Ending.HANG:
         return verdict
     found = attribute(reports, nodes)
     note = "; ".join(filter(None, [found.note, *refused])) or None
-    return dataclasses.replace(verdict, culprit=found.culprit, culprit_note=note)
+    node = found.culprit.node if found.culprit else None
+    return dataclasses.replace(verdict, rank=node, culprit=found.culprit, culprit_note=note)
 
 
 def precheck_verdict(number: int, budgets: Budgets, policy: Policy, reason: str, rank: int = 0) -> Verdict:

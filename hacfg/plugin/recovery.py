@@ -47,6 +47,7 @@ class Classification(NamedTuple):
     peer: bool = False  # the failure follows from another rank's (connection closed by a peer, say)
     evidence: tuple[str, ...] = ()  # the lines of the tail the verdict rests on
     not_counted: tuple[str, ...] = ()  # why other telling lines did not count, one entry per reason
+    relocate: bool = False  # no restart on the same node can fix it (a GPU fallen off the bus): the job moves
 
 
 class Restart(NamedTuple):
@@ -68,6 +69,7 @@ class SavedCheckpoint(NamedTuple):
     complete: bool = True
     layout: str = ""
     doubt: str = ""  # what makes the layout unsure of it (a dangling pointer, say): said when it is resumed
+    lacks: str = ""  # of one that is not complete, what its layout's rule still waits for ("no .metadata")
 
 
 class CheckpointLayout:

@@ -3,6 +3,8 @@
 - environment fault: restart in place; counts against ``restart.max``.
 - user error: restart only with ``restart.unconditional``, at most 3 in a row; counts.
 - hang: restart with ``restart.on_hang``, at most 3 in a row; does not count.
+- a full disk: given up at once, saying what to free: a restart writes to the same storage.
+- a fault no restart on the same node can fix (a GPU fallen off the bus): the job moves at once.
 - a streak ends when an attempt makes progress (a newer complete checkpoint).
 - a spent budget for environment faults or hangs asks for a reschedule (exit 138);
   giving up on a user error exits with the command's own code.
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
     from hacfg.scenario.model import HAConfig
 
 RETRY_ELSEWHERE = 138  # Kubeflow's user-defined retryable code; the volcano target restarts the pod or job
+DISK_FULL = (
+    "disk full: a restart writes to the same storage; free space on it (or raise its quota), then start the job again"
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,11 @@ class Decision:
     exit_code: int | None = None  # set when the agent stops
 
 
-def decide(cause: Cause, budgets: Budgets, policy: Policy, *, progressed: bool, command_code: int) -> Decision:
-    """Apply one attempt's outcome to ``budgets`` (in place) and say what happens next."""
+def decide(
+    cause: Cause, budgets: Budgets, policy: Policy, *, progressed: bool, command_code: int, relocate: bool = False
+) -> Decision:
+    """Apply one attempt's outcome to ``budgets`` (in place) and say what happens next. ``relocate``:
+    the fault is one no restart on the same node can fix."""
     cap = ma.CONSECUTIVE_RESTART_CAP
     if progressed:
         budgets.user_streak = budgets.hang_streak = 0
@@ -95,7 +103,11 @@ def decide(cause: Cause, budgets: Budgets, policy: Policy, *, progressed: bool, 
                 else _give_up("hung; restart upon suspension is off", command_code)
             )
         return _escalate(policy, f"{cap} hang restarts in a row")
+    if cause == Cause.DISK_FULL:
+        return _give_up(DISK_FULL, command_code)
     if cause == Cause.ENVIRONMENT:
+        if relocate and policy.max_restarts:
+            return _escalate(policy, "a fault no restart on this node can fix")
         if budgets.counted < policy.max_restarts:
             budgets.counted += 1
             return _restart(budgets, f"environment fault: restart {budgets.counted} of {policy.max_restarts}")

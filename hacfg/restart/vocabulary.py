@@ -56,6 +56,7 @@ class Cause(StrEnum):
     ENVIRONMENT = "environment"  # counted against restart.max
     USER = "user"  # restarted only when unconditional, at most 3 in a row; counted
     HANG = "hang"  # restarted on hang, at most 3 in a row; not counted
+    DISK_FULL = "disk_full"  # no restart on the same storage can write there: given up, saying what to free
 
 
 class Ending(StrEnum):
@@ -67,6 +68,7 @@ class Ending(StrEnum):
     ENVIRONMENT = Cause.ENVIRONMENT.value
     USER = Cause.USER.value
     HANG = Cause.HANG.value
+    DISK_FULL = Cause.DISK_FULL.value
     STRAGGLER = "straggler"  # stopped at a checkpoint to move the job off a straggler's node
 
 

@@ -5,7 +5,9 @@ and ``how`` says which one did:
 
 1. **Stopped.** A rank whose process is stopped (SIGSTOP, a debugger) cannot be waiting for anyone.
 2. **Collective count.** torch's flight recorder numbers the collectives each process group
-   enqueues; a rank that never reached the collective the others wait in has a lower number
+   enqueues and completes. A rank that completed a collective the others still wait in (their
+   main threads inside it) went through it alone (an empty or mismatched tensor) and on: it is
+   ahead, and the culprit. Otherwise a rank that never reached the collective the others wait in has a lower number
    (the wavefront's missing ranks, as NVIDIA's trace analyzer calls them). This holds for a rank
    stuck before a collective, busy in Python, or one that skipped a collective. Where every rank
    has the same number but they wait in different collectives, the few in the odd one are named;
@@ -45,6 +47,8 @@ class RankEvidence:
     collectives: Mapping[str, int] | None = None  # process group -> newest collective enqueued; None: unknown
     last_op: str | None = None  # the newest collective's name (gloo:all_reduce)
     history: Mapping[str, tuple[str, ...]] | None = None  # process group -> its newest collectives, oldest first
+    recorders: tuple[str, ...] | None = None  # the flight recorders read (gloo, nccl, ...); None: none answered
+    completed: Mapping[str, int] | None = None  # process group -> newest collective completed; None: unknown
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,11 +61,14 @@ class RankEvidence:
             "history": {group: list(names) for group, names in self.history.items()}
             if self.history is not None
             else None,
+            "recorders": list(self.recorders) if self.recorders is not None else None,
+            "completed": dict(self.completed) if self.completed is not None else None,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RankEvidence:
-        found, history = data.get("collectives"), data.get("history")
+        found, history, recorders = data.get("collectives"), data.get("history"), data.get("recorders")
+        completed = data.get("completed")
         return cls(
             None if data.get("rank") is None else int(data["rank"]),
             int(data["pid"]),
@@ -70,6 +77,8 @@ class RankEvidence:
             {str(group): int(seq) for group, seq in found.items()} if found is not None else None,
             None if data.get("last_op") is None else str(data["last_op"]),
             {str(group): tuple(map(str, names)) for group, names in history.items()} if history is not None else None,
+            tuple(map(str, recorders)) if recorders is not None else None,
+            {str(group): int(seq) for group, seq in completed.items()} if completed is not None else None,
         )
 
 
@@ -133,6 +142,8 @@ def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None
     if not known or len(known) != len(ranks):
         return None  # a rank without a count could be the one behind
     groups = set().union(*(rank.collectives or {} for _, rank in known))
+    if (alone := _completed_alone(known, groups)) is not None:
+        return alone
     for group in sorted(groups):
         # only the group's members: a rank outside a subgroup has no count for it, not count 0
         members = [(node, rank) for node, rank in known if group in (rank.collectives or {})]
@@ -149,6 +160,39 @@ def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None
         )
         return _named(behind, how)
     return _desync(known)
+
+
+def _completed_alone(known: list[tuple[int, RankEvidence]], groups: set[str]) -> Attribution | None:
+    """Ranks behind the others, each inside its newest collective (its main thread in a
+    torch.distributed call, that collective not completed), while a rank ahead completed it: a
+    collective completes only with every member in it, so that rank went through it alone (an
+    empty or mismatched tensor, a call that returned early) and on. A rank behind outside any
+    collective is the usual one behind, whatever it has not seen complete (DDP waits for its
+    all-reduces late), and is left to the count."""
+    for group in sorted(groups):
+        members = [(node, rank) for node, rank in known if group in (rank.collectives or {})]
+        if any(rank.completed is None or group not in rank.completed for _, rank in members):
+            continue  # a recorder that keeps no completions (a hooked backend's) shows nothing here
+        counts = {rank.rank: (rank.collectives or {})[group] for _, rank in members}
+        low = min(counts.values())
+        behind = [rank for _, rank in members if counts[rank.rank] == low]
+        if len(behind) == len(members) or not all(
+            _in_collective(rank) and (rank.completed or {})[group] < low for rank in behind
+        ):
+            continue
+        through = [(node, rank) for node, rank in members if (rank.completed or {})[group] >= low]
+        if through:
+            how = (
+                f"it completed collective #{low} on process group {group}, which the other ranks still wait "
+                "in: it went through without them (an empty or mismatched tensor) and on"
+            )
+            return _named(through, how)
+    return None
+
+
+def _in_collective(rank: RankEvidence) -> bool:
+    """Whether the rank's main thread stands in a torch.distributed call (its innermost frame)."""
+    return bool(rank.stack) and "/torch/distributed/" in rank.stack[0]
 
 
 def _desync(known: list[tuple[int, RankEvidence]]) -> Attribution | None:
@@ -285,7 +329,9 @@ def _undecided(ranks: list[tuple[int, RankEvidence]]) -> str:
     if gone:
         return f"a process on node {', '.join(map(str, gone))} exited before it could be asked"
     if not any(rank.collectives for _, rank in ranks):
-        return "no rank recorded its collectives, and no stack or step stands out"
+        read = sorted({name for _, rank in ranks for name in rank.recorders or ()})
+        where = f" in torch's flight recorders ({', '.join(read)})" if read else ""
+        return f"no rank recorded its collectives{where}, and no stack or step stands out"
     silent = [f"rank {rank.rank} on node {node}" for node, rank in ranks if rank.collectives is None]
     if silent:
         return f"{', '.join(silent)} did not report its collectives before the deadline, and may be the one behind"

@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -97,27 +97,26 @@ def collect(
     return evidence
 
 
-def arrivals(folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[list[int]]]:
-    """Per rank of the attempt, the collectives its flight recorder holds and when the rank enqueued
-    each: ``[process group, sequence number, ns]``. Only the pipe is poked, never the stacks signal:
-    this runs while training goes on, every second, so the armed processes are found from their
-    pipes in the attempt's ``folder``, not from all of /proc. A rank that has not answered by the
-    deadline is left out of this sample."""
+def arrivals(folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[list[int | str]]]:
+    """Per rank of the attempt, the collectives its flight recorders hold and when the rank enqueued
+    each: ``[process group, sequence number, ns]``, the group as :func:`group_key` names it. Only
+    the pipe is poked, never the stacks signal: this runs while training goes on, every second, so
+    the armed processes are found from their pipes in the attempt's ``folder``, not from all of
+    /proc. A rank that has not answered by the deadline is left out of this sample."""
     asked_at = time.time()
     armed = [pid for pid in _piped(folder) if _state(pid) not in (STOPPED, ZOMBIE, GONE)]
     for pid in armed:
         _poke(folder / f"{pid}.fifo")
     fresh = functools.partial(_answer, asked_at=asked_at, slack=0.0)  # the last sample's answer is no answer
     _wait_until(lambda: all(fresh(folder / f"{pid}.json") is not None for pid in armed), time.monotonic() + deadline)
-    found: dict[int, list[list[int]]] = {}
+    found: dict[int, list[list[int | str]]] = {}
     for pid in armed:
         answer = fresh(folder / f"{pid}.json")
         if answer is None or not isinstance(answer.get("rank"), int):
             continue
-        entries = (answer.get("flight_recorder") or {}).get("entries") or []
         found[answer["rank"]] = [
-            [int(e["pg_id"]), int(e["collective_seq_id"]), int(e["time_created_ns"])]
-            for e in entries
+            [group, int(e["collective_seq_id"]), int(e["time_created_ns"])]
+            for group, e in _entries(answer.get("flight_recorders"))
             if not e.get("is_p2p") and e.get("time_created_ns")
         ]
     return found
@@ -133,8 +132,11 @@ def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvid
         return None
     rank = answer.get("rank") if answer else _environ_rank(pid)
     stack = _main_stack(_read_from(folder / f"{pid}.stacks", size or 0))
-    collectives, last_op, history = _collectives(answer.get("flight_recorder") if answer else None)
-    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op, history)
+    recorders = answer.get("flight_recorders") if answer else None
+    collectives, last_op, history = _collectives(recorders)
+    read = tuple(sorted(recorders)) if isinstance(recorders, dict) else None
+    done = _status(recorders, "last_completed_collective") if recorders else None
+    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op, history, read, done)
 
 
 def _spied(py_spy: str, ranks: list[RankEvidence], folder: Path, until: float) -> list[RankEvidence]:
@@ -175,26 +177,35 @@ def _py_spy_stack(dump: str, pid: int) -> tuple[str, ...]:
     return tuple(main)
 
 
+def group_key(group: object, recorder: str) -> str:
+    """A process group as one recorder saw it: ``0 (gloo)``. One group served by two backends
+    (``cpu:gloo,cuda:nccl``) numbers each backend's collectives apart, so each is a group of its own."""
+    return f"{group} ({recorder})"
+
+
+def _entries(recorders: Mapping[str, Any] | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every recorder's entries, each with the process group it belongs to (:func:`group_key`)."""
+    for name, recorder in sorted((recorders or {}).items()):
+        for entry in (recorder or {}).get("entries") or []:
+            yield group_key((entry.get("process_group") or [entry.get("pg_id")])[0], name), entry
+
+
 def _collectives(
-    recorder: dict[str, Any] | None,
+    recorders: Mapping[str, Any] | None,
 ) -> tuple[dict[str, int] | None, str | None, dict[str, tuple[str, ...]] | None]:
-    """Per process group, the newest collective enqueued (torch's ``pg_status``); the newest
-    collective's name; and per group, the names of its newest collectives in order, as far back as
-    the recorder's entries run without a gap."""
-    if not recorder:
+    """From every flight recorder the rank has, merged per process group: the newest collective
+    each group enqueued (torch's ``pg_status``); the newest collective's name; and per group, the
+    names of its newest collectives in order, as far back as the recorder's entries run without a gap."""
+    if not recorders:
         return None, None, None
-    counts = {
-        str(group): int(status.get("last_enqueued_collective", -1))
-        for group, status in (recorder.get("pg_status") or {}).items()
-    }
-    entries = recorder.get("entries") or []
+    counts = _status(recorders, "last_enqueued_collective")
+    entries = list(_entries(recorders))
     names: dict[str, dict[int, str]] = {}
-    for entry in entries:
+    for group, entry in entries:
         seq = entry.get("collective_seq_id")
         if entry.get("is_p2p") or not isinstance(seq, int):
             continue  # point-to-point calls are numbered apart
-        group = (entry.get("process_group") or [entry.get("pg_id")])[0]
-        names.setdefault(str(group), {})[seq] = str(entry.get("profiling_name"))
+        names.setdefault(group, {})[seq] = str(entry.get("profiling_name"))
     history = {}
     for group, by_seq in names.items():
         seq, run = max(by_seq), []
@@ -202,7 +213,18 @@ def _collectives(
             run.append(by_seq[seq])
             seq -= 1
         history[group] = tuple(reversed(run))
-    return counts, str(entries[-1].get("profiling_name")) if entries else None, history
+    # the newest entry across the recorders; within one, the later in its ring
+    order = sorted(range(len(entries)), key=lambda i: (entries[i][1].get("time_created_ns") or 0, i))
+    return counts, str(entries[order[-1]][1].get("profiling_name")) if entries else None, history
+
+
+def _status(recorders: Mapping[str, Any], field: str) -> dict[str, int]:
+    """Per process group, a number torch's ``pg_status`` keeps: the newest collective enqueued, or completed."""
+    return {
+        group_key(group, name): int(status.get(field, -1))
+        for name, recorder in recorders.items()
+        for group, status in ((recorder or {}).get("pg_status") or {}).items()
+    }
 
 
 def _main_stack(dump: str) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 WINDOW = 12  # collectives per score: a few spikes among them leave the median where it was
 THRESHOLD = 1.5  # slowdown from which a rank is a straggler
 INTERVAL = 1.0  # seconds between samples: each costs a rank about a millisecond of its hook's thread
-Arrivals = Mapping[int, Iterable[Iterable[int]]]  # rank -> [[process group, sequence number, ns], ...]
+Arrivals = Mapping[int, Iterable[Sequence[int | str]]]  # rank -> [[process group, sequence number, ns], ...]
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Pacer:
     def __init__(self, window: int = WINDOW, keep: int = 256):
         self.window = window
         self.keep = keep  # collectives remembered; older ones are forgotten
-        self.arrived: dict[tuple[int, int], dict[int, int]] = {}  # (group, seq) -> rank -> ns
+        self.arrived: dict[tuple[str, int], dict[int, int]] = {}  # (group, seq) -> rank -> ns
         self.nodes: dict[int, int] = {}  # rank -> node
 
     def add(self, node: int, arrivals: Arrivals) -> None:
@@ -64,7 +64,7 @@ class Pacer:
         for rank, entries in arrivals.items():
             self.nodes[int(rank)] = node
             for group, seq, ns in entries:
-                self.arrived.setdefault((int(group), int(seq)), {})[int(rank)] = int(ns)
+                self.arrived.setdefault((str(group), int(seq)), {})[int(rank)] = int(ns)
         for stale in sorted(self.arrived)[: max(0, len(self.arrived) - self.keep)]:
             del self.arrived[stale]
 
@@ -90,9 +90,9 @@ class Pacer:
         return found
 
 
-def _consecutive(keys: Iterable[tuple[int, int]]) -> Iterable[tuple[tuple[int, int], tuple[int, int]]]:
+def _consecutive(keys: Iterable[tuple[str, int]]) -> Iterable[tuple[tuple[str, int], tuple[str, int]]]:
     """Pairs of collectives one after the other in the same process group."""
-    previous: tuple[int, int] | None = None
+    previous: tuple[str, int] | None = None
     for key in keys:
         if previous is not None and previous[0] == key[0] and previous[1] + 1 == key[1]:
             yield previous, key

@@ -409,7 +409,8 @@ class GroupRounds:
                 continue
             with contextlib.suppress(signing.Rejected, AttributeError, TypeError, ValueError):
                 _, value = self.signer.open(key, store.get(key), number=number, node=rank)
-                found.append((rank, {int(r): [[int(n) for n in e] for e in entries] for r, entries in value.items()}))
+                arrivals = {int(r): [[str(g), int(q), int(ns)] for g, q, ns in entries] for r, entries in value.items()}
+                found.append((rank, arrivals))
         return found
 
     def _evidence(self, number: int) -> tuple[list[NodeEvidence], list[str]]:

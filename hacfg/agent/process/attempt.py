@@ -63,6 +63,7 @@ class AttemptResult:
     tail: tuple[str, ...]
     duration: float
     stopping: float | None = None  # seconds from the first stop signal (hang, signal, request) to the exit
+    gathering: float | None = None  # of a hang: seconds from declaring it to the first stop signal (its evidence)
     step: int | None = None  # the last step the command reported through its heartbeat
 
 
@@ -154,6 +155,7 @@ class Supervisor:
         self._unread: dict[int, bytes] = {}  # per stream, the unfinished line, until the training speaks
         self.stop_reason: str | None = None
         self.stop_at: float | None = None  # monotonic time of the first stop signal sent
+        self.gathering: float | None = None  # seconds the hang's evidence took, before the first stop signal
         self._wake: int | None = None
 
     def request_stop(self, reason: str) -> None:
@@ -213,6 +215,7 @@ class Supervisor:
             tail=self.tail_lines(),
             duration=ended - started,
             stopping=ended - self.stop_at if self.stop_at is not None else None,
+            gathering=self.gathering,
             step=reported_step(self.heartbeat, since=started_wall),
         )
 
@@ -282,8 +285,10 @@ class Supervisor:
                 if limit.source == "learned" and self.learned is not None:
                     self.learned.forget(phase)  # next time, the timeout without learning: a learned one cannot loop
                 self.on_hang(self.tail_lines(), now - last_activity, limit, phase, following)
-                self._stop(proc.pid, signal.SIGTERM, now)
-                kill_at = now + self.grace
+                sent = time.monotonic()  # the evidence is gathered before anything is stopped
+                self.gathering = sent - now
+                self._stop(proc.pid, signal.SIGTERM, sent)
+                kill_at = sent + self.grace
             # 1 s: sample accelerators, notice an exit with the pipes held open; until the first sign
             # of life, 50 ms, so the start-up time is measured from it, not from the next look (for a
             # start-up that stays silent longer, a look: a quiet child costs no more than a busy one)

@@ -125,7 +125,8 @@ def _moments(events: list[dict[str, Any]], failed: int) -> dict[int, dict[str, A
         node, kind, number = node_of(event), event.get("event"), event.get("round")
         if kind == Event.ATTEMPT_EXIT and number == failed:
             stopped = when(event).timestamp()
-            nodes.setdefault(node, {}).update(exit=stopped, knowing=stopped - float(event.get("stopping") or 0))
+            knowing = stopped - float(event.get("stopping") or 0) - float(event.get("gathering") or 0)
+            nodes.setdefault(node, {}).update(exit=stopped, knowing=knowing)
         elif kind == Event.ATTEMPT_START and number == failed + 1:
             nodes.setdefault(node, {}).update(start=when(event).timestamp(), attempt=int(event.get("attempt") or 0))
         elif kind in (Event.FIRST_ACTIVITY, Event.FIRST_STEP) and number == failed + 1:

@@ -319,7 +319,8 @@ _FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
         (lambda v: isinstance(v, int), "a whole number"),
     ),
     **dict.fromkeys(
-        ("after", "idle", "timeout", "duration", "stopping"), (lambda v: isinstance(v, int | float), "seconds")
+        ("after", "idle", "timeout", "duration", "stopping", "gathering"),
+        (lambda v: isinstance(v, int | float), "seconds"),
     ),
     **dict.fromkeys(("slowdown", "score"), (lambda v: isinstance(v, int | float), "a number")),
     **dict.fromkeys(

@@ -44,7 +44,8 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
     Event.DECISION: lambda e: (
         f"{e.get('action')}: {e.get('reason')}"
         + (
-            f" (round {e['round']}, {e.get('cause')} on node {e.get('cause_node')})"
+            f" (round {e['round']}, {e.get('cause')}"
+            + (f" on node {e['cause_node']})" if e.get("cause_node") is not None else ")")
             if "cause_node" in e and e.get("action") != Action.SUCCESS
             else ""
         )
