@@ -95,11 +95,13 @@ class ModelArts(Target):
         environments = dict(config.job.environment)
         for name in environments:
             built.origins[("algorithm", "environments", name)] = ("job", "environment", name)
-            if k8s.looks_secret(name) and environments[name]:
-                built.notes.append(
-                    f"job.environment {name} looks like a secret and is written in clear in algorithm.environments: "
-                    "have the job read it at start-up from storage only it can read (hacfg explain HA034)"
-                )
+            if k8s.looks_secret(name) and environments[name]:  # a request body has no reference to a secret
+                built.refused.append((
+                    ("job", "environment", name),
+                    f"job.environment {name} looks like a secret, and a ModelArts job request carries its "
+                    "environment in clear: have the job read it at start-up from storage only it can read, or "
+                    "rename it if it holds none (hacfg explain HA034)",
+                ))
         watched = config.job.accelerator in ACCELERATED
         hang = config.hang
         if watched and hang.detect:

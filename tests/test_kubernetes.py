@@ -447,6 +447,17 @@ def test_secrets_are_read_from_secrets_and_never_printed(cli, write, target):
     assert load_config(delivered, presets()).config.kubernetes.secrets["HF_TOKEN"].key == "token"  # what hacfg writes, it reads
 
 
+def test_a_modelarts_request_refuses_a_secret_it_could_only_write_in_clear(cli, write):
+    """A request body has no reference to a secret: the value would be printed, and its lint would flag it."""
+    complete = SECRETS.replace("image: img,", "image: img, pool: pool-1,")
+    result = cli("build", str(write("ha.yaml", complete)))
+    assert result.code == 2 and "literal" not in result.out + result.err
+    first = result.err.splitlines()[0]
+    assert "ha.yaml:4:54: job.environment WANDB_API_KEY looks like a secret, and a ModelArts job request" in first
+    plain = complete.replace("WANDB_API_KEY: wandb-literal-0123, HUAWEICLOUD_SDK_SK: sk-literal-4567, ", "")
+    assert cli("build", str(write("plain.yaml", plain.replace("HACFG_GROUP_SECRET: group-literal-89", "A: b")))).code == 0
+
+
 SCHEMA_FILES = {"jobset": "jobset.schema.json", "trainjob": "trainjob.schema.json", "volcano": "volcano-job.schema.json"}
 
 
