@@ -72,3 +72,14 @@ def test_an_unwritable_or_corrupt_cache_costs_a_scan_not_an_error(tmp_path):
         cache.write_text("{not json")
     again = probe(tmp_path, site)
     assert again["metadata_imported"] and "extra" in names(again["found"])
+
+
+def test_a_scripts_own_folder_on_the_path_makes_no_cache_file_of_its_own(tmp_path):
+    """Every job's script runs from a folder of its own, first on the path: one cache serves them all."""
+    site = tmp_path / "site"
+    distribution(site, "extra-rules", {"extra": "extra_rules"})
+    for job in ("job-a", "job-b", "job-c"):
+        (tmp_path / job).mkdir()
+        env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": f"{tmp_path / job}:{site}"}
+        subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, check=True, cwd=tmp_path / job)
+    assert len(list((tmp_path / "cache" / "hacfg").iterdir())) == 1

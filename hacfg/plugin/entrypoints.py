@@ -43,7 +43,7 @@ def entry_points(group: str) -> list[EntryPoint]:
     fingerprint = _fingerprint()
     if fingerprint is None:
         return _scan(group)
-    cache = _cache_file(group)
+    cache = _cache_file(group, fingerprint)
     try:
         stored = json.loads(cache.read_text())
         if stored["format"] == FORMAT and stored["fingerprint"] == fingerprint:
@@ -102,9 +102,12 @@ def _fingerprint() -> list[Any] | None:
     return seen
 
 
-def _cache_file(group: str) -> Path:
+def _cache_file(group: str, fingerprint: list[Any]) -> Path:
+    """One file per interpreter and the path entries that hold distributions: a script's own
+    folder, first on the path and different for every job, holds none and makes no new file."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hacfg"
-    path_key = zlib.crc32("\0".join([sys.executable, *sys.path]).encode())
+    places = dict.fromkeys(str(seen[0]) for seen in fingerprint)
+    path_key = zlib.crc32("\0".join([sys.executable, *places]).encode())
     return root / f"entry-points-{group}-{path_key:08x}.json"
 
 
