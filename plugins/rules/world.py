@@ -58,7 +58,7 @@ def ranks_disagree_with_nodes(ctx: ScenarioContext) -> Iterator[Problem]:
     Ascend, torchrun derives `WORLD_SIZE`).
     """
     job = ctx.config.job
-    size = Size(job.nodes, job.cards_per_node, f"{job.flavor}" if job.cards is None and job.flavor else "job.cards")
+    size = Size(job.nodes, job.cards_per_node, job.flavor if job.cards is None and job.flavor else "job.cards")
     yield from size.disagreements(ctx.environment, ctx.ENVIRONMENT, job.command, ("job", "command"))
 
 

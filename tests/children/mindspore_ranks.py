@@ -1,7 +1,7 @@
 """Two ranks saving as MindSpore's ModelCheckpoint does, then a user error.
 
-Each rank loads its own file from HACFG_RESUME_FROM (rank 0's) by putting its rank in place of
-``rank_0``, as MindSpore's ``get_ckpt_path_with_strategy`` does, and saves the next checkpoint
+Each rank loads its own file from HACFG_RESUME_FROM (rank 0's) by putting its rank in place of the
+``rank_0`` folder, as docs/ascend.md shows, and saves the next checkpoint
 ``net-<epoch>_<step in epoch>.ckpt`` in its own ``rank_<id>/``: written as ``.tmp``, then renamed
 (``_exec_save``). Three steps per epoch, so the step in epoch starts again at 1.
 """
@@ -14,8 +14,9 @@ root, steps_per_epoch, last = Path(sys.argv[1]), 3, int(sys.argv[2])
 resume = os.environ["HACFG_RESUME_FROM"]
 done = 0
 for rank in (0, 1):
-    mine = re.sub(r"rank_\d+", f"rank_{rank}", resume)
     if resume:
+        rank_0, name = os.path.split(resume)
+        mine = os.path.join(os.path.dirname(rank_0), f"rank_{rank}", name)
         epoch, step = map(int, re.fullmatch(r"net-(\d+)_(\d+)\.ckpt", Path(mine).name).groups())
         assert Path(mine).read_text() == f"rank {rank} epoch {epoch} step {step}", mine
         done = (epoch - 1) * steps_per_epoch + step
