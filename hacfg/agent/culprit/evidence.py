@@ -217,9 +217,11 @@ def _collectives(
             run.append(by_seq[seq])
             seq -= 1
         history[group] = tuple(reversed(run))
-    # the newest entry across the recorders; within one, the later in its ring
-    order = sorted(range(len(entries)), key=lambda i: (entries[i][1].get("time_created_ns") or 0, i))
-    return counts, str(entries[order[-1]][1].get("profiling_name")) if entries else None, history
+    # the newest entry that names its collective, across the recorders (HCCL's name none: torch_npu
+    # records an empty profiling_name); within one recorder, the later in its ring
+    named = [i for i, (_, entry) in enumerate(entries) if entry.get("profiling_name")]
+    newest = max(named, key=lambda i: (entries[i][1].get("time_created_ns") or 0, i), default=None)
+    return counts, str(entries[newest][1]["profiling_name"]) if newest is not None else None, history
 
 
 def _status(recorders: Mapping[str, Any], field: str) -> dict[str, int]:
