@@ -71,3 +71,10 @@ def test_ha023_says_how_many_cards_fewer_processes_leave_idle(tmp_path):
         "warning", "job.command",
         "--nproc-per-node 4 on nodes of 8 card(s) (modelarts.bm.npu.arm.8snt9b2.d): 4 card(s) per node left idle",
     )
+    scenario.write_text(
+        "version: 1\nscenario: single-node\njob:\n  accelerator: npu\n"
+        "  flavor: modelarts.bm.npu.arm.8snt9b2.d\n  cards: 2\n"
+    )
+    (fewer,) = lint_fixture(scenario, select=["HA023"])
+    assert (fewer.severity, fewer.logical_path, fewer.line) == ("warning", "job.cards", 6)
+    assert fewer.message == "job.cards 2 but modelarts.bm.npu.arm.8snt9b2.d has 8 card(s) per node: 6 card(s) per node left idle"

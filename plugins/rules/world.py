@@ -31,7 +31,8 @@ def ranks_disagree_with_nodes(ctx: ScenarioContext) -> Iterator[Problem]:
     and its command state: `RANK_SIZE` (the devices in an Ascend rank table) and `WORLD_SIZE`
     must be nodes × cards; torchrun's `--nnodes` must be `job.nodes`; torchrun's
     `--nproc_per_node` and msrun's `--local_worker_num` must be the cards of a node, and msrun's
-    `--worker_num` nodes × cards. Reads request bodies the same way (`spec.resource.node_count`,
+    `--worker_num` nodes × cards; and a `job.cards` set beside a flavor that names its count
+    must be that count. Reads request bodies the same way (`spec.resource.node_count`,
     `flavor_id`, `algorithm.environments`, `algorithm.command`). Stays quiet where the cards
     are unknown, or a value is not a plain number (`--nnodes 1:4`, `--nproc_per_node gpu`).
 
@@ -58,6 +59,13 @@ def ranks_disagree_with_nodes(ctx: ScenarioContext) -> Iterator[Problem]:
     Ascend, torchrun derives `WORLD_SIZE`).
     """
     job = ctx.config.job
+    named = ma.read_flavor(job.flavor).cards if job.flavor and job.accelerator != "cpu" else None
+    if job.cards is not None and named is not None and job.cards != named:
+        over = job.cards > named
+        message = f"job.cards {job.cards} but {job.flavor} has {named} card(s) per node: " + (
+            "no node can give them" if over else f"{named - job.cards} card(s) per node left idle"
+        )
+        yield Problem(("job", "cards"), message, severity="error" if over else None)
     size = Size(job.nodes, job.cards_per_node, job.flavor if job.cards is None and job.flavor else "job.cards")
     yield from size.disagreements(ctx.environment, ctx.ENVIRONMENT, job.command, ("job", "command"))
 
