@@ -127,6 +127,8 @@ def launch_options(command: str) -> Iterator[tuple[str, int]]:
         index += 1
         if word in SEPARATORS:
             launched = False
+        elif not launched and " " in word:  # a shell's command string: bash -c "cd code && torchrun ..."
+            yield from launch_options(word)
         elif not launched:
             launched = any(word == name or word.endswith(f"/{name}") for name in LAUNCHERS)
         elif word.startswith("-"):
