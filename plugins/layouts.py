@@ -6,7 +6,8 @@ is complete when one of them finds it so: torch DCP judges every numbered folder
 holding DCP's ``.metadata`` is complete without ``save_step``'s marker, and ``checkpoint-N``
 without Trainer's state file. Only where a framework's own pointer, tracker or marker decides when a
 save is done (DeepSpeed's ``latest``, Megatron's tracker, NeMo's ``-unfinished``) does no other rule
-apply to its names: a torch_dist save has DCP's ``.metadata`` before its tracker names it.
+apply to its names: a torch_dist save has DCP's ``.metadata`` before its tracker names it; nor to
+MindSpore's ``rank_N`` folders, whose number is a rank.
 """
 
 from __future__ import annotations
@@ -198,6 +199,63 @@ def _global_step(path: Path) -> int | None:
     return None
 
 
+class MindSporeFiles(CheckpointLayout):
+    """MindSpore's ``ModelCheckpoint`` files, ``<prefix>-<epoch>_<step in epoch>.ckpt`` (or
+    ``.safetensors`` with ``CheckpointConfig(format="safetensors")``), and the ``_breakpoint`` file
+    ``exception_save`` writes when training raises (mindspore/train/callback/_checkpoint.py,
+    ``_save_ckpt``; mindspore/train/model.py). The step counts within its epoch, so checkpoints are
+    ordered by epoch, then step; a script that resumes passes ``initial_epoch`` for its epochs to
+    count on. A prefix already used in the folder gets a number (``_chg_ckpt_file_name_if_same_exist``:
+    ``net_1-2_32.ckpt`` is the next run of ``net``), which breaks a tie at the same epoch and step.
+
+    ``_exec_save`` (mindspore/train/serialization.py) writes ``<name>.tmp`` and renames it to the
+    ``.ckpt`` or ``.safetensors`` name once written, so a file under that name is whole and a
+    ``.tmp`` never is. (Versions before the rename, and the MindIO backend, write in place: their
+    files cannot be told whole from cut short.)
+
+    "In distributed training, specify a different directory for each training process": by
+    convention ``rank_<id>/``, as MindSpore's own ``get_ckpt_path_with_strategy`` reads it. A save is
+    complete when every rank folder holds it whole, and it is resumed as rank 0's file (the lowest
+    rank's): each process loads its own by putting its rank in place of ``rank_0``.
+    """
+
+    name = "mindspore"
+    saved = re.compile(
+        r"(?P<prefix>.+?)(?:_(?P<run>\d+))?-(?P<epoch>\d+)_(?P<step>\d+)(?P<breakpoint>_breakpoint)?"
+        r"\.(?P<format>ckpt|safetensors|tmp)"
+    )
+    rank_folder = re.compile(r"rank_(\d+)")
+
+    def find(self, root: Path) -> Iterator[SavedCheckpoint]:
+        ranks = sorted((int(match[1]), path) for path, match in _entries(root, self.rank_folder) if path.is_dir())
+        for holders in ([path for _, path in ranks], [root]):
+            if holders:
+                yield from self._saves(holders)
+
+    def _saves(self, holders: list[Path]) -> Iterator[SavedCheckpoint]:
+        """The saves of one set of folders that save together (every rank's, or ``root``'s own files)."""
+        whole: dict[tuple[str, int, int, int, str], dict[Path, Path]] = {}  # a save -> its file in each folder
+        begun: dict[tuple[str, int, int, int, str], dict[Path, Path]] = {}  # likewise, its .tmp
+        for folder in holders:
+            for path, match in _entries(folder, self.saved):
+                if path.is_file():
+                    key = (match["prefix"], int(match["run"] or 0), int(match["epoch"]), int(match["step"]),
+                           match["breakpoint"] or "")
+                    (begun if match["format"] == "tmp" else whole).setdefault(key, {})[folder] = path
+        for key in sorted(whole.keys() | begun.keys()):
+            _, run, epoch, step, _ = key
+            done, started = whole.get(key, {}), begun.get(key, {})
+            missing = [folder for folder in holders if folder not in done]
+            first = holders[0]
+            path = done.get(first) or started.get(first) or next(iter({**done, **started}.values()))
+            lacks = "; ".join(
+                f"{folder.name} has only {started[folder].name}, a save not finished" if folder in started
+                else f"{folder.name} has none of it"
+                for folder in missing
+            )
+            yield SavedCheckpoint(step, path, not missing, self.name, lacks=lacks, order=(epoch, step, run))
+
+
 class TorchDcp(CheckpointLayout):
     """torch.distributed.checkpoint folders: torchtitan's ``step-N/``, or any numbered folder whose
     name no framework's own pointer governs (``step_N`` and ``checkpoint-N`` included: a DCP save
@@ -208,8 +266,9 @@ class TorchDcp(CheckpointLayout):
     save, as complete."""
 
     name = "torch-dcp"
-    # names whose framework decides when a save is done, by a pointer, a tracker or a marker
-    claimed = (DeepSpeedLatest.pattern, MegatronTracker.pattern, ModelCheckpoint.pattern)
+    # names whose framework decides when a save is done, by a pointer, a tracker or a marker; and
+    # MindSpore's rank folders, whose number is a rank, not a step
+    claimed = (DeepSpeedLatest.pattern, MegatronTracker.pattern, ModelCheckpoint.pattern, MindSporeFiles.rank_folder)
     # names whose framework writes a Hugging Face index before the rest of its checkpoint (Trainer
     # saves the model, then the optimizer, then trainer_state.json): only .metadata counts there
     indexed_early = (TrainerDirs.pattern,)
@@ -229,4 +288,6 @@ class TorchDcp(CheckpointLayout):
 
 @hookimpl
 def hacfg_checkpoint_layouts() -> list[CheckpointLayout]:
-    return [TrainerDirs(), DeepSpeedLatest(), MegatronTracker(), StepDirs(), ModelCheckpoint(), TorchDcp()]
+    return [
+        TrainerDirs(), DeepSpeedLatest(), MegatronTracker(), StepDirs(), ModelCheckpoint(), TorchDcp(), MindSporeFiles()
+    ]

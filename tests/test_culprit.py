@@ -224,15 +224,16 @@ import time, torch, torch.distributed as dist
 {start}
 for _ in range(3):
     dist.all_reduce(torch.ones(2))
+{then}
 print('ready', flush=True)
 time.sleep(60)
 """
 
 
-def asked(tmp_path, start):
-    """What the hook of a one-rank job, three all-reduces in, said: its arrivals, its answer to a
-    hang's question and its evidence."""
-    proc, folder = armed_child(tmp_path, RANK.format(start=start))
+def asked(tmp_path, start, then=""):
+    """What the hook of a one-rank job, three all-reduces in (and ``then``), said: its arrivals, its
+    answer to a hang's question and its evidence."""
+    proc, folder = armed_child(tmp_path, RANK.format(start=start, then=then))
     try:
         arrived = evidence.arrivals(folder, deadline=30)
         found = evidence.collect(proc.pid, folder, node=0, step=None)
@@ -275,6 +276,37 @@ def test_a_backend_torch_records_through_its_hook_is_read_under_its_own_name(tmp
     assert "0 (fake)" in only.collectives and only.last_op == "fake:all_reduce"
     assert only.history is not None and only.history["0 (fake)"] == ("fake:all_reduce",) * 3
     assert [entry[:2] for entry in arrived[0]] == [["0 (fake)", n] for n in (1, 2, 3)]
+
+
+STANDINS = Path(__file__).parent / "data" / "standins"  # modules this machine cannot install: torch_npu's recorder
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("ring", [None, "2"])
+def test_torch_npus_hccl_recorder_is_sized_and_read_beside_torchs(tmp_path, monkeypatch, ring):
+    """torch_npu keeps HCCL's recorder apart from torch's, empty unless TORCH_HCCL_TRACE_BUFFER_SIZE
+    sizes it: the agent sizes it unless the job did, and the hook reads it once the script has
+    imported torch_npu. No NPU here: a stand-in with torch_npu's dump function and JSON."""
+    from torch._C import _distributed_c10d as c10d
+
+    if ring is not None:
+        monkeypatch.setenv("TORCH_HCCL_TRACE_BUFFER_SIZE", ring)
+    start = f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)"
+    then = f"time.sleep(0.01); sys.path.insert(0, {str(STANDINS)!r}); import torch_npu"  # HCCL's are the newest
+    arrived, answer, only = asked(tmp_path, start, then=f"import sys\n{then}")
+    assert set(answer["flight_recorders"]) == {"gloo", "hccl"} | ({"nccl"} if hasattr(c10d, "_dump_nccl_trace_json") else set())
+    # torch_npu names the group group_name_0 in its entries and keys its status by id (0): one group here
+    assert only.collectives is not None and only.completed is not None
+    assert (only.collectives["group_name_0 (hccl)"], only.completed["group_name_0 (hccl)"]) == (3, 2)
+    assert only.last_op == "gloo:all_reduce"  # HCCL's entries name no collective: the newest that does
+    hccl = [entry[:2] for entry in arrived[0] if entry[0].endswith("(hccl)")]
+    kept = 3 if ring is None else 2  # the job's own size wins
+    assert hccl == [["group_name_0 (hccl)", n] for n in (1, 2, 3)][-kept:]
+
+
+def test_the_hccl_recorder_is_sized_unless_the_job_sized_it(tmp_path):
+    assert evidence.armed({}, tmp_path)["TORCH_HCCL_TRACE_BUFFER_SIZE"] == str(evidence.RECORDED)
+    assert evidence.armed({"TORCH_HCCL_TRACE_BUFFER_SIZE": "2000"}, tmp_path)["TORCH_HCCL_TRACE_BUFFER_SIZE"] == "2000"
 
 
 def test_a_recorder_reached_through_its_backend_object_is_read_too():

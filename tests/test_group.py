@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -73,6 +74,14 @@ def test_what_cannot_be_told_is_one_clear_error(env, flags, message):
 
 
 PLAN = Plan(round=3, budgets=Budgets(attempt=3, restarts=2, counted=1))
+
+
+def test_a_plans_resume_position_crosses_the_store_and_a_malformed_one_is_refused():
+    plan = Plan(round=3, budgets=PLAN.budgets, resume_position=(2, 500, 1), resume_from="/ckpt/rank_0/net_1-2_500.ckpt")
+    assert Plan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    for forged in ([], [2, "500"], [True], 7, "2_500"):
+        with pytest.raises(ValueError, match="not a checkpoint position"):
+            Plan.from_json({**plan.to_json(), "resume_position": forged})
 
 
 def test_the_first_failure_that_is_not_a_consequence_is_the_rounds_cause():

@@ -124,7 +124,7 @@ def test_a_plan_published_before_the_leaders_is_never_followed(tmp_path):
     job.start(0)
     store = job.attacker()  # node 0 waits for node 1: the plan key is still free
     forged = {"round": 1, "budgets": {"attempt": 1, "restarts": 0, "counted": 0, "user_streak": 0, "hang_streak": 0},
-              "resume_step": 99, "resume_from": str(elsewhere)}
+              "resume_position": [99], "resume_from": str(elsewhere)}
     store.set("r1/plan", json.dumps(forged))
     job.start(1)
     assert job.wait() == {0: 138, 1: 138}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import agent_argv, read_events, run_hacfg
+from conftest import agent, agent_argv, read_events, run_hacfg
 from hacfg.agent.checkpoints import choose, newest_complete
 
 
@@ -291,3 +291,76 @@ def test_nemo_2_default_names_without_a_step_are_ordered_by_the_step_they_hold(t
         lightning_checkpoint(folder / "weights" / "common.pt", 0, step, sharded=True)
     found = newest_complete(tmp_path)
     assert (found.step, found.path.name) == (2000, "default--reduced_train_loss=2.3100-epoch=0-consumed_samples=128000.0")
+
+
+# MindSpore (mindspore/train/callback/_checkpoint.py, ModelCheckpoint._save_ckpt): '<prefix>-<epoch>_<step in
+# epoch>.ckpt', '<prefix>-graph.meta' beside them, one folder per rank; serialization.py's _exec_save writes
+# '<name>.tmp' and renames it once written.
+
+
+def test_mindspore_checkpoints_are_ordered_by_epoch_then_step_and_complete_on_every_rank(tmp_path):
+    for rank in range(4):
+        files(tmp_path / f"rank_{rank}", "net-graph.meta", "net-1_500.ckpt", "net-1_1000.ckpt", "net-2_500.ckpt")
+    for rank in range(3):
+        files(tmp_path / f"rank_{rank}", "net-2_1000.ckpt")
+    files(tmp_path / "rank_3", "net-2_1000.tmp")  # rank 3 is still writing epoch 2's last step
+    found, doubts = choose(tmp_path)
+    assert (found.path, found.step, found.layout, doubts) == (tmp_path / "rank_0" / "net-2_500.ckpt", 500, "mindspore", ())
+    (tmp_path / "rank_3" / "net-2_1000.tmp").rename(tmp_path / "rank_3" / "net-2_1000.ckpt")
+    assert newest_complete(tmp_path).path == tmp_path / "rank_0" / "net-2_1000.ckpt"
+    (tmp_path / "rank_2" / "net-2_1000.ckpt").unlink()  # keep_checkpoint_max removed it on one rank only
+    assert newest_complete(tmp_path).path == tmp_path / "rank_0" / "net-2_500.ckpt"
+
+
+def test_a_mindspore_tmp_is_never_resumed_and_says_what_it_waits_for(tmp_path):
+    files(tmp_path / "rank_0", "net-1_32.ckpt", "net-1_64.tmp")
+    files(tmp_path / "rank_1", "net-1_32.tmp")
+    found, doubts = choose(tmp_path)
+    assert found is None and doubts == (
+        f"checkpoint folders under {tmp_path} exist but none is complete: net-1_64.tmp (mindspore: rank_0 has "
+        "only net-1_64.tmp, a save not finished; rank_1 has none of it), net-1_32.ckpt (mindspore: rank_1 has only "
+        "net-1_32.tmp, a save not finished): the attempt starts from scratch",
+    )
+
+
+def test_mindspore_safetensors_and_single_folder_saves(tmp_path):
+    # CheckpointConfig(format="safetensors") goes through the same _exec_save: '.safetensors' for '.tmp'.
+    files(tmp_path / "rank_0", "llama-1_100.safetensors", "llama-1_200.safetensors")
+    files(tmp_path / "rank_1", "llama-1_100.safetensors", "llama-1_200.tmp")
+    assert newest_complete(tmp_path).path == tmp_path / "rank_0" / "llama-1_100.safetensors"
+    single = files(tmp_path / "single", "CKP-3_10.ckpt", "CKP-3_20.tmp", "CKP-graph.meta")
+    assert newest_complete(single).path == single / "CKP-3_10.ckpt"
+
+
+def test_mindspore_prefix_numbered_by_a_later_run_and_the_breakpoint_file(tmp_path):
+    # _chg_ckpt_file_name_if_same_exist: a prefix already used in the folder becomes 'net_1', 'net_2'...
+    files(tmp_path / "rank_0", "net-2_32.ckpt", "net_1-2_32.ckpt", "net_1-2_16.ckpt")
+    assert newest_complete(tmp_path).path == tmp_path / "rank_0" / "net_1-2_32.ckpt"
+    assert choose(tmp_path)[1] == ()  # the same epoch and step of an earlier run is no rival
+    # exception_save (mindspore/train/model.py): '<prefix>-<epoch>_<step in epoch>_breakpoint.ckpt' as training raised
+    files(tmp_path / "rank_0", "net-2_40_breakpoint.ckpt")
+    assert newest_complete(tmp_path).path == tmp_path / "rank_0" / "net-2_40_breakpoint.ckpt"
+
+
+def test_mindspore_rank_folders_are_no_dcp_checkpoints(tmp_path):
+    # a rank folder's number is a rank: torch DCP's rule (a numbered folder of .safetensors) does not judge it
+    files(tmp_path / "rank_0", "net-1_1.tmp", "model.safetensors")
+    (doubt,) = choose(tmp_path)[1]
+    assert "torch-dcp" not in doubt and "(mindspore: rank_0 has only net-1_1.tmp" in doubt
+
+
+@pytest.mark.slow
+def test_every_mindspore_rank_resumes_its_own_file_and_a_new_epoch_is_progress(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    result = agent(tmp_path, "--max-restarts", "10", "--unconditional", "--checkpoint-path", str(ckpt),
+                   child="mindspore_ranks.py", args=(ckpt, 6))
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stdout.splitlines() if line.startswith("attempt")]
+    assert said[:4] == [
+        "attempt 1 resumed - saved net-1_1",
+        f"attempt 2 resumed {ckpt}/rank_0/net-1_1.ckpt saved net-1_2",
+        f"attempt 3 resumed {ckpt}/rank_0/net-1_2.ckpt saved net-1_3",
+        f"attempt 4 resumed {ckpt}/rank_0/net-1_3.ckpt saved net-2_1",
+    ]
+    # five unconditional restarts, more than 3 in a row: epoch 2's step 1 is progress after epoch 1's step 3
+    assert len(said) == 6

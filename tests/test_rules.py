@@ -46,3 +46,35 @@ def test_the_kit_reports_missing_and_unexpected_findings(tmp_path):
     fixture.write_text("version: 1\nscenario: single-node\n# expect-next: HA001\nrestart: {max: 0}\n")
     with pytest.raises(AssertionError, match="missing    HA001 line 4"):
         assert_fixture(fixture)
+
+
+def test_ha023_names_each_count_and_more_processes_than_cards_is_an_error():
+    from hacfg.testing import lint_fixture
+
+    findings = lint_fixture(FIXTURES / "HA023" / "msrun_fires.yaml")
+    assert [(f.line, f.column, f.severity, f.message) for f in findings] == [
+        (7, 12, "warning", "--worker_num is 16, but 1 node(s) of 8 card(s) (job.cards) make 8 ranks: make them agree"),
+        (7, 12, "error", "--local_worker_num 16 on nodes of 8 card(s) (job.cards): more processes than cards"),
+    ]
+
+
+def test_ha023_says_how_many_cards_fewer_processes_leave_idle(tmp_path):
+    from hacfg.testing import lint_fixture
+
+    scenario = tmp_path / "ha.yaml"
+    scenario.write_text(
+        "version: 1\nscenario: single-node\njob:\n  accelerator: npu\n"
+        "  flavor: modelarts.bm.npu.arm.8snt9b2.d\n  command: torchrun --nproc-per-node 4 train.py\n"
+    )
+    (idle,) = lint_fixture(scenario, select=["HA023"])
+    assert (idle.severity, idle.logical_path, idle.message) == (
+        "warning", "job.command",
+        "--nproc-per-node 4 on nodes of 8 card(s) (modelarts.bm.npu.arm.8snt9b2.d): 4 card(s) per node left idle",
+    )
+    scenario.write_text(
+        "version: 1\nscenario: single-node\njob:\n  accelerator: npu\n"
+        "  flavor: modelarts.bm.npu.arm.8snt9b2.d\n  cards: 2\n"
+    )
+    (fewer,) = lint_fixture(scenario, select=["HA023"])
+    assert (fewer.severity, fewer.logical_path, fewer.line) == ("warning", "job.cards", 6)
+    assert fewer.message == "job.cards 2 but modelarts.bm.npu.arm.8snt9b2.d has 8 card(s) per node: 6 card(s) per node left idle"

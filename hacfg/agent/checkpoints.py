@@ -60,7 +60,7 @@ def unfinished(found: list[SavedCheckpoint]) -> dict[Path, list[str]]:
     every layout that judged it still waits for ("torch-dcp: no .metadata ...")."""
     done = {c.path for c in found if c.complete}
     waiting: dict[Path, list[str]] = {}
-    for c in sorted(found, key=lambda c: c.step, reverse=True):
+    for c in sorted(found, key=lambda c: c.position, reverse=True):
         if c.path not in done and c.lacks:
             waiting.setdefault(c.path, []).append(f"{c.layout}: {c.lacks}" if c.layout else c.lacks)
     return waiting
@@ -82,7 +82,8 @@ def within(path: Path, root: Path | None) -> bool:
 
 
 def newest_complete(root: Path | None) -> SavedCheckpoint | None:
-    """The complete checkpoint with the highest step, across every layout; None when there is none."""
+    """The complete checkpoint furthest on (the highest step, or a layout's own order), across every
+    layout; None when there is none."""
     return choose(root)[0]
 
 
@@ -93,10 +94,12 @@ def choose(root: Path | None) -> tuple[SavedCheckpoint | None, tuple[str, ...]]:
     path); and, when none is complete, the folders there are and what each still lacks."""
     everything = _found(root)
     found = [c for c in everything if c.complete or c.doubt]
-    newest = max((c for c in found if c.complete), key=lambda c: c.step, default=None)
+    newest = max((c for c in found if c.complete), key=lambda c: c.position, default=None)
     resumed = f"{newest.path} is resumed" if newest else "no checkpoint is resumed"
     doubts = [
-        f"{c.doubt}: {resumed}" for c in found if c.doubt and (newest is None or c == newest or c.step > newest.step)
+        f"{c.doubt}: {resumed}"
+        for c in found
+        if c.doubt and (newest is None or c == newest or c.position > newest.position)
     ]
     if newest is None and (waiting := unfinished(everything)):
         shown = [f"{path.name} ({'; '.join(why)})" for path, why in list(waiting.items())[:UNFINISHED_SHOWN]]
@@ -108,7 +111,7 @@ def choose(root: Path | None) -> tuple[SavedCheckpoint | None, tuple[str, ...]]:
         )
     if newest is not None:
         rivals = sorted(
-            {str(c.path) for c in found if c.complete and c.step == newest.step and c.path != newest.path}
+            {str(c.path) for c in found if c.complete and c.position == newest.position and c.path != newest.path}
         )
         if rivals:
             doubts.append(

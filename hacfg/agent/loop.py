@@ -383,7 +383,7 @@ class Agent:
         before = checkpoints.newest_complete(path)
         while supervisor.stop_reason is None and not over.wait(1.0):
             found = checkpoints.newest_complete(path)
-            if found is not None and (before is None or found.step > before.step):
+            if found is not None and (before is None or found.position > before.position):
                 why = f"straggler on node {pace.node} rank {pace.rank}: "
                 why += f"moving the job elsewhere after step {found.step}"
                 self.moving = pace.node, why
@@ -563,7 +563,7 @@ def _saved_since(root: Path | None, since: float) -> list[dict[str, Any]]:
     """The complete checkpoints written since ``since`` (their mtimes and, when known, how long each
     took to save), in step order: what the attempt saved."""
     saved = []
-    for found in sorted(checkpoints.complete(root)):
+    for found in sorted(checkpoints.complete(root), key=lambda c: c.position):
         try:
             mtime = found.path.stat().st_mtime
         except OSError:

@@ -30,7 +30,7 @@ class Plan:
 
     round: int
     budgets: Budgets
-    resume_step: int | None = None
+    resume_position: tuple[int, ...] | None = None  # the resumed checkpoint's place: a newer one is progress
     resume_from: str | None = None
     doubts: tuple[str, ...] = ()  # what made the choice of that checkpoint uncertain: each node says it
     workers_port: int | None = None  # where node 0's agent serves this round's store for the workers' rendezvous
@@ -39,7 +39,7 @@ class Plan:
         return {
             "round": self.round,
             "budgets": dataclasses.asdict(self.budgets),
-            "resume_step": self.resume_step,
+            "resume_position": list(self.resume_position) if self.resume_position is not None else None,
             "resume_from": self.resume_from,
             "doubts": list(self.doubts),
             "workers_port": self.workers_port,
@@ -50,11 +50,19 @@ class Plan:
         return cls(
             round=int(data["round"]),
             budgets=Budgets(**data["budgets"]),
-            resume_step=data.get("resume_step"),
+            resume_position=_position(data.get("resume_position")),
             resume_from=data.get("resume_from"),
             doubts=tuple(str(doubt) for doubt in data.get("doubts", ())),
             workers_port=_port(data.get("workers_port")),
         )
+
+
+def _position(value: object) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not (isinstance(value, list) and value and all(type(n) is int for n in value)):
+        raise ValueError(f"not a checkpoint position: {value!r}")
+    return tuple(value)
 
 
 def _port(value: object) -> int | None:
@@ -138,7 +146,7 @@ def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     return Plan(
         round=number,
         budgets=budgets,
-        resume_step=found.step if found else None,
+        resume_position=found.position if found else None,
         resume_from=str(found.path) if found else None,
         doubts=doubts,
     )
@@ -150,7 +158,7 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy, *, ended_by: int 
     others'; the restart rules apply to it once."""
     budgets = dataclasses.replace(plan.budgets)
     after = checkpoints.newest_complete(policy.checkpoint_path)
-    progressed = after is not None and (plan.resume_step is None or after.step > plan.resume_step)
+    progressed = after is not None and (plan.resume_position is None or after.position > plan.resume_position)
 
     def verdict(cause: Ending, reason: str, rank: int, action: Action, detail: str, exit_code: int | None) -> Verdict:
         return Verdict(
@@ -268,7 +276,7 @@ class SingleNodeRounds:
         if not (state.running and self.policy.max_restarts):
             return None
         found = checkpoints.newest_complete(self.policy.checkpoint_path)
-        plan = Plan(round=state.round, budgets=state.budgets, resume_step=found.step if found else None)
+        plan = Plan(round=state.round, budgets=state.budgets, resume_position=found.position if found else None)
         reason = "the previous agent stopped during an attempt"
         return self._local(judge(plan, [Outcome(0, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy))
 

@@ -70,6 +70,13 @@ class SavedCheckpoint(NamedTuple):
     layout: str = ""
     doubt: str = ""  # what makes the layout unsure of it (a dangling pointer, say): said when it is resumed
     lacks: str = ""  # of one that is not complete, what its layout's rule still waits for ("no .metadata")
+    order: tuple[int, ...] = ()  # where its step alone does not place it: MindSpore's (epoch, step in epoch, run)
+
+    @property
+    def position(self) -> tuple[int, ...]:
+        """Where it stands in the training, for "newest" and "newer": ``order`` where the layout
+        gives one, else the step."""
+        return self.order or (self.step,)
 
 
 class CheckpointLayout:

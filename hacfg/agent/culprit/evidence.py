@@ -36,6 +36,7 @@ READ_BYTES = 4 << 20  # of a rank's answer or a node's summary: the ranks can wr
 NODES = 1 << 16  # a summary of a node numbered higher is no job's
 FRAMES = 8  # of each stack, in the summary sent to node 0
 FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # the flight recorder's ring of entries (NCCL's and gloo's)
+HCCL_BUFFER = "TORCH_HCCL_TRACE_BUFFER_SIZE"  # torch_npu's HCCL recorder's: 0, so off, unless set
 RECORDED = 4 * hook.ENTRIES
 SETTLE = 0.05  # seconds for the hook's thread to park again between its answer and the stacks signal
 _STATES = {"R": "running", "S": "sleeping", "D": "disk", "T": STOPPED, "t": STOPPED, "Z": ZOMBIE, "X": GONE}
@@ -60,10 +61,13 @@ def armed(env: dict[str, str], folder: Path) -> dict[str, str]:
     torch's flight recorder keeps 2,000 entries unless told otherwise, and a dump serialises all
     of them (0.1-0.3 s on a loaded CPU, holding the GIL for the parse): too slow to sample every
     second. The hook reads only the newest few, so the buffer is cut to :data:`RECORDED` (a dump
-    then takes about 2 ms), unless the job sized it itself."""
+    then takes about 2 ms), unless the job sized it itself. torch_npu's HCCL recorder keeps
+    nothing unless its buffer is sized (``ProcessGroupHCCL``'s ``TORCH_HCCL_TRACE_BUFFER_SIZE``,
+    default 0): it is sized the same, unless the job did; only torch_npu reads it."""
     path = [str(SITE), *filter(None, [env.get("PYTHONPATH")])]
     buffer = {} if {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} & env.keys() else {FR_BUFFER: str(RECORDED)}
-    return {**env, **buffer, hook.ENV: str(folder), "PYTHONPATH": os.pathsep.join(path)}
+    hccl = {} if HCCL_BUFFER in env else {HCCL_BUFFER: str(RECORDED)}
+    return {**env, **buffer, **hccl, hook.ENV: str(folder), "PYTHONPATH": os.pathsep.join(path)}
 
 
 def collect(
@@ -213,9 +217,11 @@ def _collectives(
             run.append(by_seq[seq])
             seq -= 1
         history[group] = tuple(reversed(run))
-    # the newest entry across the recorders; within one, the later in its ring
-    order = sorted(range(len(entries)), key=lambda i: (entries[i][1].get("time_created_ns") or 0, i))
-    return counts, str(entries[order[-1]][1].get("profiling_name")) if entries else None, history
+    # the newest entry that names its collective, across the recorders (HCCL's name none: torch_npu
+    # records an empty profiling_name); within one recorder, the later in its ring
+    named = [i for i, (_, entry) in enumerate(entries) if entry.get("profiling_name")]
+    newest = max(named, key=lambda i: (entries[i][1].get("time_created_ns") or 0, i), default=None)
+    return counts, str(entries[newest][1]["profiling_name"]) if newest is not None else None, history
 
 
 def _status(recorders: Mapping[str, Any], field: str) -> dict[str, int]:

@@ -18,7 +18,9 @@ torch keeps more than one recorder, and which depends on the build: NCCL's own
 (``_dump_fr_trace_json``), which gloo records into with no setting, as does any backend a
 ``FlightRecorderHook`` is attached to. From torch 2.15 the generic one is kept per backend (its
 ``backend`` argument, ``"gloo"`` by default); before, there is one. XCCL's is read from its
-process groups (``_dump_xccl_trace_json``, in XPU builds). Every one there is, is read.
+process groups (``_dump_xccl_trace_json``, in XPU builds). torch_npu keeps HCCL's beside torch's
+(``torch_npu._C._distributed_c10d._dump_hccl_trace_json``, the same JSON as NCCL's), read when the
+script imported torch_npu. Every one there is, is read.
 
 Nothing runs until the agent asks: the steady-state cost is one parked thread and a signal handler.
 """
@@ -41,7 +43,7 @@ ENV = "HACFG_EVIDENCE_DIR"
 STACKS_SIGNAL = signal.SIGRTMIN + 4  # unlikely to be taken: SIGUSR1/2 often are (SLURM, elastic agents)
 ENTRIES = 16  # the flight recorder's newest entries kept: enough to show where each rank stopped
 GENERIC = ""  # torch's generic recorder before 2.15, one for every backend without a recorder of its own
-NATIVE = ("nccl", "xccl")  # backends that keep a recorder of their own
+NATIVE = ("nccl", "xccl", "hccl")  # backends that keep a recorder of their own
 _stacks: io.TextIOWrapper | None = None  # the open stacks file: faulthandler writes to its descriptor
 
 
@@ -89,7 +91,7 @@ def collective_state() -> dict[str, object]:
         state["rank"], state["world"] = dist.get_rank(), dist.get_world_size()
         recorders: dict[str, object] = {}
         for name, dump in _recorders(dist):
-            trace = json.loads(dump())
+            trace = _status_by_name(json.loads(dump()))
             for backend, groups in _owners(dist, name, trace).items():
                 recorders[backend] = {
                     "pg_status": {g: v for g, v in (trace.get("pg_status") or {}).items() if g in groups},
@@ -110,6 +112,9 @@ def _recorders(dist: Any) -> list[tuple[str, Callable[[], Any]]]:
     options = {"includeCollectives": True, "onlyActive": False}
     if (nccl := getattr(c10d, "_dump_nccl_trace_json", None)) is not None:
         found["nccl"] = functools.partial(nccl, **options)
+    npu = getattr(sys.modules.get("torch_npu"), "_C", None)  # never imported here: only if the script did
+    if (hccl := getattr(getattr(npu, "_distributed_c10d", None), "_dump_hccl_trace_json", None)) is not None:
+        found["hccl"] = functools.partial(hccl, **options)
     for backend in _backend_objects(dist):  # a native recorder reached through its backend's object (XCCL's)
         for attribute in dir(type(backend)):
             name = attribute[len("_dump_") : -len("_trace_json")]
@@ -145,6 +150,13 @@ def _owners(dist: Any, recorder: str, trace: dict[str, Any]) -> dict[str, set[st
         names = [name for name in backends.get(group, ()) if name not in NATIVE] or ["gloo"]
         owners.setdefault(names[0], set()).add(group)
     return owners
+
+
+def _status_by_name(trace: dict[str, Any]) -> dict[str, Any]:
+    """The dump with ``pg_status`` keyed by group name, as its entries are. torch keys it by group id,
+    the same as the name for torch's own groups ("0", "1"), not for torch_npu's ("group_name_0")."""
+    names = {str(entry.get("pg_id")): _group(entry) for entry in trace.get("entries") or []}
+    return {**trace, "pg_status": {names.get(key, key): value for key, value in (trace.get("pg_status") or {}).items()}}
 
 
 def _group(entry: dict[str, Any]) -> str:

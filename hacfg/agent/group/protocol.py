@@ -225,7 +225,7 @@ class GroupRounds:
         self._put("current", current, current)
         if interrupted:
             rank = interrupted[0]
-            plan = Plan(round=newest.round, budgets=newest.budgets, resume_step=self._newest_step())
+            plan = Plan(round=newest.round, budgets=newest.budgets, resume_position=self._newest_position())
             reason = f"the agent of node {rank} stopped during round {newest.round} (the group's store restarted)"
             verdict = judge(plan, [Outcome(rank, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy)
             self._put(f"r{newest.round}/decision", newest.round, verdict.to_json())
@@ -681,11 +681,11 @@ class GroupRounds:
     def _missing(self, keys: list[str]) -> list[int]:
         return [int(key.rsplit("/", 1)[1]) for key in keys if not self.store.check([key])]
 
-    def _newest_step(self) -> int | None:
+    def _newest_position(self) -> tuple[int, ...] | None:
         from hacfg.agent import checkpoints
 
         found = checkpoints.newest_complete(self.policy.checkpoint_path)
-        return found.step if found else None
+        return found.position if found else None
 
 
 def _state(hello: Any) -> NodeState:
