@@ -17,6 +17,16 @@ either a finished checkpoint or a hidden staging folder the agent never resumes 
 before the next attempt. Saving a step again keeps the complete copy (as ``step_N.replaced-*``,
 which the agent resumes from too) until the new one is in place, so a kill at any moment leaves a
 complete step N.
+``save_memory`` hands a step's state (a ``state_dict`` of tensors and plain objects) to the
+agent's memory tier instead: a copy into shared memory the agent owns, which outlives the
+trainer; without room there (or without an agent) it says so once and saves to disk through
+``save_step``. ``load_state`` reads what the agent chose, from whichever tier holds it:
+
+    if (found := resume_dir()) is not None:
+        state = load_state(found)
+    ...
+    save_memory(step, state, fallback="/mnt/sfs/run/ckpt")
+
 The marker records how long the save took (``{"save_s": 1.234}``): the agent reports it, and
 ``hacfg plan --from-events`` plans with it. The save runs in the ``checkpoint`` phase of
 :mod:`hacfg.heartbeat`, so the agent applies that phase's hang timeout while it lasts.
@@ -32,11 +42,13 @@ import re
 import secrets
 import shutil
 import string
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from hacfg import heartbeat
+from hacfg import heartbeat, memory
 
 MARKER = ".complete"
 _TOKEN = 16  # letters: what keeps one writer's folders apart from another's
@@ -124,3 +136,41 @@ def resume_dir() -> Path | None:
     """The checkpoint the agent chose for this attempt, or None on a fresh start."""
     found = os.environ.get("HACFG_RESUME_FROM", "")
     return Path(found) if found else None
+
+
+def save_memory(step: int, state: Mapping[str, Any], fallback: str | Path) -> Path:
+    """Hand this rank's ``state`` for ``step`` to the agent's memory tier; returns the step's folder there.
+    One call per rank, no collective: the step is complete once every rank of the node has saved.
+    With no tier (no agent) or no room in it, one line says so and the state goes to disk under
+    ``fallback`` through :func:`save_step`, in the same format."""
+    rank = int(os.environ.get("RANK", "0"))
+    tier = os.environ.get(memory.DIR_ENV, "")
+    with heartbeat.phase("checkpoint"):
+        if tier:
+            try:
+                return memory.save(
+                    Path(tier), step, state, rank=rank, ranks=int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+                )
+            except memory.TierFull as err:
+                _say_once(f"[hacfg] memory checkpoints do not fit: {err}; saving to {fallback} instead")
+        else:
+            _say_once(f"[hacfg] no memory tier ({memory.DIR_ENV} is unset: not under the agent); saving to {fallback}")
+
+    def write(folder: Path) -> None:
+        memory.save_file(folder, step, state, rank=rank)
+
+    return save_step(fallback, step, write)
+
+
+def load_state(found: str | Path) -> dict[str, Any]:
+    """This rank's state from the checkpoint folder ``found`` (``resume_dir()``), on disk or in memory."""
+    return memory.load(memory.rank_file(Path(found), int(os.environ.get("RANK", "0"))))
+
+
+_said: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    if line not in _said:
+        _said.add(line)
+        print(line, file=sys.stderr, flush=True)

@@ -8,13 +8,17 @@ leading elsewhere) is never chosen: every rank loads only what the job itself sa
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hacfg import untrusted
+from hacfg import memory, untrusted
 from hacfg.checkpoint import MARKER
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import CheckpointLayout, SavedCheckpoint
@@ -116,6 +120,46 @@ def choose(root: Path | None) -> tuple[SavedCheckpoint | None, tuple[str, ...]]:
                 f"not {', '.join(rivals)}"
             )
     return newest, tuple(dict.fromkeys(doubts))
+
+
+ROOT_ENV = "HACFG_MEMORY_ROOT"  # where the memory tiers' folders go; /dev/shm unless set
+
+
+class MemoryTier:
+    """This node's memory tier: a folder of shared memory the agent makes (mode 0700) and removes
+    when it ends, named for the job and node; the workers save into it (:mod:`hacfg.memory`)."""
+
+    def __init__(self, job: str | None, node: int, state_dir: Path):
+        key = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
+        root = Path(os.environ.get(ROOT_ENV) or memory.ROOT)
+        self.path = root / memory.folder_name(job, node, key)
+
+    def open(self) -> None:
+        self.path.mkdir(mode=0o700, parents=False, exist_ok=True)
+        os.chmod(self.path, 0o700)
+
+    def release(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """Where an attempt resumes: the checkpoint's folder and step, and the tier that holds it."""
+
+    path: str | None
+    step: int | None
+    tier: str  # "disk", "memory" or "none"
+
+
+def newest_tier(step: int | None, path: str | None, tier: Path | None) -> Resume:
+    """The newer of the disk checkpoint chosen (``step`` at ``path``) and the memory tier's newest
+    complete step; memory on a tie, as it loads faster. Call it with no save in flight: it removes
+    what saves killed midway left in the memory tier first."""
+    memory.tidy(tier)
+    held = memory.newest_complete(tier)
+    if held is not None and (step is None or held[0] >= step):
+        return Resume(str(held[1]), held[0], "memory")
+    return Resume(path, step, "disk" if path else "none")
 
 
 MARKER_BYTES = 4096  # save_step writes a few dozen
