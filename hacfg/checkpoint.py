@@ -25,7 +25,8 @@ trainer; without room there (or without an agent) it says so once and saves to d
     if (found := resume_dir()) is not None:
         state = load_state(found)
     ...
-    save_memory(step, state, fallback="/mnt/sfs/run/ckpt")
+    save_memory(step, state, fallback="/mnt/sfs/run/ckpt")      # every step or so
+    save_state("/mnt/sfs/run/ckpt", step, state)                # at the plan's interval: survives node loss
 
 The marker records how long the save took (``{"save_s": 1.234}``): the agent reports it, and
 ``hacfg plan --from-events`` plans with it. The save runs in the ``checkpoint`` phase of
@@ -141,30 +142,38 @@ def resume_dir() -> Path | None:
 def save_memory(step: int, state: Mapping[str, Any], fallback: str | Path) -> Path:
     """Hand this rank's ``state`` for ``step`` to the agent's memory tier; returns the step's folder there.
     One call per rank, no collective: the step is complete once every rank of the node has saved.
-    With no tier (no agent) or no room in it, one line says so and the state goes to disk under
-    ``fallback`` through :func:`save_step`, in the same format."""
-    rank = int(os.environ.get("RANK", "0"))
+    With no tier (no agent) or no room in it, one line says so and :func:`save_state` saves it
+    under ``fallback`` on disk instead."""
     tier = os.environ.get(memory.DIR_ENV, "")
     with heartbeat.phase("checkpoint"):
         if tier:
             try:
-                return memory.save(
-                    Path(tier), step, state, rank=rank, ranks=int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-                )
+                ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+                return memory.save(Path(tier), step, state, rank=_rank(), ranks=ranks)
             except memory.TierFull as err:
                 _say_once(f"[hacfg] memory checkpoints do not fit: {err}; saving to {fallback} instead")
         else:
             _say_once(f"[hacfg] no memory tier ({memory.DIR_ENV} is unset: not under the agent); saving to {fallback}")
+    return save_state(fallback, step, state)
+
+
+def save_state(root: str | Path, step: int, state: Mapping[str, Any]) -> Path:
+    """:func:`save_step` of this rank's ``state`` in the memory tier's format, so that
+    :func:`load_state` reads it back from either tier. One writer per ``step_N``, as for ``save_step``."""
 
     def write(folder: Path) -> None:
-        memory.save_file(folder, step, state, rank=rank)
+        memory.save_file(folder, step, state, rank=_rank())
 
-    return save_step(fallback, step, write)
+    return save_step(root, step, write)
 
 
 def load_state(found: str | Path) -> dict[str, Any]:
     """This rank's state from the checkpoint folder ``found`` (``resume_dir()``), on disk or in memory."""
-    return memory.load(memory.rank_file(Path(found), int(os.environ.get("RANK", "0"))))
+    return memory.load(memory.rank_file(Path(found), _rank()))
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
 
 
 _said: set[str] = set()
