@@ -61,6 +61,11 @@ def test_a_step_is_complete_once_every_rank_of_the_node_saved_and_then_the_older
     memory.save(shm, 2, a_state(2), rank=0, ranks=2)
     assert memory.newest_complete(shm) == (2, shm / "step_2")
     assert [step for step, _ in memory.steps(shm)] == [2]
+    # step 1's files wait as spares, and the next save of each rank fills its own: two copies at most
+    assert sorted(p.name for p in shm.iterdir()) == [".spare_rank_0", ".spare_rank_1", "step_2"]
+    memory.save(shm, 3, a_state(3), rank=0, ranks=2)
+    assert sorted(p.name for p in shm.iterdir()) == [".spare_rank_1", "step_2", "step_3"]
+    assert memory.load(memory.rank_file(shm / "step_3", 0))["step"] == 3
 
 
 def test_a_state_file_naming_a_class_is_refused_not_run(shm, tmp_path):
