@@ -156,3 +156,23 @@ def test_shared_memory_too_small_says_so_once_and_saves_to_disk(tmp_path):
     assert len(lines) == 1 and f"saving to {tmp_path / 'ckpt'} instead" in lines[0]
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_1", "step_2", "step_3"]
     assert "Traceback" not in err
+
+
+def test_a_newer_step_in_memory_is_progress_that_ends_a_streak_of_failures(shm, tmp_path):
+    # Each attempt saves one step to memory, then fails as a user error: four in a row would spend
+    # the three unconditional restarts allowed in a row, unless each saved step counts as progress.
+    script = (
+        "import sys\n"
+        "from hacfg.checkpoint import load_state, resume_dir, save_memory\n"
+        "step = load_state(resume_dir())['step'] if resume_dir() else 0\n"
+        "save_memory(step + 1, {'step': step + 1}, fallback='ckpt')\n"
+        "print(f'saved {step + 1}', flush=True)\n"
+        "sys.exit(0 if step + 1 >= 5 else 1)\n"
+    )
+    argv = [*agent_argv(tmp_path / "state", "--unconditional", "--max-restarts", "10"), sys.executable, "-c", script]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120, env={**os.environ, ROOT_ENV: str(shm)})
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("saved")] == [f"saved {n}" for n in range(1, 6)]
+    decisions = [e for e in read_events(tmp_path / "state") if e["event"] == "decision"]
+    assert [e["cause"] for e in decisions] == ["user"] * 4 + ["success"]
+    assert {e["user_streak"] for e in decisions} == {1}

@@ -176,17 +176,23 @@ class Agent:
             if verdict.exit_code is not None:
                 return self._exit(verdict.exit_code, state.budgets)
 
-    def _resume(self, plan: Plan) -> checkpoints.Resume:
-        """The round's checkpoint, or this node's memory tier's when that is newer. On one node only:
-        the nodes of a group would each hold their own newest step, and must resume the same one."""
-        alone = isinstance(self.rounds, SingleNodeRounds)
-        return checkpoints.newest_tier(plan.resume_step, plan.resume_from, self.memory.path if alone else None)
+    def _tier(self) -> Path | None:
+        """The memory tier rounds resume from: on one node only. The nodes of a group would each
+        hold their own newest step, and must resume the same one."""
+        return self.memory.path if isinstance(self.rounds, SingleNodeRounds) else None
 
     def _attempt(self, plan: Plan) -> Outcome:
-        """Run the workers of one round on this node; how they ended."""
+        """Run the workers of one round on this node; how they ended, and whether they saved a newer
+        step to the memory tier (progress, as a newer checkpoint on disk is)."""
+        resume = checkpoints.newest_tier(plan.resume_step, plan.resume_from, self._tier())
+        outcome = self._workers(plan, resume)
+        held = memory.newest_complete(self._tier())
+        return replace(outcome, saved_in_memory=held is not None and (resume.step is None or held[0] > resume.step))
+
+    def _workers(self, plan: Plan, resume: checkpoints.Resume) -> Outcome:
+        """The workers of one round on this node, resuming from ``resume``; how they ended."""
         budgets = plan.budgets
         started = time.time()
-        resume = self._resume(plan)
         env = {
             **without_secret(os.environ),
             **attempt_env(plan, self.heartbeat, self.policy),
