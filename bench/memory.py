@@ -8,7 +8,8 @@
   resuming from disk (``save_state`` every step), and torchrun with ``torch.save``/``torch.load``;
 - whether every faulted run ends with the same weights as an uninterrupted one.
 
-One rank on one node (not the two emulated nodes of the goal), warm restarts. Every file goes to
+One rank on one node (not the two emulated nodes of the goal), warm restarts: as in bench/warm.py,
+each attempt, once its first step is timed, waits until the agent's next warm interpreter is ready. Every file goes to
 one temporary folder, removed at the end; disk saves keep only the newest two steps.
 
 Run: python bench/memory.py   (BENCH_MEMORY_STATE_MB=256, BENCH_MEMORY_FAULTS=20)
@@ -76,6 +77,12 @@ for step in range(start, steps):
         if int(old.name.split("_")[1].split(".")[0]) < step:
             shutil.rmtree(old) if old.is_dir() else old.unlink()
     print(f"step {step + 1} {time.time():.6f} save {saved:.6f}", flush=True)
+    if step == start and os.environ.get("HACFG_HEARTBEAT_FILE"):
+        # A job fails after minutes, not within the second a warm interpreter takes to import torch:
+        # once the first step is timed, wait until the agent's next one is ready.
+        log = Path(os.environ["HACFG_HEARTBEAT_FILE"]).with_name("warm.log")
+        while not log.is_file() or log.read_text().count(" ready: ") < int(os.environ["HACFG_ATTEMPT"]):
+            time.sleep(0.01)
 torch.save({"model": model.state_dict(), "ballast": ballast}, out)
 """
 
