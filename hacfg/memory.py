@@ -47,10 +47,10 @@ class TierFull(OSError):
     """The memory tier has no room for this save."""
 
 
-def folder_name(job: str | None, node: int, key: str) -> str:
-    """``hacfg-<job>-node<N>-<key>``: the job and node in the name, ``key`` keeping apart two agents of one node."""
+def folder_name(job: str | None, node: int) -> str:
+    """``hacfg-<job>-node<N>``: the start of the name of a node's memory tier."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", job or "job")[:80]
-    return f"hacfg-{safe}-node{node}-{key}"
+    return f"hacfg-{safe}-node{node}"
 
 
 def step_folder(tier: Path, step: int) -> Path:

@@ -9,9 +9,9 @@ leading elsewhere) is never chosen: every rank loads only what the job itself sa
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -126,20 +126,22 @@ ROOT_ENV = "HACFG_MEMORY_ROOT"  # where the memory tiers' folders go; /dev/shm u
 
 
 class MemoryTier:
-    """This node's memory tier: a folder of shared memory the agent makes (mode 0700) and removes
-    when it ends, named for the job and node; the workers save into it (:mod:`hacfg.memory`)."""
+    """This node's memory tier: a folder of shared memory the agent makes and removes when it
+    ends, named for the job and node; the workers save into it (:mod:`hacfg.memory`)."""
 
-    def __init__(self, job: str | None, node: int, state_dir: Path):
-        key = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
-        root = Path(os.environ.get(ROOT_ENV) or memory.ROOT)
-        self.path = root / memory.folder_name(job, node, key)
+    def __init__(self, job: str | None, node: int):
+        self.name = memory.folder_name(job, node)
+        self.path: Path | None = None
 
     def open(self) -> None:
-        self.path.mkdir(mode=0o700, parents=False, exist_ok=True)
-        os.chmod(self.path, 0o700)
+        """Make the folder: mode 0700, its name's tail unguessable, so that no other user of the
+        node's /dev/shm can have made it, or a link in its place, first."""
+        root = Path(os.environ.get(ROOT_ENV) or memory.ROOT)
+        self.path = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=root))
 
     def release(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
 
 
 @dataclasses.dataclass(frozen=True)

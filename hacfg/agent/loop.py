@@ -95,7 +95,7 @@ class Agent:
         self.rank = node or 0
         job = job_identity(os.environ)
         self.store = StateStore(state_dir, job=job)
-        self.memory = checkpoints.MemoryTier(job, self.rank, state_dir)
+        self.memory = checkpoints.MemoryTier(job, self.rank)
         self.secret = secret or JobSecret(os.environ, state_dir, job, create=True, timeout=0)
         self.heartbeat = state_dir / HEARTBEAT_FILE
         self.echo = echo
@@ -121,7 +121,8 @@ class Agent:
             refuse_links(self.events.path)
             self.store.key = self._file_key()
             self._end_leftovers()
-            self.memory.open()
+            if isinstance(self.rounds, SingleNodeRounds):  # see _tier
+                self.memory.open()
             return self._run()
         except GroupLost as err:
             self.echo(f"[hacfg] {err}; exiting {RETRY_ELSEWHERE} so the platform restarts the job")
@@ -177,9 +178,9 @@ class Agent:
                 return self._exit(verdict.exit_code, state.budgets)
 
     def _tier(self) -> Path | None:
-        """The memory tier rounds resume from: on one node only. The nodes of a group would each
-        hold their own newest step, and must resume the same one."""
-        return self.memory.path if isinstance(self.rounds, SingleNodeRounds) else None
+        """The memory tier the workers save to and rounds resume from: on one node only. The nodes
+        of a group would each hold their own newest step, and must resume the same one."""
+        return self.memory.path
 
     def _attempt(self, plan: Plan) -> Outcome:
         """Run the workers of one round on this node; how they ended, and whether they saved a newer
@@ -198,7 +199,7 @@ class Agent:
             **attempt_env(plan, self.heartbeat, self.policy),
             "HACFG_RESUME_FROM": resume.path or "",
             "HACFG_RESUME_TIER": resume.tier,
-            memory.DIR_ENV: str(self.memory.path),
+            memory.DIR_ENV: str(self._tier() or ""),
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
             **(rendezvous.worker_env(budgets.attempt, plan.workers_port) if plan.workers_port else {}),
         }
