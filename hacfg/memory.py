@@ -40,6 +40,7 @@ _LENGTH = struct.Struct("<Q")
 _ALIGN = 64  # each tensor starts on a cache line
 _STEP = re.compile(r"step_(\d+)")
 _RANK = re.compile(r"rank_(\d+)\.state")
+_STAGING = re.compile(r"\.rank_(\d+)\.\d+\.tmp")  # a rank's save before its rename
 HEADER_LIMIT = 64 << 20  # a header beyond this is not one hacfg wrote
 
 
@@ -276,30 +277,45 @@ def prune(tier: Path, keep: int) -> None:
     """Remove every step folder older than ``keep``, its ranks' files kept as each rank's spare."""
     for step, folder in steps(tier):
         if step < keep:
-            for entry in _entries(folder):
-                if match := _RANK.fullmatch(entry.name):
-                    with contextlib.suppress(OSError):
-                        os.rename(entry, spare(tier, int(match[1])))
-            shutil.rmtree(folder, ignore_errors=True)
+            _remove(tier, folder)
 
 
 def tidy(tier: Path | None) -> list[Path]:
-    """Remove what saves killed midway left: incomplete step folders and half-written files. Safe only
-    while no save can be in flight (the agent calls it before each attempt); returns what it removed."""
+    """Remove what saves killed midway left: incomplete step folders and half-written files, whose
+    memory becomes their ranks' spares, never resumed. Safe only while no save can be in flight
+    (the agent calls it before each attempt); returns what it removed."""
+    if tier is None:
+        return []
     removed = []
     for _, folder in steps(tier):
         if not complete(folder):
-            shutil.rmtree(folder, ignore_errors=True)
+            _remove(tier, folder)
             removed.append(folder)
-        else:
-            for entry in _entries(folder):
-                if not _RANK.fullmatch(entry.name):
+            continue
+        for entry in _entries(folder):
+            if not _RANK.fullmatch(entry.name):
+                if not _spare(tier, entry):
                     entry.unlink(missing_ok=True)
-                    removed.append(entry)
-    newest = newest_complete(tier)
-    if tier is not None and newest is not None:
+                removed.append(entry)
+    if (newest := newest_complete(tier)) is not None:
         prune(tier, keep=newest[0])
     return removed
+
+
+def _remove(tier: Path, folder: Path) -> None:
+    for entry in _entries(folder):
+        _spare(tier, entry)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _spare(tier: Path, entry: Path) -> bool:
+    """Keep a rank's file, whole or half-written, as that rank's spare; False when it is neither."""
+    match = _RANK.fullmatch(entry.name) or _STAGING.fullmatch(entry.name)
+    if match is None:
+        return False
+    with contextlib.suppress(OSError):
+        os.rename(entry, spare(tier, int(match[1])))
+    return True
 
 
 def _entries(folder: Path) -> list[Path]:

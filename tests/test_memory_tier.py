@@ -93,6 +93,7 @@ def test_the_newest_complete_step_wins_across_tiers_memory_on_a_tie(shm, tmp_pat
     (shm / "step_5" / ".rank_0.123.tmp").write_bytes(b"torn")
     assert newest_tier(4, disk, shm).path == str(shm / "step_4")
     assert not (shm / "step_5").exists()
+    assert (shm / ".spare_rank_0").read_bytes() == b"torn"  # its memory holds the next save
 
 
 def run_trainer(tmp_path: Path, shm: Path, steps: int, ballast_mb: int, *, env: dict | None = None):
