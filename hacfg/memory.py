@@ -4,8 +4,9 @@ The agent makes one folder per job and node under ``/dev/shm`` (mode 0700, remov
 ends) and tells each worker where it is (``HACFG_MEMORY_DIR``). A rank's save is one file,
 ``step_N/rank_R.state``, written under a hidden name and renamed into place, so it is complete or
 absent; a step is complete once every local rank's file is there (each file says how many there
-are). A rank that completes a step removes the older ones: the tier holds the newest complete step
-and at most one being written.
+are). A rank that completes a step removes the older ones, keeping each rank's file as its spare,
+which its next save fills without faulting a page in: the tier holds two copies of the state at
+most, the newest complete step and, per rank, one being written or spare.
 
 A state file is the tensors' bytes laid out raw behind a small JSON header, with the plain objects
 around them (the dicts, lists, numbers of a ``state_dict``) pickled apart and read back by an
