@@ -177,3 +177,17 @@ def test_a_newer_step_in_memory_is_progress_that_ends_a_streak_of_failures(shm, 
     decisions = [e for e in read_events(tmp_path / "state") if e["event"] == "decision"]
     assert [e["cause"] for e in decisions] == ["user"] * 4 + ["success"]
     assert {e["user_streak"] for e in decisions} == {1}
+
+
+def test_a_killed_agents_memory_is_removed_when_the_next_agent_of_its_job_and_node_starts(shm, tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    left, running = shm / "hacfg-job-node0-killed01", shm / "hacfg-job-node0-running1"
+    for folder, pid in ((left, gone.pid), (running, os.getpid())):
+        (folder / "step_3").mkdir(parents=True)
+        (folder / "agent.pid").write_text(str(pid))
+    env = {key: value for key, value in os.environ.items() if key not in ("HACFG_JOB_ID", "MA_VJ_NAME")}
+    argv = [*agent_argv(tmp_path / "state"), sys.executable, "-c", "pass"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**env, ROOT_ENV: str(shm)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in shm.iterdir()) == [running.name]  # the agent's own is gone too: it ended

@@ -123,6 +123,7 @@ def choose(root: Path | None) -> tuple[SavedCheckpoint | None, tuple[str, ...]]:
 
 
 ROOT_ENV = "HACFG_MEMORY_ROOT"  # where the memory tiers' folders go; /dev/shm unless set
+OWNER = "agent.pid"  # in a memory tier's folder: the pid of the agent that made it
 
 
 class MemoryTier:
@@ -135,13 +136,34 @@ class MemoryTier:
 
     def open(self) -> None:
         """Make the folder: mode 0700, its name's tail unguessable, so that no other user of the
-        node's /dev/shm can have made it, or a link in its place, first."""
+        node's /dev/shm can have made it, or a link in its place, first. A folder of this job and
+        node whose agent is gone (killed before it could remove it) is removed first."""
         root = Path(os.environ.get(ROOT_ENV) or memory.ROOT)
+        for left in root.glob(f"{self.name}-*"):
+            if not _alive(left / OWNER):
+                shutil.rmtree(left, ignore_errors=True)
         self.path = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=root))
+        (self.path / OWNER).write_text(str(os.getpid()))
 
     def release(self) -> None:
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _alive(owner: Path) -> bool:
+    """Whether the agent whose pid ``owner`` holds still runs; a folder with no owner yet is
+    another agent's that is making it."""
+    try:
+        if not owner.parent.is_dir() or owner.parent.is_symlink():
+            return False
+        os.kill(int(owner.read_text()), 0)
+    except FileNotFoundError:
+        return owner.parent.is_dir()
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
