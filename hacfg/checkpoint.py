@@ -17,6 +17,17 @@ either a finished checkpoint or a hidden staging folder the agent never resumes 
 before the next attempt. Saving a step again keeps the complete copy (as ``step_N.replaced-*``,
 which the agent resumes from too) until the new one is in place, so a kill at any moment leaves a
 complete step N.
+``save_memory`` hands a step's state (a ``state_dict`` of tensors and plain objects) to the
+agent's memory tier instead: a copy into shared memory the agent owns, which outlives the
+trainer; without room there (or without an agent) it says so once and saves to disk through
+``save_step``. ``load_state`` reads what the agent chose, from whichever tier holds it:
+
+    if (found := resume_dir()) is not None:
+        state = load_state(found)
+    ...
+    save_memory(step, state, fallback="/mnt/sfs/run/ckpt")      # every step or so
+    save_state("/mnt/sfs/run/ckpt", step, state)                # at the plan's interval: survives node loss
+
 The marker records how long the save took (``{"save_s": 1.234}``): the agent reports it, and
 ``hacfg plan --from-events`` plans with it. The save runs in the ``checkpoint`` phase of
 :mod:`hacfg.heartbeat`, so the agent applies that phase's hang timeout while it lasts.
@@ -32,11 +43,13 @@ import re
 import secrets
 import shutil
 import string
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from hacfg import heartbeat
+from hacfg import heartbeat, memory
 
 MARKER = ".complete"
 _TOKEN = 16  # letters: what keeps one writer's folders apart from another's
@@ -124,3 +137,49 @@ def resume_dir() -> Path | None:
     """The checkpoint the agent chose for this attempt, or None on a fresh start."""
     found = os.environ.get("HACFG_RESUME_FROM", "")
     return Path(found) if found else None
+
+
+def save_memory(step: int, state: Mapping[str, Any], fallback: str | Path) -> Path:
+    """Hand this rank's ``state`` for ``step`` to the agent's memory tier; returns the step's folder there.
+    One call per rank, no collective: the step is complete once every rank of the node has saved.
+    With no tier (no agent) or no room in it, one line says so and :func:`save_state` saves it
+    under ``fallback`` on disk instead."""
+    tier = os.environ.get(memory.DIR_ENV, "")
+    with heartbeat.phase("checkpoint"):
+        if tier:
+            try:
+                ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+                return memory.save(Path(tier), step, state, rank=_rank(), ranks=ranks)
+            except memory.TierFull as err:
+                _say_once(f"[hacfg] memory checkpoints do not fit: {err}; saving to {fallback} instead")
+        else:
+            _say_once(f"[hacfg] no memory tier (not under the agent, or on several nodes); saving to {fallback}")
+    return save_state(fallback, step, state)
+
+
+def save_state(root: str | Path, step: int, state: Mapping[str, Any]) -> Path:
+    """:func:`save_step` of this rank's ``state`` in the memory tier's format, so that
+    :func:`load_state` reads it back from either tier. One writer per ``step_N``, as for ``save_step``."""
+
+    def write(folder: Path) -> None:
+        memory.save_file(folder, step, state, rank=_rank())
+
+    return save_step(root, step, write)
+
+
+def load_state(found: str | Path) -> dict[str, Any]:
+    """This rank's state from the checkpoint folder ``found`` (``resume_dir()``), on disk or in memory."""
+    return memory.load(memory.rank_file(Path(found), _rank()))
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+_said: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    if line not in _said:
+        _said.add(line)
+        print(line, file=sys.stderr, flush=True)

@@ -401,3 +401,18 @@ def test_workers_meet_in_node_0s_agent_store_a_fresh_one_each_attempt(tmp_path, 
     assert (seen[0, 1]["master_port"] != seen[0, 2]["master_port"]) is shared
     assert ("the workers' store is served here" in job.output(0)) is shared
     assert_no_process_left(job)
+
+
+def test_on_several_nodes_memory_saves_go_to_disk_with_a_line(tmp_path):
+    """No round of a group resumes from one node's memory: the workers get no memory tier, and
+    their ``save_memory`` says so once and saves to the shared checkpoint path instead."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    trainer = (str(REPO / "tests" / "children" / "memory_trainer.py"), "3", str(tmp_path / "final.pt"), "0", str(tmp_path / "ckpt"))
+    job = Job(tmp_path, 2, script=trainer, node_env={rank: {"HACFG_MEMORY_ROOT": str(shm)} for rank in range(2)})
+    assert job.run() == {0: 0, 1: 0}
+    for rank in range(2):
+        assert job.output(rank).count("[hacfg] no memory tier (not under the agent, or on several nodes)") == 1
+        assert [e["resume_tier"] for e in job.events(rank) if e["event"] == "attempt_start"] == ["none"]
+    assert sorted(p.name for p in job.ckpt.glob("step_*")) == ["step_1", "step_2", "step_3"]
+    assert not list(shm.iterdir())

@@ -83,6 +83,22 @@ def test_what_if_flags_override_the_file_for_one_run(cli, long_run):
     assert not any("restart" in change["lines"] for change in data["changes"])
 
 
+def test_a_memory_save_time_prices_both_tiers_side_by_side(cli, long_run):
+    data = plan_json(cli, long_run, "--memory-save-time", "400ms")
+    disk, memory = data["tiers"]
+    assert (disk["tier"], disk["save_time"], disk["daly"]) == ("disk", 300, pytest.approx(data["interval"]["daly_s"]))
+    assert (memory["tier"], memory["save_time"]) == ("memory", 0.4)
+    # Young: sqrt(2 * save * MTBF); a failure redoes half an interval and half a save
+    assert memory["young"] == pytest.approx((2 * 0.4 * data["job_mtbf_s"]) ** 0.5)
+    assert memory["lost_per_failure"] == pytest.approx((memory["daly"] + 0.4) / 2)
+    assert memory["lost_per_failure"] < disk["lost_per_failure"] / 20
+    text = cli("plan", long_run, "--memory-save-time", "400ms").out
+    assert re.search(r"\n  memory save 400ms: optimum every \d+m\d*s? \(Daly\).*not a node's loss\n", text), text
+    assert "checkpoint tiers" not in cli("plan", long_run).out
+    refused = cli("plan", long_run, "--memory-save-time", "soon")
+    assert refused.code == 2 and "--memory-save-time: 'soon' is not a duration" in refused.err
+
+
 def test_the_plain_call_and_typer_give_the_same_answer(cli, long_run, tmp_path):
     plain = cli("plan", long_run, "--save-time", "3m")
     through_typer = cli("plan", long_run, "--save-time=3m")

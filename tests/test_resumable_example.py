@@ -108,6 +108,9 @@ def test_torch_training_survives_a_kill_bit_identical(tmp_path):
     assert agent.returncode == 0, agent.stderr.read()
     assert injected and torch.equal(torch.load(final)["weight"], torch.load(reference)["weight"])
     assert [e["cause"] for e in events if e["event"] == "attempt_exit"] == ["environment", "success"]
+    # saved to memory every step, to disk every 20: the step after the kill comes from memory
+    resumed = [e for e in events if e["event"] == "attempt_start"][1]
+    assert resumed["resume_tier"] == "memory" and int(resumed["resume_from"].rsplit("_", 1)[1]) >= injected[0][1]
 
 
 def test_goodput_says_where_the_time_went(faulty_run, cli):

@@ -1,8 +1,10 @@
-"""The same resumable job in PyTorch: a linear model, SGD with momentum, step_N/ checkpoints.
+"""The same resumable job in PyTorch: a linear model, SGD with momentum, checkpoints in two tiers.
 
-Model and optimizer state go through ``torch.save`` inside ``hacfg.checkpoint.save_step``;
-each step's batch comes from a generator seeded with (seed, step), so resumed runs end with
-the same weights as uninterrupted ones.
+Model and optimizer state go to the agent's memory every step (``hacfg.checkpoint.save_memory``:
+a copy into shared memory that outlives this process) and to disk every ``--every`` steps
+(``save_state``: a ``step_N/`` folder that outlives the node); ``load_state`` reads back whichever
+the agent chose to resume from. Each step's batch comes from a generator seeded with (seed, step),
+so resumed runs end with the same weights as uninterrupted ones.
 """
 
 # ruff: noqa: E402 (torch is imported after gc.disable(), below)
@@ -17,7 +19,7 @@ gc.disable()  # start-up makes next to no garbage: collections while torch is im
 
 import torch
 
-from hacfg.checkpoint import resume_dir, save_step
+from hacfg.checkpoint import load_state, resume_dir, save_memory, save_state
 from hacfg.heartbeat import beat
 
 FEATURES, SAMPLES, BATCH = 32, 4096, 64
@@ -42,7 +44,7 @@ def main() -> None:
     start = 0
     found = resume_dir()
     if found is not None:
-        state = torch.load(found / "state.pt")
+        state = load_state(found)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = state["step"]
@@ -60,9 +62,10 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         beat(step=step + 1)
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1}
+        save_memory(step + 1, state, fallback=args.checkpoints)
         if (step + 1) % args.every == 0:
-            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1}
-            save_step(args.checkpoints, step + 1, lambda folder, s=state: torch.save(s, folder / "state.pt"))
+            save_state(args.checkpoints, step + 1, state)
             print(f"step {step + 1} loss {loss.item():.6f} saved", flush=True)
 
     torch.save(model.state_dict(), args.out)

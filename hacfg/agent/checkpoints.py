@@ -8,13 +8,17 @@ leading elsewhere) is never chosen: every rank loads only what the job itself sa
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hacfg import untrusted
+from hacfg import memory, untrusted
 from hacfg.checkpoint import MARKER
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import CheckpointLayout, SavedCheckpoint
@@ -119,6 +123,71 @@ def choose(root: Path | None) -> tuple[SavedCheckpoint | None, tuple[str, ...]]:
                 f"not {', '.join(rivals)}"
             )
     return newest, tuple(dict.fromkeys(doubts))
+
+
+ROOT_ENV = "HACFG_MEMORY_ROOT"  # where the memory tiers' folders go; /dev/shm unless set
+OWNER = "agent.pid"  # in a memory tier's folder: the pid of the agent that made it
+
+
+class MemoryTier:
+    """This node's memory tier: a folder of shared memory the agent makes and removes when it
+    ends, named for the job and node; the workers save into it (:mod:`hacfg.memory`)."""
+
+    def __init__(self, job: str | None, node: int):
+        self.name = memory.folder_name(job, node)
+        self.path: Path | None = None
+
+    def open(self) -> None:
+        """Make the folder: mode 0700, its name's tail unguessable, so that no other user of the
+        node's /dev/shm can have made it, or a link in its place, first. A folder of this job and
+        node whose agent is gone (killed before it could remove it) is removed first."""
+        root = Path(os.environ.get(ROOT_ENV) or memory.ROOT)
+        for left in root.glob(f"{self.name}-*"):
+            if not _alive(left / OWNER):
+                shutil.rmtree(left, ignore_errors=True)
+        self.path = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=root))
+        (self.path / OWNER).write_text(str(os.getpid()))
+
+    def release(self) -> None:
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _alive(owner: Path) -> bool:
+    """Whether the agent whose pid ``owner`` holds still runs; a folder with no owner yet is
+    another agent's that is making it."""
+    try:
+        if not owner.parent.is_dir() or owner.parent.is_symlink():
+            return False
+        os.kill(int(owner.read_text()), 0)
+    except FileNotFoundError:
+        return owner.parent.is_dir()
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+    """Where an attempt resumes: the checkpoint's folder and place (its step, or its layout's own
+    order), and the tier that holds it."""
+
+    path: str | None
+    position: tuple[int, ...] | None
+    tier: str  # "disk", "memory" or "none"
+
+
+def newest_tier(position: tuple[int, ...] | None, path: str | None, tier: Path | None) -> Resume:
+    """The newer of the disk checkpoint chosen (at ``position``, at ``path``) and the memory tier's newest
+    complete step; memory on a tie, as it loads faster. Call it with no save in flight: it removes
+    what saves killed midway left in the memory tier first."""
+    memory.tidy(tier)
+    held = memory.newest_complete(tier)
+    if held is not None and (position is None or (held[0],) >= position):
+        return Resume(str(held[1]), (held[0],), "memory")
+    return Resume(path, position, "disk" if path else "none")
 
 
 MARKER_BYTES = 4096  # save_step writes a few dozen

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from hacfg import heartbeat
+from hacfg import heartbeat, memory
 from hacfg.agent import checkpoints
 from hacfg.agent.classify import classify
 from hacfg.agent.culprit import evidence, straggler
@@ -95,6 +95,7 @@ class Agent:
         self.rank = node or 0
         job = job_identity(os.environ)
         self.store = StateStore(state_dir, job=job)
+        self.memory = checkpoints.MemoryTier(job, self.rank)
         self.secret = secret or JobSecret(os.environ, state_dir, job, create=True, timeout=0)
         self.heartbeat = state_dir / HEARTBEAT_FILE
         self.echo = echo
@@ -120,6 +121,8 @@ class Agent:
             refuse_links(self.events.path)
             self.store.key = self._file_key()
             self._end_leftovers()
+            if isinstance(self.rounds, SingleNodeRounds):  # see _tier
+                self.memory.open()
             return self._run()
         except GroupLost as err:
             self.echo(f"[hacfg] {err}; exiting {RETRY_ELSEWHERE} so the platform restarts the job")
@@ -133,6 +136,7 @@ class Agent:
                 self.saves.close()
             self.warm.close()
             self.rounds.close()
+            self.memory.release()
             self.store.release()
 
     def _run(self) -> int:
@@ -173,13 +177,30 @@ class Agent:
             if verdict.exit_code is not None:
                 return self._exit(verdict.exit_code, state.budgets)
 
+    def _tier(self) -> Path | None:
+        """The memory tier the workers save to and rounds resume from: on one node only. The nodes
+        of a group would each hold their own newest step, and must resume the same one."""
+        return self.memory.path
+
     def _attempt(self, plan: Plan) -> Outcome:
-        """Run the workers of one round on this node; how they ended."""
+        """Run the workers of one round on this node; how they ended, and whether they saved a newer
+        step to the memory tier (progress, as a newer checkpoint on disk is)."""
+        resume = checkpoints.newest_tier(plan.resume_position, plan.resume_from, self._tier())
+        outcome = self._workers(plan, resume)
+        held = memory.newest_complete(self._tier())
+        newer = held is not None and (resume.position is None or (held[0],) > resume.position)
+        return replace(outcome, saved_in_memory=newer)
+
+    def _workers(self, plan: Plan, resume: checkpoints.Resume) -> Outcome:
+        """The workers of one round on this node, resuming from ``resume``; how they ended."""
         budgets = plan.budgets
         started = time.time()
         env = {
             **without_secret(os.environ),
             **attempt_env(plan, self.heartbeat, self.policy),
+            "HACFG_RESUME_FROM": resume.path or "",
+            "HACFG_RESUME_TIER": resume.tier,
+            memory.DIR_ENV: str(self._tier() or ""),
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
             **(rendezvous.worker_env(budgets.attempt, plan.workers_port) if plan.workers_port else {}),
         }
@@ -212,7 +233,8 @@ class Agent:
         self.events.write(
             Event.ATTEMPT_START,
             round=plan.round,
-            resume_from=plan.resume_from,
+            resume_from=resume.path,
+            resume_tier=resume.tier,
             start=start.how,
             start_reason=start.reason,
             **self._counters(budgets),

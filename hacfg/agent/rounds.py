@@ -82,6 +82,7 @@ class Outcome:
     peer: bool = False  # a consequence of another node's failure: recorded, never the round's cause
     seen_on: int | None = None  # the node the cause is on, when not the reporting one (a straggler's)
     relocate: bool = False  # no restart on this node can fix it (a GPU fallen off the bus): the job moves
+    saved_in_memory: bool = False  # the node's memory tier holds a newer complete step than the round resumed
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -158,7 +159,8 @@ def judge(plan: Plan, outcomes: list[Outcome], policy: Policy, *, ended_by: int 
     others'; the restart rules apply to it once."""
     budgets = dataclasses.replace(plan.budgets)
     after = checkpoints.newest_complete(policy.checkpoint_path)
-    progressed = after is not None and (plan.resume_position is None or after.position > plan.resume_position)
+    on_disk = after is not None and (plan.resume_position is None or after.position > plan.resume_position)
+    progressed = on_disk or any(o.saved_in_memory for o in outcomes)
 
     def verdict(cause: Ending, reason: str, rank: int, action: Action, detail: str, exit_code: int | None) -> Verdict:
         return Verdict(

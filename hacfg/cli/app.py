@@ -479,13 +479,17 @@ def plan_command(
     duration: Optional[str] = typer.Option(
         None, "--duration", metavar="DURATION", help="What if the run needed this much compute."
     ),
+    memory_save_time: Optional[str] = typer.Option(
+        None, "--memory-save-time", metavar="DURATION",
+        help="A memory checkpoint's save time (save_memory): price the memory and disk tiers side by side.",
+    ),
 ) -> None:
     """Forecast what the configuration will cost: failures, the optimum checkpoint interval,
     wall time, ETTR and the chance the restart budget runs out, with the lines to change."""
     raise typer.Exit(
         commands.run_plan(
             file, from_events or [], fmt=fmt, plot=plot, nodes=nodes, node_mtbf=node_mtbf, interval=interval,
-            save_time=save_time, restart_time=restart_time, duration=duration,
+            save_time=save_time, restart_time=restart_time, duration=duration, memory_save_time=memory_save_time,
         )
     )
 

@@ -42,6 +42,15 @@ def seconds(text: str, option: str) -> float:
         raise InputError(f"{option}: {err}") from None
 
 
+def short_seconds(text: str, option: str) -> float:
+    """A duration flag that may be under a second (``250ms``, ``0.4s``), as a memory save is."""
+    import re
+
+    if found := re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s)", text.strip()):
+        return float(found[1]) / (1000 if found[2] == "ms" else 1)
+    return seconds(text, option)
+
+
 def say(line: str) -> None:
     """One line on stderr, for the user rather than for a pipe: a name or a message read from a file
     can break neither the line nor the terminal (:func:`hacfg.untrusted.printable`)."""
@@ -318,6 +327,7 @@ def run_plan(
     save_time: str | None = None,
     restart_time: str | None = None,
     duration: str | None = None,
+    memory_save_time: str | None = None,
 ) -> int:
     """``hacfg plan``: what the file's configuration will cost, and what to change. The what-if
     values override the file for this run; durations are spelled as the file spells them."""
@@ -345,6 +355,9 @@ def run_plan(
             raise InputError(f"--{name.replace('_', '-')}: must be longer than 0s")
     if nodes is not None and nodes < 1:
         raise InputError("--nodes: a job has at least 1 node")
+    memory = None if memory_save_time is None else short_seconds(memory_save_time, "--memory-save-time")
+    if memory == 0:
+        raise InputError("--memory-save-time: must be longer than 0s")
     loaded = load_config(provided.preset_or_path(file), provided.presets())
     inputs = planned.from_config(loaded.config, loaded.document.values)
     if from_events:
@@ -354,7 +367,7 @@ def run_plan(
         inputs = planned.with_measured(inputs, measure(read_logs(from_events)))
     inputs = planned.with_what_if(inputs, flags)
     try:
-        result = forecast(inputs)
+        result = forecast(inputs, memory)
     except NotEnough as err:
         # at the value at fault: its flag, or its place in the file
         origin = getattr(inputs, err.name).origin if err.name else ""

@@ -64,11 +64,39 @@ class Forecast:
     budget: Budget | None
     changes: list[Change] = field(default_factory=list)
     interval_off: bool = False  # the configured interval's ETTR is over 1 point below the optimum's
+    tiers: list[TierPrice] = field(default_factory=list)  # with a memory save time: disk's and memory's
 
     @property
     def spelled_daly(self) -> str:
         """Daly's optimum as the line to write."""
         return spelled(self.daly)
+
+
+@dataclass(frozen=True)
+class TierPrice:
+    """One checkpoint tier: what a save costs, its optimum interval, and the work a failure that
+    resumes from it redoes (half an interval and half a save, at the optimum)."""
+
+    tier: str
+    save_time: float
+    young: float
+    daly: float
+    lost_per_failure: float
+    resumes: str  # the failures that resume from this tier
+
+
+def tier_prices(costs: model.Costs, memory_save_time: float) -> list[TierPrice]:
+    """Disk's price and memory's. Memory's optimum is priced at the job's whole failure rate, the
+    node losses among them (which resume from disk) included: its interval errs short."""
+
+    def price(tier: str, save: float, resumes: str) -> TierPrice:
+        daly = model.daly_interval(save, costs.mtbf)
+        return TierPrice(tier, save, model.young_interval(save, costs.mtbf), daly, (daly + save) / 2, resumes)
+
+    return [
+        price("disk", costs.save_time, "every failure, a node's loss included"),
+        price("memory", memory_save_time, "a crash, a kill or a hang of the trainer; not a node's loss"),
+    ]
 
 
 def costs_of(inputs: Inputs) -> model.Costs:
@@ -94,9 +122,9 @@ def costs_of(inputs: Inputs) -> model.Costs:
     )
 
 
-def forecast(inputs: Inputs) -> Forecast:
+def forecast(inputs: Inputs, memory_save_time: float | None = None) -> Forecast:
     """The whole forecast; raises NotEnough without a save time and a restart time, or when no
-    interval lets the job make progress."""
+    interval lets the job make progress. With ``memory_save_time``, each tier is priced too."""
     costs = costs_of(inputs)
     daly = model.daly_interval(costs.save_time, costs.mtbf)
     if (daly + costs.save_time + costs.restart_time) / costs.mtbf > model.HOPELESS:
@@ -139,6 +167,7 @@ def forecast(inputs: Inputs) -> Forecast:
         budget=budget,
         changes=changes,
         interval_off=off,
+        tiers=tier_prices(costs, memory_save_time) if memory_save_time else [],
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -18,6 +19,11 @@ def _value(name: str, item: Input) -> str:
     if name == "hang_share":
         return f"{item.value:.1%}"
     return spelled(item.value)
+
+
+def _short(seconds: float) -> str:
+    """A save time, below a second in milliseconds."""
+    return f"{seconds * 1000:.0f}ms" if seconds < 1 else spelled(seconds)
 
 
 def _count(expected: float) -> str:
@@ -63,6 +69,14 @@ def text(forecast: Forecast, file: str) -> str:
             f"restart budget: restart.max {budget.restart_max}{pods}: {budget.p_exhausted:.1%} chance it runs out "
             f"before the end ({how})"
         )
+    if forecast.tiers:
+        out.append("checkpoint tiers:")
+        for tier in forecast.tiers:
+            out.append(
+                f"  {tier.tier:<7}save {_short(tier.save_time)}: optimum every {spelled(tier.daly)} (Daly), "
+                f"{spelled(tier.young)} (Young); a failure redoes {spelled(tier.lost_per_failure)}; "
+                f"resumes {tier.resumes}"
+            )
     if forecast.changes:
         out.append("what to change:")
         for change in forecast.changes:
@@ -99,6 +113,7 @@ def to_json(forecast: Forecast, file: str) -> dict[str, Any]:
         if budget
         else {"p_exhausted": None},
         "changes": [{"why": change.why, "lines": change.lines} for change in forecast.changes],
+        **({"tiers": [dataclasses.asdict(tier) for tier in forecast.tiers]} if forecast.tiers else {}),
     }
 
 

@@ -324,7 +324,7 @@ _FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
     ),
     **dict.fromkeys(("slowdown", "score"), (lambda v: isinstance(v, int | float), "a number")),
     **dict.fromkeys(
-        ("event", "cause", "action", "reason", "resume_from", "signal", "start", "start_reason", "phase",
+        ("event", "cause", "action", "reason", "resume_from", "resume_tier", "signal", "start", "start_reason", "phase",
          "culprit_note"),
         (lambda v: isinstance(v, str), "text"),
     ),
