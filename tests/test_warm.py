@@ -124,6 +124,8 @@ def test_a_warm_attempt_is_observably_a_cold_one(tmp_path, ending, module):
     assert warm_record["collects"] and cold_record["collects"]
     # threads an import started (OpenBLAS's pool) do not survive a fork; their library restarts them
     assert int(warm_record["proc"].pop("Threads")) <= int(cold_record["proc"].pop("Threads"))
+    # each agent makes its own memory tier, under a name nobody can guess
+    assert cold_record["env"].pop("HACFG_MEMORY_DIR") != warm_record["env"].pop("HACFG_MEMORY_DIR")
     assert warm_record == cold_record
     assert warm_record["stdin"] == "typed on stdin\n" and warm_record["pools"] == [49, 49, 49]
     assert warm_record["session"] == [True, True] and warm_record["main_thread"]
