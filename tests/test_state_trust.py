@@ -22,6 +22,7 @@ import pytest
 
 from conftest import agent_argv, read_events
 from hacfg.agent.records.sealed import file_key, seal
+from hacfg.agent.records.state import NodeState
 
 pytestmark = pytest.mark.slow
 
@@ -231,3 +232,38 @@ def test_a_stopped_job_keeps_its_key_and_the_next_agent_takes_its_counters_over(
                            env={**env, "HACFG_JOB_ID": JOB})
     assert again.returncode == 0
     assert "taking over this job's counters" in again.stderr and "unreadable" not in again.stderr, again.stderr
+
+
+def test_the_time_budget_counts_from_the_job_s_start_in_the_sealed_state_not_from_the_events_log(tmp_path):
+    """What a straggler costs is priced over the compute the run still needs: job.duration less the
+    time since the job began. That start was read from the first line of the events log, which the
+    training can rewrite: a line dated 2000 made every slowdown look free, one dated next year made
+    moving always worth it. The next agent takes the start over from the sealed state instead."""
+    import signal
+
+    state = tmp_path / "state"
+    agent = subprocess.Popen([*agent_argv(state, "--grace", "1"), "sh", "-c", "echo started; sleep 30"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
+    try:
+        assert agent.stdout.readline() == "started\n"
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        agent.kill()
+        agent.wait()
+    began = next(e for e in read_events(state) if e["event"] == "agent_start")["began"]
+    events = state / "events.jsonl"
+    lines = events.read_text().splitlines(keepends=True)
+    forged = json.loads(lines[0]) | {"time": "2000-01-01T00:00:00.000Z", "began": "2000-01-01T00:00:00.000Z"}
+    events.write_text(json.dumps(forged) + "\n" + "".join(lines[1:]))
+    again = subprocess.run([*agent_argv(state), "true"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **ENV})
+    assert again.returncode == 0 and "taking over this job's counters" in again.stderr, again.stderr
+    starts = [e["began"] for e in read_events(state) if e["event"] == "agent_start"]
+    assert starts == ["2000-01-01T00:00:00.000Z", began], starts
+
+
+@pytest.mark.parametrize("began", ["2099-01-01", 4102444800.0, -1, True, 1e400])
+def test_a_job_start_in_the_future_or_not_a_time_is_no_state(began):
+    with pytest.raises(ValueError, match="began"):
+        NodeState.from_json(FRESH | {"began": began})

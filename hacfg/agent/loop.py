@@ -109,6 +109,7 @@ class Agent:
         self.session: int | None = None  # the running attempt's session (its leader's pid)
         # what the phases took so far, kept in the job's state (taken over in _run)
         self.learned = Learned(policy.learn_floor, policy.learn_beyond_timeout)
+        self.began = time.time()  # when the job began: this agent's start, or its first agent's (taken over in _run)
         self.moving: tuple[int, str] | None = None  # the straggler's node, and why the attempt is stopped to move
         self.saves = None
         if policy.checkpoint_path is not None and policy.checkpoint_interval:
@@ -142,6 +143,7 @@ class Agent:
     def _run(self) -> int:
         state = self.store.load()
         self.learned.samples = state.learned
+        self.began = state.began or self.began
         if self.store.recovered:
             self.echo(f"[hacfg] {self.store.recovered}")
             self.events.write(Event.STATE_RECOVERED, detail=self.store.recovered)
@@ -152,7 +154,10 @@ class Agent:
         elif state.budgets.attempt:
             self.echo(f"[hacfg] taking over this job's counters from {self.store.path}: {self._so_far(state.budgets)}")
         counters = self._counters(state.budgets)
-        self.events.write(Event.AGENT_START, pid=os.getpid(), command=self.command, job=self.store.job, **counters)
+        began = stamp(datetime.fromtimestamp(self.began, UTC))
+        self.events.write(
+            Event.AGENT_START, pid=os.getpid(), command=self.command, job=self.store.job, began=began, **counters
+        )
         for event, fields in self.notes:
             self.events.write(event, **fields)
         if state.running:
@@ -328,7 +333,7 @@ class Agent:
     def _save(self, state: NodeState, *, ended: str | None = None) -> None:
         """Persist the counters and what was learned; a full or read-only disk is said once, and the
         agent goes on from memory."""
-        state = replace(state, learned=self.learned.samples)
+        state = replace(state, learned=self.learned.samples, began=self.began)
         try:
             self.store.save(state, ended=ended)
         except OSError as err:
@@ -413,17 +418,11 @@ class Agent:
                 return
 
     def _remaining(self) -> float | None:
-        """The compute the run still needs, at most: job.duration less the wall time since the
-        job's first event (which includes failures and restarts, so this errs towards keeping)."""
-        from hacfg.agent.records.state import read_events
-
+        """The compute the run still needs, at most: job.duration less the wall time since the job
+        began (which includes failures and restarts, so this errs towards keeping)."""
         if self.policy.duration is None:
             return None
-        try:
-            first = read_events(self.events.path)[0]["time"]
-        except (OSError, IndexError, KeyError, ValueError):
-            return None
-        return self.policy.duration - (datetime.now(UTC) - datetime.fromisoformat(first)).total_seconds()
+        return self.policy.duration - (time.time() - self.began)
 
     def _remember(self, pid: int) -> None:
         """Record the attempt's session, so an agent after this one can end it however this one dies."""

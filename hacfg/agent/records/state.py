@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,10 +54,14 @@ class NodeState:
     running: bool = False  # its workers were running in ``round`` when the state was written
     # seconds each heartbeat phase took, per phase (hacfg.restart.learning): only what ended
     learned: dict[str, list[float]] = field(default_factory=dict)
+    # when the job's first agent started (Unix time): what its time budget counts from, kept here
+    # because the events log, the other record of it, is the trainer's to write
+    began: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **dataclasses.asdict(self.budgets), "round": self.round, "running": self.running, "learned": self.learned
+            **dataclasses.asdict(self.budgets), "round": self.round, "running": self.running, "learned": self.learned,
+            "began": self.began,
         }
 
     @classmethod
@@ -79,7 +84,12 @@ class NodeState:
             raise ValueError(f"restarts in a row ({budgets.user_streak}, {budgets.hang_streak}) beyond the restarts")
         if not isinstance(data.get("running"), bool):
             raise ValueError(f"running: {_shown(data.get('running'))} is not true or false")
-        return cls(budgets, counts["round"], data["running"], samples_from_json(data.get("learned")))
+        began = data.get("began")
+        if began is not None and not (
+            isinstance(began, int | float) and not isinstance(began, bool) and 0 < began <= time.time()
+        ):
+            raise ValueError(f"began: {_shown(began)} is not a time past")
+        return cls(budgets, counts["round"], data["running"], samples_from_json(data.get("learned")), began)
 
 
 class StateStore:
