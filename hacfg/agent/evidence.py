@@ -219,6 +219,7 @@ def exceptions(lines: Sequence[str]) -> list[Raised]:
 RUNTIME_ERROR = re.compile(
     r"NCCL WARN|NCCL error|nccl(?:System|Internal|UnhandledCuda|Remote)Error"
     r"|\bE[IJ]\d{4}\b|HCCL error|\[ERROR\] HCCL|HCCL function error|Hccl\w+, error code|hccl api failed|HCCP"
+    r"|\bE[0-9A-Z]9999\b|CANN error"
     r"|NPU function error|\bXid\b|ECC error|uncorrectable ECC|ECC_UNCORRECTABLE|fallen off the bus"
     r"|CUDA error|cudaError\w*|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+"
     r"|unhandled (?:system|cuda) error|No route to host|Input/output error|Stale file handle"
@@ -236,6 +237,15 @@ PEER = re.compile(
 # NCCL's trace of a failing call back to where it began, at INFO level: each frame it returns
 # through prints its return code ("misc/socket.cc:568 -> 2", "group.cc:65 -> 2 [Async thread]").
 NCCL_CHAIN = re.compile(r"NCCL INFO [\w./-]+\.(?:cc|cu|cpp|h):\d+ -> [1-9]\d*\b")
+# An NPU gone: absent, its heartbeat lost, its DMA engine failed (CANN's EL0001, and the runtime's
+# 507010 and 507013 in acl/error_codes/rt_error_codes.h). No restart on this node brings it back.
+NPU_LOST = re.compile(r"Device_Absent|\bEL0001\b|lost heartbeat|\b50701[03]\b|sys dma error")
+# An operator's kernel failed on an AI Core or a vector core (507015, 507035 and their trap
+# variants), or has no binary for this chip: the program's, and it fails the same way again.
+NPU_OPERATOR = re.compile(
+    r"aicore (?:error|exception)|(?:an|exception of) aivec error|aivec error exception|vector core exception"
+    r"|\b50701[56]\b|\b50703[56]\b|does not ha(?:s|ve) any binary"
+)
 # A full disk, or a full quota: whatever writes there next fails the same way.
 DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceeded|\[Errno 122\]")
 
@@ -250,6 +260,7 @@ def _xid(*codes: int) -> re.Pattern[str]:
 MACHINE = 50  # the machine itself failed: it explains the exceptions and errors after it
 AFTER_MACHINE = 40  # what the driver records after such a fault (a page retirement, a CUDA ECC report)
 RUNTIME = 30  # an error of the runtime (NCCL WARN, a CUDA error, an HCCL code)
+OPERATOR = 35  # a kernel of the program failed on the device: what the runtime's catch-all codes report
 CHAIN = 20  # NCCL's INFO trace of an error back to where it began
 CONSEQUENCE = 10  # what a rank sees when another one failed
 
@@ -279,9 +290,11 @@ SIGNATURES = (
     Signature("an uncontained ECC error (Xid 95)", _xid(95), MACHINE, relocate=True, first=True),
     Signature("a contained ECC error (Xid 94)", _xid(94), MACHINE, first=True),
     Signature("a full disk", DISK_FULL, MACHINE, cause=Cause.DISK_FULL, first=True),
+    Signature("an NPU lost", NPU_LOST, MACHINE, relocate=True, first=True),
     Signature("a failed row remapping or page retirement (Xid 64)", _xid(64), AFTER_MACHINE, relocate=True),
     Signature("a row remapping or page retirement (Xid 63)", _xid(63), AFTER_MACHINE),
     Signature("an ECC error", re.compile(r"ECC error|uncorrectable ECC|ECC_UNCORRECTABLE"), AFTER_MACHINE),
+    Signature("an operator's kernel failed on the NPU", NPU_OPERATOR, OPERATOR, cause=Cause.USER, first=True),
     Signature("a lost peer", PEER, CONSEQUENCE, peer=True),
     Signature("an NCCL error chain", NCCL_CHAIN, CHAIN, first=True),
     Signature("an error of the runtime", RUNTIME_ERROR, RUNTIME),
@@ -320,7 +333,10 @@ def relocating(lines: Sequence[str], indexes: Sequence[int]) -> Signature | None
 
 
 # Out of accelerator memory: the model or batch does not fit, and will not fit on the next attempt either.
-OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|(?:CUDA|NPU) out of memory|CUDA error: out of memory")
+OUT_OF_MEMORY = re.compile(
+    r"OutOfMemoryError|(?:CUDA|NPU) out of memory|CUDA error: out of memory"
+    r"|is more than total mem size|Memory_Allocation_Failure|\bEL0004\b"  # MindSpore's and CANN's
+)
 # An assertion in a kernel (an index out of range, most often): the user's bug, though CUDA reports it.
 _DEVICE_ASSERT = re.compile(r"device-side assert")
 # Never evidence: a line at INFO, DEBUG or TRACE level (not "NCCL_DEBUG=INFO", which names a setting) ...
@@ -339,9 +355,10 @@ _TELLING_WORDS = (
     "nccl", "hccl", "hccp", "cuda", "cublas", "cudnn", "xid", "ecc", "npu", "nvrm", "rdma", "ibv_", "fallen",
     "unhandled", "route", "input/output", "stale file", "peer", "pipe", "econnreset", "gloo", "remote process",
     "watchdog", "processgroup", "distnetwork", "diststore", "socket", "c10d", "recv", "out of memory", "outofmemory",
-    "no space left", "errno 28", "quota exceeded", "errno 122",
+    "no space left", "errno 28", "quota exceeded", "errno 122", "cann", "heartbeat", "device_absent", "dma error",
+    "aicore", "aivec", "vector core", "any binary", "total mem size", "memory_allocation",
 )
-_CODE = re.compile(r"\bE[IJ]\d{4}\b")
+_CODE = re.compile(r"\bE[0-9A-Z]\d{4}\b|\b507\d{3}\b")  # HCCL's and CANN's error codes, the runtime's results
 
 
 def telling(text: str) -> bool:
