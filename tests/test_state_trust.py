@@ -211,22 +211,28 @@ def test_a_heartbeat_replaced_by_a_pipe_blocks_no_hang_detection(tmp_path):
     assert len(hangs) == 1 and hangs[0]["idle"] < 10, result.stderr
 
 
-def test_a_stopped_job_keeps_its_key_and_the_next_agent_takes_its_counters_over(tmp_path):
-    """A stop (the platform's SIGTERM) does not end the job: its state stays readable."""
+def stop_once_it_says(state: Path, line: str, options: list[str], script: str, env: dict[str, str]) -> None:
+    """Run ``sh -c SCRIPT`` under an agent until it prints ``line``, then stop the agent as the
+    platform does (SIGTERM): the job is not over, and its state stays for the next agent."""
     import signal
 
-    env = {k: v for k, v in os.environ.items() if k not in ("HACFG_GROUP_SECRET", "HACFG_GROUP_SECRET_FILE")}
-    state = tmp_path / "state"
-    script = 'test "$HACFG_ATTEMPT" -ge 2 || kill -9 $$; echo second; sleep 30'
-    argv = [*agent_argv(state, "--max-restarts", "2", "--grace", "1"), "sh", "-c", script]
-    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**env, "HACFG_JOB_ID": JOB})
+    argv = [*agent_argv(state, *options, "--grace", "1"), "sh", "-c", script]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        assert agent.stdout.readline() == "second\n"
+        assert agent.stdout.readline() == line + "\n"
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=30) == 128 + signal.SIGTERM
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_a_stopped_job_keeps_its_key_and_the_next_agent_takes_its_counters_over(tmp_path):
+    """A stop (the platform's SIGTERM) does not end the job: its state stays readable."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HACFG_GROUP_SECRET", "HACFG_GROUP_SECRET_FILE")}
+    state = tmp_path / "state"
+    script = 'test "$HACFG_ATTEMPT" -ge 2 || kill -9 $$; echo second; sleep 30'
+    stop_once_it_says(state, "second", ["--max-restarts", "2"], script, {**env, "HACFG_JOB_ID": JOB})
     assert len(list(state.glob("group.*.secret"))) == 1
     again = subprocess.run([*agent_argv(state, "--max-restarts", "2"), "true"], capture_output=True, text=True, timeout=60,
                            env={**env, "HACFG_JOB_ID": JOB})
@@ -239,18 +245,8 @@ def test_the_time_budget_counts_from_the_job_s_start_in_the_sealed_state_not_fro
     time since the job began. That start was read from the first line of the events log, which the
     training can rewrite: a line dated 2000 made every slowdown look free, one dated next year made
     moving always worth it. The next agent takes the start over from the sealed state instead."""
-    import signal
-
     state = tmp_path / "state"
-    agent = subprocess.Popen([*agent_argv(state, "--grace", "1"), "sh", "-c", "echo started; sleep 30"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
-    try:
-        assert agent.stdout.readline() == "started\n"
-        agent.send_signal(signal.SIGTERM)
-        assert agent.wait(timeout=30) == 128 + signal.SIGTERM
-    finally:
-        agent.kill()
-        agent.wait()
+    stop_once_it_says(state, "started", [], "echo started; sleep 30", {**os.environ, **ENV})
     began = next(e for e in read_events(state) if e["event"] == "agent_start")["began"]
     events = state / "events.jsonl"
     lines = events.read_text().splitlines(keepends=True)
