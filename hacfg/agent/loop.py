@@ -378,7 +378,7 @@ class Agent:
     ) -> None:
         """A rank straggles (seen where the group's samples meet): say so once, price what to do,
         and to move the job, stop the round at its next complete checkpoint."""
-        price = straggler_price(pace.slowdown, self._remaining(), self.policy.restart_time)
+        price = straggler_price(pace.slowdown, self._remaining(), self.policy.restart_time, pace.ranks)
         where = f"node {pace.node} rank {pace.rank}"
         self.echo(
             f"[hacfg] straggler: {where} computes {pace.slowdown:g}x as long as the others over "

@@ -235,7 +235,9 @@ class StragglerPrice:
     cost: float | None = None  # seconds of wall time the slowdown adds over the remaining run
 
 
-def straggler_price(slowdown: float, remaining: float | None, restart_time: float | None) -> StragglerPrice:
+def straggler_price(
+    slowdown: float, remaining: float | None, restart_time: float | None, ranks: int | None = None
+) -> StragglerPrice:
     """Keep going, warn, or restart elsewhere at the next checkpoint.
 
     Synchronous training runs at the slowest rank's pace: ``remaining`` seconds of work take
@@ -243,8 +245,23 @@ def straggler_price(slowdown: float, remaining: float | None, restart_time: floa
     next checkpoint loses no work, only one restart (``restart_time``). Restart elsewhere when the
     slowdown costs more than twice a restart (a margin: a new node is not certain to be faster,
     and the estimate is rough); keep going when it costs less than one restart; warn in between,
-    or when either number is unknown: never act on a guess.
+    or when either number is unknown: never act on a guess. Nor on one rank's word: among fewer
+    than :data:`QUORUM` ``ranks``, a rank's pace is measured against one other rank's clock
+    stamps alone (a clock off by 80 ms, or a rank that lies, names its healthy peer), so a move
+    becomes a warning.
     """
+    price = _price(slowdown, remaining, restart_time)
+    if ranks is not None and ranks < QUORUM and price.action == StragglerAction.RESTART_ELSEWHERE:
+        alone = f"with {ranks} ranks, each one's pace rests on the other's clock stamps alone"
+        reason = f"{price.reason}; but {alone}: not moving on one rank's word"
+        return StragglerPrice(StragglerAction.WARN, reason, price.cost)
+    return price
+
+
+QUORUM = 3  # ranks from which no one rank's stamps alone decide another's pace
+
+
+def _price(slowdown: float, remaining: float | None, restart_time: float | None) -> StragglerPrice:
     if remaining is None or restart_time is None:
         named = (("job.duration", remaining), ("reliability.restart_time", restart_time))
         unknown = " and ".join(name for name, value in named if value is None)

@@ -39,6 +39,7 @@ class Pace:
     slowdown: float  # its compute over the others' median: 2.0 for twice as long
     collectives: int  # how many collectives the median is over
     since: float = 0.0  # when the window began: the first of its collectives ended (seconds since the epoch)
+    ranks: int = 0  # how many ranks it was compared among
 
     @property
     def score(self) -> float:
@@ -86,7 +87,7 @@ class Pacer:
             newest = ratios[rank][-self.window :]
             if newest:
                 slowdown = round(statistics.median(ratio for ratio, _ in newest), 3)
-                found.append(Pace(self.nodes[rank], rank, slowdown, len(newest), newest[0][1] / 1e9))
+                found.append(Pace(self.nodes[rank], rank, slowdown, len(newest), newest[0][1] / 1e9, len(ranks)))
         return found
 
 
