@@ -7,6 +7,7 @@ Plain functions are imported (``from conftest import findings``); fixtures are n
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -354,3 +355,24 @@ def marked_for_rewrite(hook) -> list[Path]:
         else:
             files.append(Path(spec.origin))
     return files
+
+
+def rank_table(path: Path, nodes: int, cards: int, status: str = "completed") -> Path:
+    """A version 1.0 rank table laid out as the CANN HCCL guide's example (tests/data/ranktable)."""
+    servers = [
+        {"server_id": f"node_{node}", "device": [
+            {"device_id": str(card), "device_ip": f"192.168.{node + 1}.{card + 8}", "rank_id": str(node * cards + card)}
+            for card in range(cards)]}
+        for node in range(nodes)
+    ]  # fmt: skip
+    path.write_text(json.dumps({"status": status, "version": "1.0", "server_count": str(nodes), "server_list": servers}))
+    return path
+
+
+@functools.cache
+def volcano_job_schema() -> dict:
+    """The Job's schema in Volcano's CRD: read when a test asks, not while every worker collects."""
+    import yaml
+
+    crd = yaml.load((REPO / "tests/data/volcano-batch.volcano.sh_jobs.yaml").read_text(), Loader=yaml.CSafeLoader)
+    return next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")["schema"]["openAPIV3Schema"]

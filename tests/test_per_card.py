@@ -21,24 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port, kill_agents, left_running, run_hacfg, wait_agents
+from conftest import REPO, free_port, kill_agents, left_running, rank_table, run_hacfg, wait_agents
 from hacfg.agent.group.cards import CardEnd, node_outcome
 from hacfg.agent.rounds import Outcome
 from hacfg.restart.vocabulary import Ending
 
 CARD = REPO / "tests" / "children" / "ascend_card.py"
-
-
-def rank_table(path: Path, nodes: int, cards: int, status: str = "completed") -> Path:
-    """A version 1.0 rank table laid out as the CANN HCCL guide's example (tests/data/ranktable)."""
-    servers = [
-        {"server_id": f"node_{node}", "device": [
-            {"device_id": str(card), "device_ip": f"192.168.{node + 1}.{card + 8}", "rank_id": str(node * cards + card)}
-            for card in range(cards)]}
-        for node in range(nodes)
-    ]  # fmt: skip
-    path.write_text(json.dumps({"status": status, "version": "1.0", "server_count": str(nodes), "server_list": servers}))
-    return path
 
 
 @dataclass
@@ -292,3 +280,17 @@ def end(place, cause, seq, *, peer=False, code=1):
 def test_a_nodes_cards_make_one_outcome(own, own_seq, ends, expected):
     outcome = node_outcome(own, own_seq, ends, NAMES)
     assert (outcome.cause, outcome.reason) == expected and outcome.rank == 1
+
+
+def test_a_node_launch_with_a_rank_table_waits_for_it_and_holds_the_job_to_its_servers(tmp_path):
+    """MindCluster's pods: RANK_TABLE_FILE without a per-card launch. A malformed table is one line, a table of
+    other servers than the job's nodes too; neither starts the command."""
+    path = tmp_path / "hccl.json"
+    path.write_text('{"status": "completed", "version": "1.0",\n "server_list": [}')
+    env = {**os.environ, "RANK_TABLE_FILE": str(path)}
+    result = run_hacfg("agent", "--no-precheck", "--rdzv-timeout", "1", "--state-dir", tmp_path / "state", "--", "touch", tmp_path / "ran", env=env)
+    assert (result.code, result.err.count("\n")) == (2, 1) and f"{path}:2:18: rank table is not JSON" in result.err, result.err
+    rank_table(path, nodes=2, cards=8)
+    result = run_hacfg("agent", "--no-precheck", "--nnodes", "3", "--node-rank", "0", "--rdzv-timeout", "1", "--state-dir", tmp_path / "state", "--", "touch", tmp_path / "ran", env=env)
+    assert result.code == 2 and f"RANK_TABLE_FILE {path} lists 2 servers, but the job has 3 nodes" in result.err, result.err
+    assert not (tmp_path / "ran").exists()

@@ -616,10 +616,11 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
     policy = options.policy
     env = dict(os.environ)
     try:
-        card = discovery.per_card(env, timeout=options.rdzv_timeout, echo=echo)
+        table = discovery.rank_table(env, timeout=options.rdzv_timeout, echo=echo)
     except ranktable.NotReady as err:
         echo(f"[hacfg] {err}; exiting {RETRY_ELSEWHERE} so the platform restarts the job")
         return RETRY_ELSEWHERE
+    card = discovery.per_card(env, table)
     spec = (
         None
         if options.standalone
@@ -630,6 +631,7 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
             timeout=options.rdzv_timeout,
             config_nodes=options.config_nodes,
             env=env,
+            table=table,
             card=card,
         )
     )

@@ -21,8 +21,6 @@ DEFAULT_PORT = 29400  # torchrun's c10d rendezvous port
 # Where the job tells a node its rank: torchrun, ModelArts and Volcano, a Kubernetes Indexed Job (JobSet), torch.
 RANK_VARIABLES = ("NODE_RANK", "VC_TASK_INDEX", "JOB_COMPLETION_INDEX", "GROUP_RANK")
 COUNT_VARIABLES = ("VC_WORKER_NUM", "MA_NUM_HOSTS", "WORLD_SIZE_NODES")
-# ModelArts' Ascend-Powered-Engine runs the boot command once per card with these (develop-modelarts-1415).
-PER_CARD = (ranktable.ENV, "ASCEND_DEVICE_ID")
 
 
 @dataclass(frozen=True)
@@ -48,14 +46,16 @@ def resolve_spec(
     timeout: float,
     config_nodes: int | None,
     env: dict[str, str],
+    table: RankTable | None = None,
     card: Card | None = None,
 ) -> GroupSpec | None:
     """The group from flags, else the job's environment (ModelArts, Volcano, torchrun's variables), else
-    the rank table of a per-card launch (``card``); None for a one-node job."""
+    the rank table (``table``), whose servers are the job's nodes; a per-card launch's ``card`` is one of
+    them. None for a one-node job."""
     stated = nnodes or config_nodes or _int(env, *COUNT_VARIABLES)
-    servers = len(card.table.servers) if card is not None else None
-    if card is not None and stated and stated != servers:
-        raise InputError(f"{ranktable.ENV} {card.table.path} lists {servers} servers, but the job has {stated} nodes")
+    servers = len(table.servers) if table is not None else None
+    if table is not None and stated and stated != servers:
+        raise InputError(f"{ranktable.ENV} {table.path} lists {servers} servers, but the job has {stated} nodes")
     count = stated or servers or 1
     if count <= 1:
         return None
@@ -100,12 +100,20 @@ def _endpoint(endpoint: str | None, env: dict[str, str]) -> tuple[str, int]:
     return host, DEFAULT_PORT + 1 if training_port == DEFAULT_PORT else DEFAULT_PORT
 
 
-def per_card(env: dict[str, str], *, timeout: float, echo: Callable[[str], None]) -> Card | None:
-    """This agent's card when the platform starts the command once per card (``RANK_TABLE_FILE`` and
-    ``ASCEND_DEVICE_ID`` set), from the rank table once it is complete; None otherwise."""
-    if not all(env.get(name, "").strip() for name in PER_CARD):
+def rank_table(env: dict[str, str], *, timeout: float, echo: Callable[[str], None]) -> RankTable | None:
+    """The job's rank table (``RANK_TABLE_FILE``) once the platform has completed it, or None without one.
+    HCCL reads it as the job starts, so no command starts before it is complete (MindCluster writes it
+    into a ConfigMap once the cards are allocated; ModelArts before the per-card launch)."""
+    path = env.get(ranktable.ENV, "").strip()
+    return ranktable.wait_for(Path(path), timeout, echo) if path else None
+
+
+def per_card(env: dict[str, str], table: RankTable | None) -> Card | None:
+    """This agent's card when the platform starts the command once per card (ModelArts' Ascend-Powered-Engine
+    sets ``RANK_TABLE_FILE`` and ``ASCEND_DEVICE_ID``: develop-modelarts-1415), from the completed rank
+    ``table``; None otherwise."""
+    if table is None or not env.get("ASCEND_DEVICE_ID", "").strip():
         return None
-    table = ranktable.wait_for(Path(env[ranktable.ENV].strip()), timeout, echo)
     rank = _launch_number(env, "RANK_ID", table)
     size = env.get("RANK_SIZE", "").strip()
     if size and size != str(table.size):
