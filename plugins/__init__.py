@@ -14,6 +14,7 @@ HOOKS: dict[str, frozenset[str]] = {
     "hacfg.plugins.volcano": frozenset({"hacfg_targets"}),
     "hacfg.plugins.jobset": frozenset({"hacfg_targets"}),
     "hacfg.plugins.trainjob": frozenset({"hacfg_targets"}),
+    "hacfg.plugins.mindcluster": frozenset({"hacfg_targets"}),
     "hacfg.plugins.rules": frozenset({"hacfg_rules"}),
     "hacfg.plugins.prechecks": frozenset({"hacfg_prechecks"}),
     "hacfg.plugins.npu": frozenset({"hacfg_prechecks"}),

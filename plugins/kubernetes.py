@@ -9,6 +9,7 @@ from here, so the agent and the user's launcher run the same way on each.
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any, NamedTuple
 
@@ -117,7 +118,7 @@ def launcher_env(config: HAConfig, pod: Pod) -> list[dict[str, Any]]:
         {"name": "NNODES", "value": nodes},
         {"name": "WORLD_SIZE", "value": nodes},
         {"name": "NODE_RANK", "valueFrom": rank},
-        {"name": "RANK", "valueFrom": rank},
+        {"name": "RANK", "valueFrom": copy.deepcopy(rank)},  # its own: YAML would write one shared as an alias
     ]
 
 

@@ -51,7 +51,7 @@ def test_commands_options_and_files():
 
 
 def test_zsh_and_fish_get_values_with_their_help():
-    zsh = complete.answer({"_HACFG_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "hacfg build --target m"})
+    zsh = complete.answer({"_HACFG_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "hacfg build --target mo"})
     assert zsh is not None and zsh.startswith("_arguments '*: :((\"modelarts\":")
     assert complete.answer({"_HACFG_COMPLETE": "complete_zsh", "_TYPER_COMPLETE_ARGS": "hacfg explain ZZ"}) == "_files"
     fish = complete.answer({"_HACFG_COMPLETE": "complete_fish", "_TYPER_COMPLETE_ARGS": "hacfg li"})

@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import REPO, children_of
+from conftest import REPO, children_of, rank_table
 from hacfg.scenario.kubernetes import quantity_bytes
 
 TOOLS = {tool: shutil.which(tool) for tool in ("nsenter", "unshare", "ip")}
@@ -91,7 +91,9 @@ class Running:
     process: subprocess.Popen
     log: Path
     env: dict[str, str]
+    scratch: Path  # the pod's own files: its volumes' folders
     code: int | None = None
+    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -109,8 +111,8 @@ class Job:
 class Cluster:
     """One machine as the control plane and kubelets of one built manifest (see the module's docstring)."""
 
-    def __init__(self, root: Path, objects: list[dict], *, claims: dict[str, Path] | None = None, secrets: dict[str, dict[str, str]] | None = None, missing_cards: int = 0):
-        self.root, self.claims, self.secrets, self.missing_cards = root, claims or {}, secrets or {}, missing_cards
+    def __init__(self, root: Path, objects: list[dict], *, claims: dict[str, Path] | None = None, secrets: dict[str, dict[str, str]] | None = None, missing_cards: int = 0, path: str = IMAGE_ENV["PATH"]):
+        self.root, self.claims, self.secrets, self.missing_cards, self.path = root, claims or {}, secrets or {}, missing_cards, path
         root.mkdir(parents=True)
         self.config_maps = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
         self.running: dict[str, Running] = {}
@@ -237,13 +239,13 @@ class Cluster:
                 [TOOLS["nsenter"], f"--net=/proc/{self.netns.pid}/ns/net", "--", TOOLS["unshare"], "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", *argv],
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=container.get("workingDir", "/"),
             )
-        running = Running(pod, process, log, env)
+        running = Running(pod, process, log, env, scratch)
         self.running[pod.name] = running
         return running
 
     def environment(self, pod: Pod, container: dict) -> dict[str, str]:
         """The container's env as the kubelet resolves it, over the image's: downward API, Secrets' keys, $(VAR)."""
-        env = {**IMAGE_ENV, "HOSTNAME": pod.hostname}
+        env = {**IMAGE_ENV, "PATH": self.path, "HOSTNAME": pod.hostname}
         for variable in [*container.get("env", []), *pod.injected]:
             name, source = variable["name"], variable.get("valueFrom")
             if source is None:
@@ -692,3 +694,96 @@ def test_a_jobset_a_trainjob_and_a_volcano_job_from_one_scenario_train_the_examp
             pet = [env[f"PET_{name}"] for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")]
             assert pet == [env[name] for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")] == ["2", "1", "ddp-node-0-0.ddp", "29500"]
     print(" ".join(f"{target} {seconds:.1f} s" for target, seconds in took.items()))  # pytest -s shows the journeys' times
+
+
+# --- MindCluster: its Volcano, its device plugin's cards, its HCCL controller's rank table
+
+# npu-smi as the Ascend reference prints it for an 8-card node ("查询所有NPU设备", npusmi_012, the block per NPU ID;
+# "查询指定芯片健康状态", npusmi_028): every card OK.
+NPU_SMI = """#!/bin/sh
+case "$*" in
+  "info -l") echo "        Card Count                     : 8"
+             for id in 0 1 2 3 4 5 6 7; do printf '\\n        NPU ID                         : %s\\n        Chip Count                     : 1\\n' "$id"; done ;;
+  "info -t health -i "*) printf '        Health Status                  : OK\\n        Error Code                     : NA\\n        Error Information              : NA\\n' ;;
+  *) exit 2 ;;
+esac
+"""
+# The trainer: it starts only on a completed rank table (as HCCL does), and on node 1's first attempt its NPU is lost.
+NPU_TRAINER = """
+import json, os, pathlib, sys
+table = json.loads(pathlib.Path(os.environ["RANK_TABLE_FILE"]).read_text())
+assert table["status"] == "completed", table
+servers = [server["server_id"] for server in table["server_list"]]
+print(f"node {os.environ['NODE_RANK']}: rank table of {len(servers)} servers, {os.environ['ASCEND_VISIBLE_DEVICES']} visible", flush=True)
+lost = pathlib.Path("/mnt/hacfg/ckpt/npu-lost")
+if os.environ["NODE_RANK"] == "1" and not lost.exists():
+    lost.touch()
+    sys.stdout.write(pathlib.Path(os.environ["NPU_LOG"]).read_text())
+    sys.exit(1)
+"""
+MINDCLUSTER = """version: 1
+scenario: multi-node
+job:
+  name: npu
+  nodes: 2
+  accelerator: npu
+  flavor: modelarts.pool.visual.npu.8snt9b3.d
+  image: org/train-npu:1.0
+  command: python /mnt/hacfg/ckpt/train.py
+  environment: {NPU_LOG: /mnt/hacfg/ckpt/lost.log}
+checkpoint: {path: /mnt/hacfg/ckpt}
+restart: {max: 3}
+kubernetes: {checkpoint_claim: npu-ckpt}
+"""
+
+
+def hccl_controller(cluster: Cluster) -> None:
+    """MindCluster's HCCL controller: once a pod of the job runs, it writes the completed rank table (8 cards a
+    server) into the job's rings-config ConfigMap, which the kubelet updates in every pod that mounts it; a new
+    pod mounts it as made, initializing."""
+    for running in cluster.running.values():
+        table = running.scratch / "configmap-ascend-910-config" / "hccl.json"
+        if json.loads(table.read_text())["status"] == "initializing" and time.monotonic() - running.started > 0.5:
+            rank_table(table, nodes=len(cluster.pods()), cards=8)
+
+
+@pytest.fixture
+def user_folder():
+    """/user, under which MindCluster mounts the rank table: the harness overlays a folder that exists, never the
+    root, so the test makes it (empty) when this machine has none, and takes it away after."""
+    top = Path("/user")
+    made = not top.exists()
+    top.mkdir(exist_ok=True)
+    yield top
+    if made:
+        top.rmdir()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("user_folder")
+def test_a_mindcluster_job_waits_for_its_rank_table_and_a_lost_npu_moves_it_through_volcanos_exit_code_policy(cli, write, clusters, tmp_path):
+    """The mindcluster target's pods, with an 8-card device plugin and npu-smi: each agent waits while MindCluster's
+    rank table is initializing, the NPU pre-check passes, and the training starts on the completed table. Node 1's
+    NPU is lost (the log a vllm-ascend user pasted): the agents exit 138, Volcano restarts the job (exitCode 138,
+    counted), each new pod waits for its table again, and the job completes."""
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    (claim / "train.py").write_text(NPU_TRAINER)
+    shutil.copy(REPO / "tests/data/failure-logs/npu-el0001-lost-heartbeat-vllm-ascend-8186.log", claim / "lost.log")
+    tools = tmp_path / "image-bin"
+    tools.mkdir()
+    (tools / "npu-smi").write_text(NPU_SMI)
+    (tools / "npu-smi").chmod(0o755)
+    objects = built(cli, "mindcluster", write("ha.yaml", MINDCLUSTER))
+    cluster = clusters(objects, claims={"npu-ckpt": claim}, secrets={"npu-hacfg-group": {"secret": "0f" * 32}}, path=f"{tools}:{IMAGE_ENV['PATH']}")
+    assert cluster.run(timeout=180, faults=(hccl_controller,)) == "Completed", f"{cluster.decisions}\n{cluster.logs()}"
+    first, restart, *ends = cluster.decisions
+    assert first.endswith("exited 138") and restart == "volcano RestartJob (1 of 3)", cluster.decisions  # whichever agent said it first
+    assert sorted(ends) == ["Completed", "pod npu-worker-0 exited 0", "pod npu-worker-1 exited 0"], cluster.decisions
+    for log in cluster.output("npu-worker-1"):
+        assert "RANK_TABLE_FILE /user/serverid/devindex/config/hccl.json is initializing: waiting" in log, log
+        assert "item=npu-check devices status=passed value=8 need=>=8" in log, log
+        assert "node 1: rank table of 2 servers, 0,1,2,3,4,5,6,7 visible" in log, log
+    events = [json.loads(line) for line in (claim / ".hacfg/node-1/events.jsonl").read_text().splitlines()]
+    [lost] = [e for e in events if e["event"] == "attempt_exit" and e.get("cause") == "environment"]
+    assert "an NPU lost" in json.dumps(lost) and "Device_Absent" in json.dumps(lost), lost

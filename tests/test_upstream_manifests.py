@@ -4,7 +4,8 @@ Sources (Apache-2.0), copied byte for byte into tests/data/upstream/:
 - jobset/: kubernetes-sigs/jobset at 08dfbdf, ``site/static/examples/<dir>/<file>`` (the file name is
   ``<dir>_<file>``, with ``/`` written as ``_``);
 - trainer/: kubeflow/trainer at 8c0f505, ``examples/yaml/`` (the TrainJobs) and ``manifests/base/runtimes/``
-  (the ClusterTrainingRuntimes).
+  (the ClusterTrainingRuntimes);
+- mindcluster/: Ascend/mind-cluster's example vcjob (see tests/test_mindcluster.py).
 
 Each file gets exactly the findings below, as (rule, line): what it must get, and by equality, nothing it
 must not. Why, where it is not plain:
@@ -81,6 +82,7 @@ EXPECTED: dict[str, set[tuple[str, int]]] = {
     "trainer/02-runtime-patches.yaml": set(),
     "trainer/deepspeed_distributed.yaml": set(),
     "trainer/torch_distributed.yaml": set(),
+    "mindcluster/vcjob_kwok_simulator-8x8.yaml": set(),  # a Volcano Job: lint reads none (tests/test_mindcluster.py does)
 }
 
 

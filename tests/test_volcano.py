@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 
 import pytest
 import yaml
 
 from conftest import REPO
+from conftest import volcano_job_schema as job_schema
 from hacfg.plugin.provided import presets
 from hacfg.scenario.config import load_config
-
-
-@functools.cache
-def job_schema() -> dict:
-    """The Job's schema in Volcano's CRD: read when a test asks, not while every worker collects."""
-    crd = yaml.load((REPO / "tests/data/volcano-batch.volcano.sh_jobs.yaml").read_text(), Loader=yaml.CSafeLoader)
-    return next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")["schema"]["openAPIV3Schema"]
 
 
 def build(cli, path):
