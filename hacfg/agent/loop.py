@@ -378,7 +378,9 @@ class Agent:
     ) -> None:
         """A rank straggles (seen where the group's samples meet): say so once, price what to do,
         and to move the job, stop the round at its next complete checkpoint."""
-        price = straggler_price(pace.slowdown, self._remaining(), self.policy.restart_time, pace.ranks)
+        price = straggler_price(
+            pace.slowdown, self._remaining(), self.policy.restart_time, pace.ranks, (pace.period, pace.best)
+        )
         where = f"node {pace.node} rank {pace.rank}"
         self.echo(
             f"[hacfg] straggler: {where} computes {pace.slowdown:g}x as long as the others over "
@@ -393,6 +395,8 @@ class Agent:
             score=pace.score,
             slowdown=pace.slowdown,
             collectives=pace.collectives,
+            period=pace.period,
+            best=pace.best,
             since=stamp(datetime.fromtimestamp(pace.since, UTC)),
             step=reported_step(self.heartbeat, started),
             action=price.action,

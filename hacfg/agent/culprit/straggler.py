@@ -14,7 +14,14 @@ reports the same relative score). A rank is a straggler once its slowdown reache
 over a full window.
 
 Arrivals are wall-clock times from each rank's own machine: a clock skew between nodes reads as
-compute, so it must stay well below a step (NTP keeps it to milliseconds).
+compute (NTP keeps it to milliseconds), and a rank that reports its stamps 80 ms early makes its
+healthy peers look slow. So a slowdown names a rank, and moving the job takes more: the job's own
+pace must have worsened. A rank's ``period``, the time from one collective to the next, is timed on
+its own clock alone, where a skew cancels; in synchronous training it is the same for every rank,
+the slowest one's step. The group's period is the median of the ranks' (no one rank moves it among
+three), and a straggler that costs anything lengthens it: a :class:`Pace` carries the newest window's
+and the best the job showed over any ``PACE`` collectives since the attempt began, which
+:func:`hacfg.plan.model.straggler_price` weighs before a move.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from dataclasses import dataclass
 WINDOW = 12  # collectives per score: a few spikes among them leave the median where it was
 THRESHOLD = 1.5  # slowdown from which a rank is a straggler
 INTERVAL = 1.0  # seconds between samples: each costs a rank about a millisecond of its hook's thread
+PACE = 2 * WINDOW  # collectives over which the job's period is a mean: a step's several collectives even out
+MOST = 100.0  # no slowdown is read above this: a rank cannot claim its peers are a thousand times slower
 Arrivals = Mapping[int, Iterable[Sequence[int | str]]]  # rank -> [[process group, sequence number, ns], ...]
 
 
@@ -40,6 +49,8 @@ class Pace:
     collectives: int  # how many collectives the median is over
     since: float = 0.0  # when the window began: the first of its collectives ended (seconds since the epoch)
     ranks: int = 0  # how many ranks it was compared among
+    period: float = 0.0  # the group's seconds from one collective to the next over the newest PACE, each rank's clock
+    best: float = 0.0  # the group's shortest such period over any PACE collectives this attempt (0: none yet)
 
     @property
     def score(self) -> float:
@@ -47,8 +58,9 @@ class Pace:
         return round(min(1.0, 1 / self.slowdown), 3) if self.slowdown > 0 else 1.0
 
     def straggles(self) -> bool:
-        """Slow by the threshold over a whole window: one slow collective is a spike, not a straggler."""
-        return self.collectives >= WINDOW and self.slowdown >= THRESHOLD
+        """Slow by the threshold over a whole window (one slow collective is a spike, not a straggler), once
+        the job's own pace is known to weigh it against."""
+        return self.collectives >= WINDOW and self.slowdown >= THRESHOLD and self.best > 0
 
 
 class Pacer:
@@ -59,6 +71,7 @@ class Pacer:
         self.keep = keep  # collectives remembered; older ones are forgotten
         self.arrived: dict[tuple[str, int], dict[int, int]] = {}  # (group, seq) -> rank -> ns
         self.nodes: dict[int, int] = {}  # rank -> node
+        self.best = 0.0  # the group's best period so far, kept when its collectives are forgotten
 
     def add(self, node: int, arrivals: Arrivals) -> None:
         """One node's sample: per rank, the collectives it enqueued lately and when."""
@@ -75,20 +88,37 @@ class Pacer:
         if len(ranks) < 2:
             return []
         ratios: dict[int, list[tuple[float, int]]] = {rank: [] for rank in ranks}  # (ratio, when the step began)
+        timed: list[tuple[int, dict[int, int]]] = []  # (when a collective ended, each rank's time to the next)
         for before, after in _consecutive(key for key, seen in sorted(self.arrived.items()) if len(seen) == len(ranks)):
             ended = max(self.arrived[before].values())
             compute = {rank: max(self.arrived[after][rank] - ended, 0) for rank in ranks}
+            timed.append((ended, {rank: self.arrived[after][rank] - self.arrived[before][rank] for rank in ranks}))
             for rank in ranks:
                 others = statistics.median(c for r, c in compute.items() if r != rank)
                 if others > 0:
-                    ratios[rank].append((compute[rank] / others, ended))
+                    ratios[rank].append((min(compute[rank] / others, MOST), ended))
+        own = [periods for _, periods in sorted(timed, key=lambda pair: pair[0])]
+        windows = (own[at - PACE : at] for at in range(PACE, len(own) + 1))
+        shortest = min((pace for window in windows if (pace := _period(window, ranks)) > 0), default=0.0)
+        if shortest:
+            self.best = min(self.best, shortest) if self.best else shortest
+        period, best = round(_period(own[-PACE:], ranks), 4), round(self.best, 4)
         found = []
         for rank in ranks:
             newest = ratios[rank][-self.window :]
             if newest:
                 slowdown = round(statistics.median(ratio for ratio, _ in newest), 3)
-                found.append(Pace(self.nodes[rank], rank, slowdown, len(newest), newest[0][1] / 1e9, len(ranks)))
+                since = newest[0][1] / 1e9
+                found.append(Pace(self.nodes[rank], rank, slowdown, len(newest), since, len(ranks), period, best))
         return found
+
+
+def _period(window: Sequence[Mapping[int, int]], ranks: Sequence[int]) -> float:
+    """The group's seconds from one collective to the next over ``window``: each rank's mean on its own clock
+    (a step's several collectives and its compute averaged alike), the median of the ranks'."""
+    if not window:
+        return 0.0
+    return statistics.median(sum(periods[rank] for periods in window) / len(window) for rank in ranks) / 1e9
 
 
 def _consecutive(keys: Iterable[tuple[str, int]]) -> Iterable[tuple[tuple[str, int], tuple[str, int]]]:
