@@ -90,6 +90,28 @@ def test_without_completions_or_stacks_the_count_decides_as_before():
     assert attribute(unseen, 2).culprit.node == 1  # no stack: not known to be inside #13
 
 
+INSIDE = ("all_reduce (/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3252)",)
+STUCK = ("fault (gloo_ranks.py:52)", "<module> (gloo_ranks.py:120)")
+
+
+@pytest.mark.parametrize(("claimed", "completed"), [(14, {"0": 9}), (15, None)], ids=["completions-kept", "no-completions"])
+def test_a_rank_that_claims_to_be_past_the_collective_its_peer_waits_in_is_not_believed(claimed, completed):
+    """Rank 1 hung before #13 and says it enqueued #14 (or #15 where no completions are kept); rank 0 waits in
+    #13, which cannot complete without rank 1. The count would name rank 0 as behind, as a fact: it names no
+    one, and says whose record it set aside; a heartbeat that shows node 1 behind still names it."""
+    waiting = RankEvidence(0, 1000, "sleeping", INSIDE, {"0": 13}, "gloo:all_reduce", completed={"0": 12} if completed else None)
+    liar = RankEvidence(1, 1001, "sleeping", STUCK, {"0": claimed}, "gloo:all_reduce", completed=completed)
+    found = attribute([NodeEvidence(0, (waiting,)), NodeEvidence(1, (liar,))], 2)
+    assert found.culprit is None
+    assert found.note == (f"rank 1 (node 1) says it reached #{claimed} on process group 0, past #13, which rank 0 (node 0) "
+                          "still waits in: a collective completes only with every member, so its own record is not believed "
+                          "and the counts name no one")
+    stepped = attribute([NodeEvidence(0, (waiting,), step=40), NodeEvidence(1, (liar,), step=39)], 2)
+    assert stepped.culprit is not None and stepped.culprit.node == 1 and "says it reached" in stepped.note
+    honest = RankEvidence(1, 1001, "sleeping", STUCK, {"0": 12}, "gloo:all_reduce", completed={"0": 12} if completed else None)
+    assert attribute([NodeEvidence(0, (waiting,)), NodeEvidence(1, (honest,))], 2).culprit.node == 1  # behind, as it says
+
+
 def rank(number, *, seq=7, op="gloo:all_reduce", state="sleeping", stack=("all_reduce (d.py:10)", "<module> (t.py:5)")):
     return RankEvidence(number, 1000 + number, state, stack, {"0": seq} if seq is not None else None, op)
 
@@ -464,6 +486,40 @@ def test_a_real_gloo_group_names_the_rank_stuck_before_its_collective_or_that_sk
             proc.kill()
             proc.wait()
     assert result.culprit is not None and (result.culprit.node, result.culprit.ranks) == (1, (1,))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ahead", [0, 2])
+def test_a_real_gloo_rank_stuck_before_its_collective_that_claims_to_be_past_it_frames_no_one(tmp_path, ahead):
+    """Rank 1 stuck before its collective, its recorder numbering every collective ``ahead`` further on
+    (tests/children/lying_recorder.py): rank 0 is not named for it. Told the truth, rank 1 is named."""
+    procs, port = [], str(free_port())
+    for number in range(2):
+        folder = evidence.folder_for(tmp_path / f"node-{number}", 1)
+        env = evidence.armed({**os.environ}, folder)
+        argv = [str(CHILDREN / "gloo_ranks.py"), str(number), "2", port, "stuck", "1"]
+        if number == 1:
+            argv = [str(CHILDREN / "lying_recorder.py"), "all", "0", str(ahead), *argv]
+        procs.append((subprocess.Popen([sys.executable, *argv], env=env, start_new_session=True, stdout=subprocess.PIPE), folder))
+    try:
+        for line in procs[1][0].stdout:
+            if line == b"rank 1 fault stuck\n":
+                break
+        result, before = Attribution(None, ""), None
+        for _ in range(100):  # until the ranks stand still: the same verdict twice, 0.2 s apart
+            result = attribute([evidence.collect(p.pid, f, n, None) for n, (p, f) in enumerate(procs)], 2)
+            if result == before:
+                break
+            before = result
+            time.sleep(0.2)
+    finally:
+        for proc, _ in procs:
+            proc.kill()
+            proc.wait()
+    if ahead:
+        assert result.culprit is None and "rank 1 (node 1) says it reached #" in result.note, result
+    else:
+        assert result.culprit is not None and (result.culprit.node, result.culprit.ranks) == (1, (1,)), result
 
 
 JOB = RECORDED / "job"  # the state folders of a real two-node run of train_ddp.py --fault hang:1:6:1

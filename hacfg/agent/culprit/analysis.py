@@ -20,6 +20,15 @@ and ``how`` says which one did:
 When the evidence is missing for some rank, rules 2-4 say nothing (the missing rank might be
 the one behind), and the verdict is no culprit, with a note that says why: never a guess shown
 as a fact.
+
+Whom to believe. A rank's state is observed by the agent (``/proc``); its collective counts, its
+stack (unless py-spy read it) and its step are what the rank's own process wrote, which a hung or
+hostile process may get wrong. So the count names ranks behind only while their own records allow
+it: ranks that wait inside collective #N (their main thread in the call, #N not seen complete)
+cannot be behind a rank that says it is past #N, since #N completes only with every member (a
+rank that went through alone says it completed #N, and rule 2 names it). Such a claim is not
+believed, the count names no one, and the later rules decide, or nothing does, with a note that
+says whose record was set aside.
 """
 
 from __future__ import annotations
@@ -120,6 +129,7 @@ class Culprit:
 class Attribution:
     culprit: Culprit | None
     note: str  # why there is no culprit, or what else was seen
+    doubted: bool = False  # no culprit because a rank's own record was not believed: the later rules may decide
 
 
 def attribute(reports: Sequence[NodeEvidence], nodes: int) -> Attribution:
@@ -131,10 +141,13 @@ def attribute(reports: Sequence[NodeEvidence], nodes: int) -> Attribution:
         return _named(stopped, f"its process is stopped (state T: SIGSTOP or a debugger), pid {stopped[0][1].pid}")
     if missing:
         return Attribution(None, f"no evidence from node {', '.join(map(str, missing))} before the deadline")
-    for check in (_collective_lag, _outlier_stack):
-        if (found := check(ranks)) is not None:
-            return found
-    return _oldest_step(reports) or _only_node(reports, nodes) or Attribution(None, _undecided(ranks))
+    lag = _collective_lag(ranks)
+    if lag is not None and not lag.doubted:
+        return lag
+    found = _outlier_stack(ranks) or _oldest_step(reports) or _only_node(reports, nodes)
+    if found is not None:
+        return Attribution(found.culprit, "; ".join(filter(None, [found.note, lag.note if lag else ""])))
+    return lag or Attribution(None, _undecided(ranks))
 
 
 def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None:
@@ -152,6 +165,9 @@ def _collective_lag(ranks: list[tuple[int, RankEvidence]]) -> Attribution | None
         if low == high:
             continue
         behind = [(node, rank) for node, rank in members if counts[rank.rank] == low]
+        if all(_waits_in(rank, group, low, high) for _, rank in behind):
+            ahead = [(node, rank) for node, rank in members if counts[rank.rank] > low]
+            return _disbelieved(ahead, behind, group, low, high)
         others = sorted({count for count in counts.values() if count != low})
         op = next((rank.last_op for _, rank in members if counts[rank.rank] == high and rank.last_op), None)
         how = (
@@ -188,6 +204,33 @@ def _completed_alone(known: list[tuple[int, RankEvidence]], groups: set[str]) ->
             )
             return _named(through, how)
     return None
+
+
+def _waits_in(rank: RankEvidence, group: str, number: int, claimed: int) -> bool:
+    """Whether the rank's main thread stands in a collective call, its newest, #``number``, which it has
+    not seen complete, so that no member can be past it, as a rank claiming #``claimed`` says it is.
+    Where its recorder keeps no completions, only a claim two past it is impossible: one past may be
+    the rank's own record lagging."""
+    completed = (rank.completed or {}).get(group)
+    unseen = claimed - number >= 2 if completed is None else completed < number
+    return _in_collective(rank) and unseen
+
+
+def _disbelieved(
+    ahead: list[tuple[int, RankEvidence]], behind: list[tuple[int, RankEvidence]], group: str, low: int, high: int
+) -> Attribution:
+    """No culprit from counts that a rank's own record contradicts: it claims to be past a collective its
+    peers still wait in."""
+
+    def who(found: list[tuple[int, RankEvidence]]) -> str:
+        return ", ".join(f"rank {rank.rank} (node {node})" for node, rank in found)
+
+    note = (
+        f"{who(ahead)} says it reached #{high} on process group {group}, past #{low}, which {who(behind)} "
+        f"still waits in: a collective completes only with every member, so its own record is not believed "
+        "and the counts name no one"
+    )
+    return Attribution(None, note, doubted=True)
 
 
 def _in_collective(rank: RankEvidence) -> bool:
