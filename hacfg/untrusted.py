@@ -51,6 +51,28 @@ def loads(text: str | bytes, *, limit: int) -> Any:
         raise Unreadable(str(err)) from None
 
 
+def documents(text: bytes, *, limit: int) -> list[Any]:
+    """The JSON documents one after another in ``text`` (what every writer of a pipe sent), each read
+    as :func:`loads` reads one; :class:`Unreadable` if any is not JSON."""
+    if len(text) > limit:
+        raise Unreadable(f"larger than {limit:,} bytes")
+    try:
+        decoded = text.decode()
+    except UnicodeDecodeError:
+        raise Unreadable("not UTF-8") from None
+    if depth(decoded) > DEPTH:
+        raise Unreadable(f"nested deeper than {DEPTH} levels")
+    decoder = json.JSONDecoder(parse_int=_integer, parse_float=_finite, parse_constant=_no_constant)
+    found, at = [], 0
+    while (at := len(decoded) - len(decoded[at:].lstrip())) < len(decoded):
+        try:
+            document, at = decoder.raw_decode(decoded, at)
+        except ValueError as err:
+            raise Unreadable(str(err)) from None
+        found.append(document)
+    return found
+
+
 def read(path: Path, *, limit: int) -> Any:
     """The JSON document in the file ``path``, as :func:`loads` reads it: no more than ``limit`` + 1
     bytes are read, a symbolic link is not followed (``OSError``), and nothing but a regular file is

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -258,12 +259,52 @@ def asked(tmp_path, start, then=""):
     proc, folder = armed_child(tmp_path, RANK.format(start=start, then=then))
     try:
         arrived = evidence.arrivals(folder, deadline=30)
+        answer = evidence.ask(folder, [proc.pid], time.monotonic() + 30)[proc.pid]
         found = evidence.collect(proc.pid, folder, node=0, step=None)
     finally:
         proc.kill()
         proc.wait()
     (only,) = found.ranks
-    return arrived, json.loads((folder / f"{proc.pid}.json").read_text()), only
+    return arrived, answer, only
+
+
+def forged(pid: int) -> bytes:
+    """An answer for ``pid`` another process of the same user made up: its rank far ahead."""
+    status = {"0": {"last_enqueued_collective": "99", "last_completed_collective": "99"}}
+    return json.dumps({"pid": pid, "taken": time.time(), "rank": 0, "question": "0" * 16,
+                       "flight_recorders": {"gloo": {"pg_status": status, "entries": []}}}).encode()
+
+
+@pytest.mark.torch
+def test_an_answer_written_over_by_another_process_is_seen_and_not_believed(tmp_path):
+    """The agent reads a rank's answer from a pipe it holds: a forged answer beside the rank's own is a
+    second answer, and neither is believed; the summary says why. Without the forger, the rank's own is."""
+    start = f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)"
+    proc, folder = armed_child(tmp_path, RANK.format(start=start, then=""))
+    try:
+        honest = evidence.ask(folder, [proc.pid], time.monotonic() + 30)[proc.pid]
+        forger = os.open(folder / f"{proc.pid}.answer", os.O_RDWR | os.O_NONBLOCK)  # needs no reader to open
+        os.write(forger, forged(proc.pid))  # waits in the pipe for the agent's next question
+        try:
+            doubted = evidence.collect(proc.pid, folder, node=0, step=None)
+        finally:
+            os.close(forger)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert isinstance(honest, dict) and honest["pid"] == proc.pid and honest["rank"] == 0
+    (rank,) = doubted.ranks
+    assert rank.collectives is None and rank.doubt == (
+        "its answer was written over: more than one answer to this question came through its pipe")
+    assert "rank 0 on node 0: its answer was written over" in attribute([doubted], 1).note or attribute([doubted], 1).culprit
+
+
+def test_a_late_answer_to_an_earlier_question_beside_the_answer_is_no_forgery():
+    late, now = ({"pid": 7, "question": question, "taken": 1.0} for question in ("a" * 16, "b" * 16))
+    said = (json.dumps(late) + json.dumps(now)).encode()
+    assert evidence._believed(said, 7, "b" * 16, {"a" * 16, "b" * 16}) == now
+    assert evidence._believed(said, 7, "b" * 16, {"b" * 16}).startswith("its answer was written over")
+    assert evidence._believed(json.dumps(now).encode(), 8, "b" * 16, {"b" * 16}).startswith("its pipe carried another")
 
 
 @pytest.mark.torch
@@ -557,13 +598,16 @@ def test_diagnose_of_a_folder_without_evidence_is_one_line_and_exit_2(cli, tmp_p
 
 @pytest.mark.slow
 def test_a_single_node_hang_names_its_only_rank_with_its_stack(tmp_path):
+    """With the frame it hangs in, unless the stack came after the deadline: a CPU-bound machine (the suite on
+    two cores) can delay a dump, and the verdict then leaves it out rather than wait."""
     from conftest import agent, read_events
 
     result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "30s", child="silent.py", env={"RANK": "0"})
     (decision,) = [e for e in read_events(tmp_path / "state") if e["event"] == "decision"]
     culprit = decision["culprit"]
     assert (culprit["node"], culprit["ranks"], culprit["how"]) == (0, [0], "the job's only rank")
-    assert "silent.py" in culprit["stack"][-1] and "the hang's culprit is node 0 rank 0" in result.stderr
+    assert "the hang's culprit is node 0 rank 0" in result.stderr
+    assert not culprit["stack"] or "silent.py" in culprit["stack"][-1], culprit
     assert (tmp_path / "state" / "evidence" / "attempt-1" / evidence.SUMMARY).exists()
 
 
@@ -640,7 +684,6 @@ def test_the_second_asker_of_a_nodes_evidence_waits_until_it_is_sent(joined_pair
     """A node's own detector and its monitor (seeing another node end the round) both ask for its
     evidence; whichever comes second goes on to stop the workers, so it must not return while
     the first is still asking them."""
-    import threading
 
     _, follower = joined_pair
     inside, second_done, seen = threading.Event(), threading.Event(), []
@@ -683,8 +726,8 @@ def test_a_warm_attempt_is_armed_as_a_cold_one(tmp_path):
     assert len(hangs) == 2
     for decision in hangs:
         folder = tmp_path / "state" / evidence.FOLDER / f"attempt-{decision['attempt']}"
-        answers = [json.loads(path.read_text()) for path in folder.glob("*.json") if path.name != evidence.SUMMARY]
-        assert [answer["rank"] for answer in answers] == [0], answers  # armed: its hook's thread answered
+        pipes = sorted(path.name.split(".")[1] for path in folder.iterdir() if path.is_fifo())
+        assert pipes == ["answer", "fifo"], pipes  # armed: one process, its hook's pipes made
         assert decision["culprit"]["ranks"] == [0], decision
         if decision["culprit"]["stack"]:
             assert decision["culprit"]["stack"][0].startswith("wait_here ("), decision

@@ -58,6 +58,7 @@ class RankEvidence:
     history: Mapping[str, tuple[str, ...]] | None = None  # process group -> its newest collectives, oldest first
     recorders: tuple[str, ...] | None = None  # the flight recorders read (gloo, nccl, ...); None: none answered
     completed: Mapping[str, int] | None = None  # process group -> newest collective completed; None: unknown
+    doubt: str | None = None  # why its answer was not believed (written over by another process), if it was not
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +73,7 @@ class RankEvidence:
             else None,
             "recorders": list(self.recorders) if self.recorders is not None else None,
             "completed": dict(self.completed) if self.completed is not None else None,
+            "doubt": self.doubt,
         }
 
     @classmethod
@@ -88,6 +90,7 @@ class RankEvidence:
             {str(group): tuple(map(str, names)) for group, names in history.items()} if history is not None else None,
             tuple(map(str, recorders)) if recorders is not None else None,
             {str(group): int(seq) for group, seq in completed.items()} if completed is not None else None,
+            None if data.get("doubt") is None else str(data["doubt"]),
         )
 
 
@@ -375,6 +378,9 @@ def _undecided(ranks: list[tuple[int, RankEvidence]]) -> str:
         read = sorted({name for _, rank in ranks for name in rank.recorders or ()})
         where = f" in torch's flight recorders ({', '.join(read)})" if read else ""
         return f"no rank recorded its collectives{where}, and no stack or step stands out"
+    doubted = [f"rank {rank.rank} on node {node}: {rank.doubt}" for node, rank in ranks if rank.doubt]
+    if doubted:
+        return f"{'; '.join(doubted)}; without its record no count can name anyone"
     silent = [f"rank {rank.rank} on node {node}" for node, rank in ranks if rank.collectives is None]
     if silent:
         return f"{', '.join(silent)} did not report its collectives before the deadline, and may be the one behind"

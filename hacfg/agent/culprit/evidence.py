@@ -9,11 +9,13 @@ then say what was seen of them, so the verdict can say what it does not know.
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import functools
 import json
 import os
 import re
+import secrets
+import select
 import shutil
 import subprocess
 import time
@@ -33,6 +35,7 @@ SITE = Path(__file__).with_name("site")
 DEADLINE = 2.0  # seconds from the request to the summary, whatever has not answered
 KEEP = 3  # attempts whose evidence is kept
 READ_BYTES = 4 << 20  # of a rank's answer or a node's summary: the ranks can write the folder
+_ASKED: collections.deque[str] = collections.deque(maxlen=64)  # the newest questions: a late answer is no forgery
 NODES = 1 << 16  # a summary of a node numbered higher is no job's
 FRAMES = 8  # of each stack, in the summary sent to node 0
 FR_BUFFER = "TORCH_FR_BUFFER_SIZE"  # the flight recorder's ring of entries (NCCL's and gloo's)
@@ -77,22 +80,19 @@ def collect(
     and /proc said by the deadline. With ``py_spy`` (its executable), the ranks that gave no stack
     (a stopped one cannot run its handler) are dumped from outside, within the same deadline."""
     until = time.monotonic() + deadline
-    asked_at = time.time()
     pids = _attempt(session)
     armed = [pid for pid in pids if _state(pid) != STOPPED and (folder / f"{pid}.fifo").exists()]
     asked = {pid: _size(folder / f"{pid}.stacks") for pid in armed}  # the stacks files' sizes before
     # The flight recorder first, the stacks after: faulthandler walks every thread's frames from a
     # signal handler, safe only for threads that stand still, and the hook's thread runs while it
     # answers (a rank was seen to crash that way). Once it has answered, it parks again at once.
-    for pid in armed:
-        _poke(folder / f"{pid}.fifo")
-    _wait_until(lambda: all(_recorded(folder, pid, asked_at) for pid in armed), time.monotonic() + deadline / 2)
+    answers = ask(folder, armed, time.monotonic() + deadline / 2)
     time.sleep(SETTLE if armed else 0)
     for pid in armed:
         with contextlib.suppress(OSError):
             os.kill(pid, hook.STACKS_SIGNAL)
     _wait_until(lambda: all(_dumped(folder, pid, size) for pid, size in asked.items()), until)
-    ranks = [rank for pid in pids if (rank := _rank(folder, pid, asked.get(pid), asked_at)) is not None]
+    ranks = [rank for pid in pids if (rank := _rank(folder, pid, asked.get(pid), answers.get(pid))) is not None]
     if py_spy is not None:
         ranks = _spied(py_spy, ranks, folder, until)
     evidence = NodeEvidence(node, tuple(ranks), step)
@@ -107,16 +107,11 @@ def arrivals(folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[lis
     the pipe is poked, never the stacks signal: this runs while training goes on, every second, so
     the armed processes are found from their pipes in the attempt's ``folder``, not from all of
     /proc. A rank that has not answered by the deadline is left out of this sample."""
-    asked_at = time.time()
     armed = [pid for pid in _piped(folder) if _state(pid) not in (STOPPED, ZOMBIE, GONE)]
-    for pid in armed:
-        _poke(folder / f"{pid}.fifo")
-    fresh = functools.partial(_answer, asked_at=asked_at, slack=0.0)  # the last sample's answer is no answer
-    _wait_until(lambda: all(fresh(folder / f"{pid}.json") is not None for pid in armed), time.monotonic() + deadline)
+    answers = ask(folder, armed, time.monotonic() + deadline)
     found: dict[int, list[list[int | str]]] = {}
-    for pid in armed:
-        answer = fresh(folder / f"{pid}.json")
-        if answer is None or not isinstance(answer.get("rank"), int):
+    for answer in answers.values():
+        if isinstance(answer, str) or not isinstance(answer.get("rank"), int):
             continue
         found[answer["rank"]] = [
             [group, int(e["collective_seq_id"]), int(e["time_created_ns"])]
@@ -126,12 +121,66 @@ def arrivals(folder: Path, deadline: float = DEADLINE / 4) -> dict[int, list[lis
     return found
 
 
-def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvidence | None:
+def ask(folder: Path, pids: Iterable[int], until: float) -> dict[int, dict[str, Any] | str]:
+    """Each armed process's answer by ``until``, read from the pipe it writes into (see :mod:`hook`), or
+    why it is not believed. The question is a fresh random word the hook echoes; every byte any process
+    writes into the pipe reaches this reader, so an answer written over is a second answer to it.
+    Processes that said nothing are left out."""
+    readers: dict[int, int] = {}  # descriptor -> pid
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            readers[os.open(folder / f"{pid}.answer", os.O_RDONLY | os.O_NONBLOCK)] = pid
+    question = secrets.token_hex(8)
+    _ASKED.append(question)
+    unasked = set(readers.values())  # a hook busy with the last question is not yet parked to hear the next
+    said: dict[int, bytearray] = {pid: bytearray() for pid in readers.values()}
+    poller = select.poll()
+    for descriptor in readers:
+        poller.register(descriptor, select.POLLIN)
+    ended: list[int] = []
+    try:
+        while len(ended) < len(readers) and (left := until - time.monotonic()) > 0:
+            unasked = {pid for pid in unasked if not _poke(folder / f"{pid}.fifo", question)}
+            for descriptor, _ in poller.poll(min(left, 0.01 if unasked else left) * 1000):
+                chunk = os.read(descriptor, 1 << 16)
+                said[readers[descriptor]] += chunk
+                if not chunk or len(said[readers[descriptor]]) > READ_BYTES:  # every writer closed, or too much
+                    poller.unregister(descriptor)
+                    ended.append(readers[descriptor])
+    finally:
+        for descriptor in readers:
+            os.close(descriptor)
+    found: dict[int, dict[str, Any] | str] = {}
+    for pid, text in said.items():
+        believed = _believed(bytes(text), pid, question, set(_ASKED)) if text else None
+        if pid not in ended and isinstance(believed, str) and believed.startswith("its answer is unreadable"):
+            believed = "its answer did not end by the deadline: another process may hold its pipe open"
+        if believed is not None:
+            found[pid] = believed
+    return found
+
+
+def _believed(said: bytes, pid: int, question: str, asked: set[str]) -> dict[str, Any] | str:
+    """Process ``pid``'s answer to ``question``, if exactly one came and nothing but answers to questions
+    this agent asked before (a late one) came beside it; else why not."""
+    try:
+        answers = untrusted.documents(said, limit=READ_BYTES)
+    except untrusted.Unreadable as err:
+        return f"its answer is unreadable: {err}"
+    if not all(isinstance(answer, dict) and answer.get("pid") == pid for answer in answers):
+        return "its pipe carried another process's answer, or something else"
+    mine: list[dict[str, Any]] = [answer for answer in answers if answer.get("question") == question]
+    if len(mine) != 1 or any(answer.get("question") not in asked for answer in answers):
+        return "its answer was written over: more than one answer to this question came through its pipe"
+    return mine[0]
+
+
+def _rank(folder: Path, pid: int, size: int | None, said: dict[str, Any] | str | None) -> RankEvidence | None:
     """What one process showed; None for a process that is no rank (a launcher, a shell, a loader)."""
     state = _state(pid)
     if size is None and state != STOPPED:
         return None  # not armed: not Python, or not ours
-    answer = _answer(folder / f"{pid}.json", asked_at)
+    answer, doubt = (None, said) if isinstance(said, str) else (said, None)
     if answer is not None and answer.get("rank") is None and state != STOPPED:
         return None
     rank = answer.get("rank") if answer else _environ_rank(pid)
@@ -140,7 +189,7 @@ def _rank(folder: Path, pid: int, size: int | None, asked_at: float) -> RankEvid
     collectives, last_op, history = _collectives(recorders)
     read = tuple(sorted(recorders)) if isinstance(recorders, dict) else None
     done = _status(recorders, "last_completed_collective") if recorders else None
-    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op, history, read, done)
+    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op, history, read, done, doubt)
 
 
 def _spied(py_spy: str, ranks: list[RankEvidence], folder: Path, until: float) -> list[RankEvidence]:
@@ -252,26 +301,21 @@ def _wait_until(done: Callable[[], bool], until: float) -> None:
         time.sleep(0.02)
 
 
-def _recorded(folder: Path, pid: int, asked_at: float) -> bool:
-    return _state(pid) in (GONE, ZOMBIE) or _answer(folder / f"{pid}.json", asked_at) is not None
-
-
 def _dumped(folder: Path, pid: int, size: int) -> bool:
     return _state(pid) in (GONE, ZOMBIE) or _size(folder / f"{pid}.stacks") > size
 
 
-def _answer(path: Path, asked_at: float, slack: float = 1.0) -> dict[str, Any] | None:
+def _poke(fifo: Path, question: str) -> bool:
+    """Ask the hook's thread ``question`` through its pipe, without blocking if no one reads it; whether
+    it was there to hear."""
     try:
-        found = untrusted.read(path, limit=READ_BYTES)
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) and found.get("taken", 0) >= asked_at - slack else None
-
-
-def _poke(fifo: Path) -> None:
-    """Wake the hook's thread: open its pipe for writing, without blocking if no one reads it."""
+        descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
     with contextlib.suppress(OSError):
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        os.write(descriptor, question.encode())
+    os.close(descriptor)
+    return True
 
 
 def _piped(folder: Path) -> list[int]:

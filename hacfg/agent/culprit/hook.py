@@ -9,9 +9,12 @@ standard library only. With ``HACFG_EVIDENCE_DIR`` set, :func:`install` leaves, 
   even when the main thread is blocked in a collective or a C extension holds the GIL.
 - ``<pid>.fifo``: its presence says the hook is installed (only then may the agent send the
   signal, whose default action would end the process). Opening it for writing wakes a thread
-  that writes ``<pid>.json``: the rank, the world size and the tail of each of torch's flight
-  recorders (the collectives each process group enqueued, started and completed), taken without
-  stack symbolisation in about a millisecond per recorder.
+  that writes into ``<pid>.answer``, a pipe the agent holds open for reading: the rank, the world
+  size and the tail of each of torch's flight recorders (the collectives each process group
+  enqueued, started and completed), taken without stack symbolisation in about a millisecond per
+  recorder. A pipe, not a file: another process of the same user could replace a file between the
+  answer and its reading, where every byte written into the pipe reaches the agent, so an answer
+  written over is two answers, and seen as such.
 
 torch keeps more than one recorder, and which depends on the build: NCCL's own
 (``_dump_nccl_trace_json``, in CUDA builds, empty for gloo groups) and the generic one
@@ -27,6 +30,7 @@ Nothing runs until the agent asks: the steady-state cost is one parked thread an
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import functools
 import io
@@ -57,28 +61,47 @@ def install() -> None:
     try:
         _stacks = open(os.path.join(folder, f"{pid}.stacks"), "w")  # noqa: SIM115  # lives with the process
         faulthandler.register(STACKS_SIGNAL, file=_stacks, all_threads=True, chain=False)
+        answer = os.path.join(folder, f"{pid}.answer")
         fifo = os.path.join(folder, f"{pid}.fifo")
-        if not os.path.exists(fifo):
-            os.mkfifo(fifo, 0o600)
+        for pipe in (answer, fifo):  # the request pipe last: its presence says the hook is ready
+            if not os.path.exists(pipe):
+                os.mkfifo(pipe, 0o600)
     except (OSError, ValueError, RuntimeError):
         return  # evidence is a help, never a reason for training to fail
-    threading.Thread(target=_answer, args=(fifo, os.path.join(folder, f"{pid}.json")), daemon=True,
-                     name="hacfg-evidence").start()
+    threading.Thread(target=_answer, args=(fifo, answer), daemon=True, name="hacfg-evidence").start()
 
 
-def _answer(fifo: str, out: str) -> None:
-    """Park on the pipe; each time the agent opens it, write what the process knows."""
+def _answer(fifo: str, answer: str) -> None:
+    """Park on the request pipe; each time the agent opens it, write what the process knows into the
+    answer pipe the agent reads. SIGPIPE is blocked in this thread: an agent that stopped reading
+    makes the write fail, never ends the process (a script may have set SIGPIPE's default action)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
     while True:
         try:
             with open(fifo, "rb") as request:  # blocks, without waking, until a writer opens
-                request.read()
-            state = collective_state()
-            staging = f"{out}.tmp"
-            with open(staging, "w") as handle:
-                json.dump(state, handle)
-            os.replace(staging, out)
+                question = request.read(64).decode("ascii", "replace")
+            _reply(answer, json.dumps({**collective_state(), "question": question}).encode())
         except OSError:
+            return  # the folder is gone: the attempt is over
+
+
+def _reply(answer: str, state: bytes) -> None:
+    """Write ``state`` into the answer pipe; nothing when no one reads it (the asker gave up)."""
+    try:
+        out = os.open(answer, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ENXIO:
             return
+        raise
+    try:
+        os.set_blocking(out, True)
+        view = memoryview(state)
+        while view:
+            view = view[os.write(out, view) :]
+    except BrokenPipeError:
+        pass
+    finally:
+        os.close(out)
 
 
 def collective_state() -> dict[str, object]:
