@@ -24,6 +24,7 @@ EXPECTED = tomllib.loads((CORPUS / "verdicts.toml").read_text())
 def test_every_log_has_its_source_and_verdict_and_there_are_enough():
     assert sorted(EXPECTED) == sorted(path.name for path in CORPUS.glob("*.log"))
     assert len(EXPECTED) >= 25
+    assert len([name for name in EXPECTED if name.startswith(("npu-", "hccl-", "mindspore-"))]) >= 20  # Ascend's
     assert all(entry["source"].startswith("https://github.com/") for entry in EXPECTED.values())
 
 
@@ -54,3 +55,5 @@ def test_the_agent_and_diagnose_give_the_expected_verdict_on_the_same_lines(name
     assert set(verdict.evidence) <= {line["text"] for line in report["evidence"]}
     if "cites" in entry:  # the root cause, not a line that follows from it
         assert entry["cites"] in verdict.evidence[-1], verdict.evidence
+    if "says" in entry:  # what the line tells beyond its kind: the remote rank it names
+        assert entry["says"] in verdict.reason and entry["says"] in report["reason"], (verdict.reason, report["reason"])

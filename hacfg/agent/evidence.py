@@ -219,7 +219,7 @@ def exceptions(lines: Sequence[str]) -> list[Raised]:
 RUNTIME_ERROR = re.compile(
     r"NCCL WARN|NCCL error|nccl(?:System|Internal|UnhandledCuda|Remote)Error"
     r"|\bE[IJ]\d{4}\b|HCCL error|\[ERROR\] HCCL|HCCL function error|Hccl\w+, error code|hccl api failed|HCCP"
-    r"|\bE[0-9A-Z]9999\b|CANN error"
+    r"|\bE[0-9A-Z]9999\b|CANN error|ACL stream synchronize failed"
     r"|NPU function error|\bXid\b|ECC error|uncorrectable ECC|ECC_UNCORRECTABLE|fallen off the bus"
     r"|CUDA error|cudaError\w*|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+"
     r"|unhandled (?:system|cuda) error|No route to host|Input/output error|Stale file handle"
@@ -230,7 +230,8 @@ PEER = re.compile(
     r"|\[[^\]]*gloo[^\]]*\].*(?:Timed out|timeout|closed|reset|Connection refused)"
     r"|remote process exited|ncclRemoteError|Watchdog caught collective operation timeout"
     r"|ProcessGroup\w*.*(?:timeout|timed out|Timeout)|DistNetworkError|DistStoreError"
-    r"|\bEI0006\b|Getting socket times out|HCCL.*(?:timeout|link down|notify wait)"
+    r"|\bEI000[26]\b|\bEI0013\b|Getting socket times out|HCCL.*(?:timeout|link down|notify wait)"
+    r"|\bEE1002\b|Stream synchronize timeout"  # CANN's: a collective, or a stream, that waited too long
     r"|c10d.*(?:store|Store).*(?:timeout|closed|failed)|Socket Timeout|Failed to recv, got 0 bytes",
     re.IGNORECASE,
 )
@@ -244,8 +245,11 @@ NPU_LOST = re.compile(r"Device_Absent|\bEL0001\b|lost heartbeat|\b50701[03]\b|sy
 # variants), or has no binary for this chip: the program's, and it fails the same way again.
 NPU_OPERATOR = re.compile(
     r"aicore (?:error|exception)|(?:an|exception of) aivec error|aivec error exception|vector core exception"
-    r"|\b50701[56]\b|\b50703[56]\b|does not ha(?:s|ve) any binary"
+    r"|aicpu exception|there is a sdma error|\b50701[56]\b|\b50703[56]\b|does not ha(?:s|ve) any binary"
 )
+# The image cannot start CANN's runtime (EH9999 "[Init][Env]init env failed", then an abort): Python
+# dependencies missing or a mismatched install, and the same image fails so on every node.
+IMAGE_BROKEN = re.compile(r"init env failed")
 # A full disk, or a full quota: whatever writes there next fails the same way.
 DISK_FULL = re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceeded|\[Errno 122\]")
 
@@ -291,6 +295,7 @@ SIGNATURES = (
     Signature("a contained ECC error (Xid 94)", _xid(94), MACHINE, first=True),
     Signature("a full disk", DISK_FULL, MACHINE, cause=Cause.DISK_FULL, first=True),
     Signature("an NPU lost", NPU_LOST, MACHINE, relocate=True, first=True),
+    Signature("an image that cannot start CANN's runtime", IMAGE_BROKEN, MACHINE, cause=Cause.USER, first=True),
     Signature("a failed row remapping or page retirement (Xid 64)", _xid(64), AFTER_MACHINE, relocate=True),
     Signature("a row remapping or page retirement (Xid 63)", _xid(63), AFTER_MACHINE),
     Signature("an ECC error", re.compile(r"ECC error|uncorrectable ECC|ECC_UNCORRECTABLE"), AFTER_MACHINE),
@@ -345,6 +350,9 @@ _LEVEL = re.compile(r"(?<![=\w])(?:INFO|DEBUG|TRACE)\b(?!=)|\[c10d - debug\]")
 _GLOG_INFO = re.compile(r"(?:\[\w+\]:)?\[?[IDV]\d{4} \d\d:\d\d:\d\d")  # "I1201 15:43:38.705 ...", glog's INFO
 # ... and a setting echoed by a script (``export HCCL_CONNECT_TIMEOUT=1200``, ``+ NCCL_DEBUG=INFO``).
 _SETTING = re.compile(r"^\s*(?:\+\s*)?(?:export\s+|declare -x\s+|setenv\s+)?[A-Za-z_][A-Za-z0-9_]*=")
+# CANN's advice under an error code ("Possible Cause: 1. ... HCCL_EXEC_TIMEOUT", "Solution: ..."): its words
+# name timeouts and peers, but it is the same text whatever happened.
+_ADVICE = re.compile(r"(?:^|\s)(?:Possible Cause|Solution): ")
 # A line that names the runtime without saying it failed: what the old wording wrongly counted.
 _MENTIONS = re.compile(r"NCCL|HCCL|HCCP|RDMA|ibv_|\bXid\b|\bECC\b|CUDA|NVRM|\bE[IJ]\d{4}\b", re.IGNORECASE)
 
@@ -356,7 +364,8 @@ _TELLING_WORDS = (
     "unhandled", "route", "input/output", "stale file", "peer", "pipe", "econnreset", "gloo", "remote process",
     "watchdog", "processgroup", "distnetwork", "diststore", "socket", "c10d", "recv", "out of memory", "outofmemory",
     "no space left", "errno 28", "quota exceeded", "errno 122", "cann", "heartbeat", "device_absent", "dma error",
-    "aicore", "aivec", "vector core", "any binary", "total mem size", "memory_allocation",
+    "aicore", "aivec", "vector core", "any binary", "total mem size", "memory_allocation", "aicpu", "sdma error",
+    "init env failed", "synchronize timeout", "acl stream synchronize",
 )
 _CODE = re.compile(r"\bE[0-9A-Z]\d{4}\b|\b507\d{3}\b")  # HCCL's and CANN's error codes, the runtime's results
 
@@ -368,10 +377,12 @@ def telling(text: str) -> bool:
 
 
 def quiet(text: str) -> str | None:
-    """Why a line is no evidence by itself (an INFO or debug line, an echoed setting), or None.
-    NCCL's INFO chain of an error (:data:`NCCL_CHAIN`) is the one kind of INFO line that tells."""
+    """Why a line is no evidence by itself (an INFO or debug line, an echoed setting, CANN's advice), or
+    None. NCCL's INFO chain of an error (:data:`NCCL_CHAIN`) is the one kind of INFO line that tells."""
     if _SETTING.match(text):
         return "an echoed setting"
+    if _ADVICE.search(text):
+        return "CANN's advice on an error, not an event"
     if _GLOG_INFO.match(text) or (any(level in text for level in _LEVELS) and _LEVEL.search(text)):
         return "an INFO or debug line"
     return None
@@ -414,6 +425,12 @@ def judge(failure: Failure) -> Classification:
             reason += f"; {moving.name}: no restart on this node can fix it"
         return Classification(cause, reason, peer=peer, evidence=said, not_counted=others, relocate=relocate)
 
+    root = cause_of(lines, candidates)
+    # 0. an image that cannot start the runtime: it aborts, and that abort is not the cause
+    if root is not None and root[1].pattern is IMAGE_BROKEN:
+        index, kind = root
+        reason = f"{failure.describe()}: {kind.name}: {lines[index].strip()[:200]}; the same image fails on any node"
+        return verdict(kind.cause, reason, [index], MACHINE_FAULT)
     # 1. how the process ended
     worker = report.signal if report is not None else None
     if failure.signal is not None:
@@ -428,7 +445,6 @@ def judge(failure: Failure) -> Classification:
         return verdict(Cause.ENVIRONMENT, "exit 137: killed, most often by the out-of-memory killer", evidence, ENDED)
     ended = [report.index] if report is not None else []
     # the machine failed (a device, a full disk): it explains whatever was raised and logged after it
-    root = cause_of(lines, candidates)
     if root is not None and root[1].rank >= MACHINE:
         index, kind = root
         reason = f"{failure.describe()}: {kind.name}: {lines[index].strip()[:200]}"
@@ -446,7 +462,11 @@ def judge(failure: Failure) -> Classification:
             return verdict(Cause.USER, ended_by + reason, evidence, RAISED)
         runtime = RUNTIME_ERROR.search(first.message) and not _DEVICE_ASSERT.search(first.message)
         if first.name in _RUNTIME_TYPES or runtime:
-            return verdict(Cause.ENVIRONMENT, f"{ended_by}error of the runtime: {first.describe()}", evidence, RAISED)
+            said = f"{ended_by}error of the runtime: {first.describe()}"
+            if (waited := _waited_after(lines, first.index)) is not None:  # CANN's block says on what
+                reason = f"{said}, waiting on another rank: {lines[waited].strip()[:200]}{_remote(lines[waited])}"
+                return verdict(Cause.ENVIRONMENT, reason, [*ended, waited], RAISED, peer=True)
+            return verdict(Cause.ENVIRONMENT, said, evidence, RAISED)
         reason = f"Python exception in the command: {first.describe()}"
         return verdict(Cause.USER, ended_by + reason, evidence, RAISED)
     if memory:  # an out-of-memory error whose traceback is out of sight
@@ -457,9 +477,34 @@ def judge(failure: Failure) -> Classification:
         index, kind = root
         said = f"{failure.describe()} after {lines[index].strip()[:200]!r}"
         if kind.peer:
-            return verdict(Cause.ENVIRONMENT, f"{said}: another rank failed first", [*ended, index], LOGGED, peer=True)
+            reason = f"{said}: another rank failed first{_remote(lines[index])}"
+            return verdict(Cause.ENVIRONMENT, reason, [*ended, index], LOGGED, peer=True)
+        if kind.rank == RUNTIME and (waited := _waited_after(lines, index)) is not None:  # CANN's block says on what
+            reason = f"{said}, waiting on another rank: {lines[waited].strip()[:200]}{_remote(lines[waited])}"
+            return verdict(Cause.ENVIRONMENT, reason, [*ended, waited], LOGGED, peer=True)
         return verdict(kind.cause, f"{said} in the output", [*ended, index], LOGGED)
     return verdict(Cause.USER, f"{failure.describe()}, not recognised as an environment fault", ended, "")
+
+
+# The CANN block under a runtime error: the error code lines and their detail, as printed after it.
+_BLOCK = 12
+_CANN = re.compile(r"\bE[0-9A-Z]\d{4}\b|HCCL", re.IGNORECASE)  # a line of CANN's or HCCL's own
+# A line that names the rank it waited for: HCCL's "remote rank: [24]" (not "[unknown]").
+_REMOTE_RANK = re.compile(r"remote rank:? ?\[?(\d+)\]?", re.IGNORECASE)
+
+
+def _waited_after(lines: Sequence[str], index: int) -> int | None:
+    """The first line of the CANN block after an error that says it waited on another rank (EI0002, an
+    HCCL task timeout, EE1002): what the error's own words (ACL failed, error code 507046) do not."""
+    block = range(index + 1, min(index + 1 + _BLOCK, len(lines)))
+    waited = (at for at in block if _CANN.search(lines[at]) and (kind := signature(lines[at])) and kind.peer)
+    return next(waited, None)
+
+
+def _remote(text: str) -> str:
+    """`` (remote rank 24, as the line names it)`` when the line names the rank it waited for."""
+    found = _REMOTE_RANK.search(text)
+    return f" (remote rank {found.group(1)}, as the line names it)" if found else ""
 
 
 # What decided, in the words of the lines it outranked
