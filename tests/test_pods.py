@@ -93,7 +93,6 @@ class Running:
     env: dict[str, str]
     scratch: Path  # the pod's own files: its volumes' folders
     code: int | None = None
-    started: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -738,12 +737,14 @@ kubernetes: {checkpoint_claim: npu-ckpt}
 
 
 def hccl_controller(cluster: Cluster) -> None:
-    """MindCluster's HCCL controller: once a pod of the job runs, it writes the completed rank table (8 cards a
-    server) into the job's rings-config ConfigMap, which the kubelet updates in every pod that mounts it; a new
-    pod mounts it as made, initializing."""
+    """MindCluster's HCCL controller: it writes the completed rank table (8 cards a server) into the job's
+    rings-config ConfigMap, which the kubelet updates in every pod that mounts it; a new pod mounts it as
+    made, initializing. Here it writes once the pod's agent says it waits for it, so that every attempt shows
+    the wait (a controller is not bound to be slower than the agent's start)."""
     for running in cluster.running.values():
         table = running.scratch / "configmap-ascend-910-config" / "hccl.json"
-        if json.loads(table.read_text())["status"] == "initializing" and time.monotonic() - running.started > 0.5:
+        waiting = "is initializing: waiting" in running.log.read_text(errors="replace")
+        if waiting and json.loads(table.read_text())["status"] == "initializing":
             rank_table(table, nodes=len(cluster.pods()), cards=8)
 
 
@@ -763,7 +764,7 @@ def user_folder():
 @pytest.mark.usefixtures("user_folder")
 def test_a_mindcluster_job_waits_for_its_rank_table_and_a_lost_npu_moves_it_through_volcanos_exit_code_policy(cli, write, clusters, tmp_path):
     """The mindcluster target's pods, with an 8-card device plugin and npu-smi: each agent waits while MindCluster's
-    rank table is initializing, the NPU pre-check passes, and the training starts on the completed table. Node 1's
+    rank table is initializing (the controller completes it once the agent says so), the NPU pre-check passes, and the training starts on the completed table. Node 1's
     NPU is lost (the log a vllm-ascend user pasted): the agents exit 138, Volcano restarts the job (exitCode 138,
     counted), each new pod waits for its table again, and the job completes."""
     claim = tmp_path / "claim"
