@@ -121,12 +121,12 @@ def test_version(cli):
 
 
 def test_internal_errors_exit_3_with_a_short_message(cli, monkeypatch):
-    import hacfg.build.compiler
+    import hacfg.compile.compiler
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(hacfg.build.compiler, "compile_config", broken)
+    monkeypatch.setattr(hacfg.compile.compiler, "compile_config", broken)
     result = cli("build", "single-node")
     assert result.code == 3
     assert result.err == "hacfg: internal error: RuntimeError: boom (this is a bug; --debug shows the traceback)\n"

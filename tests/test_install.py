@@ -24,7 +24,7 @@ def test_wheel_installs_and_builds_from_another_directory(wheel_venv, tmp_path):
     assert built.returncode == 0, built.stderr
     assert json.loads(built.stdout)["metadata"]["name"] == "elsewhere"
     assert wheel_venv.run(hacfg, "lint", "ha.yaml", cwd=tmp_path).returncode == 0
-    imported = wheel_venv.run(wheel_venv.python, "-c", "import hacfg.build.compiler; print(hacfg.build.compiler.__file__)", cwd=tmp_path)
+    imported = wheel_venv.run(wheel_venv.python, "-c", "import hacfg.compile.compiler; print(hacfg.compile.compiler.__file__)", cwd=tmp_path)
     assert "site-packages" in imported.stdout
     typed = wheel_venv.run(wheel_venv.python, "-c", "import hacfg, pathlib; print((pathlib.Path(hacfg.__file__).parent / 'py.typed').is_file())")
     assert typed.stdout == "True\n", typed.stderr  # type checkers read plugins against hacfg.plugin

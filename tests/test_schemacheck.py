@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from conftest import REPO
-from hacfg.build.schemacheck import IGNORED, KEYWORDS, satisfies
+from hacfg.compile.schemacheck import IGNORED, KEYWORDS, satisfies
 from hacfg.plugin import provided
 from hacfg.scenario.config import load_config
 

@@ -116,7 +116,7 @@ def run_build(
     force: bool = False,
 ) -> int:
     """``hacfg build``: compile a scenario file (or a preset) and print or write the result."""
-    from hacfg.build.compiler import build_file
+    from hacfg.compile.compiler import build_file
     from hacfg.plugin import provided
 
     scenario = provided.preset_or_path(file)

@@ -1,7 +1,7 @@
 """What a compile target is: the types target authors use (through :mod:`hacfg.plugin`).
 
 A target turns the validated config into one document (a ModelArts request body, a Volcano
-Job); :mod:`hacfg.build.compiler` runs it, validates the output against ``schema`` and writes it.
+Job); :mod:`hacfg.compile.compiler` runs it, validates the output against ``schema`` and writes it.
 """
 
 from __future__ import annotations

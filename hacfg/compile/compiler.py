@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hacfg.build.schemacheck import satisfies
+from hacfg.compile.schemacheck import satisfies
 from hacfg.plugin.targets import Build, Target
 from hacfg.scenario.config import ConfigInvalid, Loaded, Presets, load_config
 from hacfg.scenario.source import Document, InputError, LogicalPath, did_you_mean, dotted, load, lookup
