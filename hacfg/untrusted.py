@@ -34,15 +34,7 @@ class Unreadable(ValueError):
 def loads(text: str | bytes, *, limit: int) -> Any:
     """The JSON document in ``text``, at most ``limit`` bytes, nested at most :data:`DEPTH` levels,
     integers of at most :data:`DIGITS` digits and finite numbers only; :class:`Unreadable` otherwise."""
-    if len(text) > limit:
-        raise Unreadable(f"larger than {limit:,} bytes")
-    if isinstance(text, bytes):
-        try:
-            text = text.decode()
-        except UnicodeDecodeError:
-            raise Unreadable("not UTF-8") from None
-    if depth(text) > DEPTH:
-        raise Unreadable(f"nested deeper than {DEPTH} levels")
+    text = _within(text, limit)
     try:
         return json.loads(text, parse_int=_integer, parse_float=_finite, parse_constant=_no_constant)
     except RecursionError:  # cannot happen below DEPTH; kept so that no reader ever ends in a traceback
@@ -54,14 +46,7 @@ def loads(text: str | bytes, *, limit: int) -> Any:
 def documents(text: bytes, *, limit: int) -> list[Any]:
     """The JSON documents one after another in ``text`` (what every writer of a pipe sent), each read
     as :func:`loads` reads one; :class:`Unreadable` if any is not JSON."""
-    if len(text) > limit:
-        raise Unreadable(f"larger than {limit:,} bytes")
-    try:
-        decoded = text.decode()
-    except UnicodeDecodeError:
-        raise Unreadable("not UTF-8") from None
-    if depth(decoded) > DEPTH:
-        raise Unreadable(f"nested deeper than {DEPTH} levels")
+    decoded = _within(text, limit)
     decoder = json.JSONDecoder(parse_int=_integer, parse_float=_finite, parse_constant=_no_constant)
     found, at = [], 0
     while (at := len(decoded) - len(decoded[at:].lstrip())) < len(decoded):
@@ -71,6 +56,20 @@ def documents(text: bytes, *, limit: int) -> list[Any]:
             raise Unreadable(str(err)) from None
         found.append(document)
     return found
+
+
+def _within(text: str | bytes, limit: int) -> str:
+    """``text`` as a string, if it is at most ``limit`` bytes of UTF-8 nested at most :data:`DEPTH` levels."""
+    if len(text) > limit:
+        raise Unreadable(f"larger than {limit:,} bytes")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode()
+        except UnicodeDecodeError:
+            raise Unreadable("not UTF-8") from None
+    if depth(text) > DEPTH:
+        raise Unreadable(f"nested deeper than {DEPTH} levels")
+    return text
 
 
 def read(path: Path, *, limit: int) -> Any:

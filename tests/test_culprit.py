@@ -502,23 +502,25 @@ def test_only_the_newest_attempts_keep_their_evidence(tmp_path):
     assert kept == [f"attempt-{n}" for n in range(6 - evidence.KEEP, 6)]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["stuck", "skip"])
-def test_a_real_gloo_group_names_the_rank_stuck_before_its_collective_or_that_skipped_one(tmp_path, kind):
+def gloo_pair(tmp_path: Path, kind: str, *, wrap: tuple[str, ...] = (), named: bool = True) -> Attribution:
+    """Two real gloo ranks, each armed as on a node of its own, rank 1 misbehaving (``kind``), its command run
+    under ``wrap``: the verdict once the ranks stand still, the same twice 0.2 s apart (naming someone, if
+    ``named``)."""
     procs, port = [], str(free_port())
     for number in range(2):
         folder = evidence.folder_for(tmp_path / f"node-{number}", 1)
         env = evidence.armed({**os.environ}, folder)
-        argv = [sys.executable, str(CHILDREN / "gloo_ranks.py"), str(number), "2", port, kind, "1"]
-        procs.append((subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE), folder))
+        argv = [str(CHILDREN / "gloo_ranks.py"), str(number), "2", port, kind, "1"]
+        argv = [*wrap, *argv] if number == 1 else argv
+        procs.append((subprocess.Popen([sys.executable, *argv], env=env, start_new_session=True, stdout=subprocess.PIPE), folder))
     try:
         for line in procs[1][0].stdout:
             if line == f"rank 1 fault {kind}\n".encode():
                 break
         result, before = Attribution(None, ""), None
-        for _ in range(100):  # until the ranks stand still: the same verdict twice, 0.2 s apart
+        for _ in range(100):
             result = attribute([evidence.collect(p.pid, f, n, None) for n, (p, f) in enumerate(procs)], 2)
-            if result.culprit is not None and result == before:
+            if result == before and (result.culprit is not None or not named):
                 break
             before = result
             time.sleep(0.2)
@@ -526,6 +528,13 @@ def test_a_real_gloo_group_names_the_rank_stuck_before_its_collective_or_that_sk
         for proc, _ in procs:
             proc.kill()
             proc.wait()
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["stuck", "skip"])
+def test_a_real_gloo_group_names_the_rank_stuck_before_its_collective_or_that_skipped_one(tmp_path, kind):
+    result = gloo_pair(tmp_path, kind)
     assert result.culprit is not None and (result.culprit.node, result.culprit.ranks) == (1, (1,))
 
 
@@ -534,29 +543,7 @@ def test_a_real_gloo_group_names_the_rank_stuck_before_its_collective_or_that_sk
 def test_a_real_gloo_rank_stuck_before_its_collective_that_claims_to_be_past_it_frames_no_one(tmp_path, ahead):
     """Rank 1 stuck before its collective, its recorder numbering every collective ``ahead`` further on
     (tests/children/lying_recorder.py): rank 0 is not named for it. Told the truth, rank 1 is named."""
-    procs, port = [], str(free_port())
-    for number in range(2):
-        folder = evidence.folder_for(tmp_path / f"node-{number}", 1)
-        env = evidence.armed({**os.environ}, folder)
-        argv = [str(CHILDREN / "gloo_ranks.py"), str(number), "2", port, "stuck", "1"]
-        if number == 1:
-            argv = [str(CHILDREN / "lying_recorder.py"), "all", "0", str(ahead), *argv]
-        procs.append((subprocess.Popen([sys.executable, *argv], env=env, start_new_session=True, stdout=subprocess.PIPE), folder))
-    try:
-        for line in procs[1][0].stdout:
-            if line == b"rank 1 fault stuck\n":
-                break
-        result, before = Attribution(None, ""), None
-        for _ in range(100):  # until the ranks stand still: the same verdict twice, 0.2 s apart
-            result = attribute([evidence.collect(p.pid, f, n, None) for n, (p, f) in enumerate(procs)], 2)
-            if result == before:
-                break
-            before = result
-            time.sleep(0.2)
-    finally:
-        for proc, _ in procs:
-            proc.kill()
-            proc.wait()
+    result = gloo_pair(tmp_path, "stuck", wrap=(str(CHILDREN / "lying_recorder.py"), "all", "0", str(ahead)), named=not ahead)
     if ahead:
         assert result.culprit is None and "rank 1 (node 1) says it reached #" in result.note, result
     else:
