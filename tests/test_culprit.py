@@ -317,6 +317,7 @@ def test_every_flight_recorder_the_installed_torch_keeps_is_read(tmp_path):
     arrived, answer, only = asked(tmp_path, start)
     expected = {"gloo"} | ({"nccl"} if hasattr(c10d, "_dump_nccl_trace_json") else set())
     assert set(answer["flight_recorders"]) == expected and only.recorders == tuple(sorted(expected))
+    assert only.stack_by == ("the rank" if only.stack else None)
     assert only.collectives == {"0 (gloo)": 3} and only.last_op == "gloo:all_reduce"
     assert [entry[:2] for entry in arrived[0]] == [["0 (gloo)", n] for n in (1, 2, 3)]
 
@@ -435,7 +436,7 @@ def test_py_spy_gives_a_stopped_rank_the_stack_it_cannot_write(tmp_path):
         proc.kill()
         proc.wait()
     (only,) = found.ranks
-    assert only.state == "stopped" and only.stack[-1] == "<module> (<string>:5)"
+    assert only.state == "stopped" and only.stack[-1] == "<module> (<string>:5)" and only.stack_by == "py-spy"
     assert only.stack[0] in ("wait (<string>:3)", "wait (<string>:4)")  # stopped in its print, or after
     assert (folder / f"{proc.pid}.py-spy").read_text().startswith(f"Process {proc.pid}: ")
 
@@ -576,6 +577,19 @@ def test_diagnose_says_which_recorders_each_rank_was_read_from(cli, tmp_path):
         (folder / evidence.SUMMARY).write_text(json.dumps(report.to_json()))
     lines = cli("diagnose", tmp_path).out.splitlines()
     assert "  node 0 rank 0: sleeping, pid 19884, collective #14 on group 0 (gloo), gloo:all_reduce, recorders read: gloo" in lines
+
+
+def test_diagnose_says_who_saw_what_of_each_rank(cli, tmp_path):
+    """The state is the agent's own look at /proc; a stack is py-spy's from outside or the rank's own; an answer
+    set aside says why."""
+    folder = tmp_path / "node-0" / evidence.FOLDER / "attempt-1"
+    folder.mkdir(parents=True)
+    spied = RankEvidence(0, 100, "stopped", ("wait (t.py:3)",), stack_by="py-spy")
+    doubted = RankEvidence(1, 101, "sleeping", ("step (t.py:9)",), stack_by="the rank", doubt="its answer was written over")
+    (folder / evidence.SUMMARY).write_text(json.dumps(NodeEvidence(0, (spied, doubted)).to_json()))
+    lines = cli("diagnose", tmp_path).out.splitlines()
+    assert "  node 0 rank 0: stopped, pid 100, stack read by py-spy" in lines
+    assert "  node 0 rank 1: sleeping, pid 101, stack read by the rank, not believed: its answer was written over" in lines
 
 
 def test_diagnose_of_a_folder_without_evidence_is_one_line_and_exit_2(cli, tmp_path):

@@ -342,7 +342,10 @@ def render_evidence(folder: Path) -> str:
             for rank in report.ranks:
                 counts = ", ".join(f"#{seq} on group {group}" for group, seq in (rank.collectives or {}).items())
                 read = f"recorders read: {', '.join(rank.recorders)}" if rank.recorders is not None else ""
+                by = f"stack read by {rank.stack_by}" if rank.stack_by else ""
+                doubt = f"not believed: {rank.doubt}" if rank.doubt else ""
                 shown = [rank.state, f"pid {rank.pid}", counts and f"collective {counts}", rank.last_op or "", read]
+                shown += [by, doubt]
                 lines.append(f"  node {report.node} rank {rank.rank}{step}: {', '.join(filter(None, shown))}")
                 lines += [f"    {frame}" for frame in rank.stack[:3]]
     return "".join(f"{printable(line)}\n" for line in lines)  # what the ranks said of themselves holds anything

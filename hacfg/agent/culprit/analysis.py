@@ -59,6 +59,7 @@ class RankEvidence:
     recorders: tuple[str, ...] | None = None  # the flight recorders read (gloo, nccl, ...); None: none answered
     completed: Mapping[str, int] | None = None  # process group -> newest collective completed; None: unknown
     doubt: str | None = None  # why its answer was not believed (written over by another process), if it was not
+    stack_by: str | None = None  # who read the stack: "py-spy" from outside, "the rank" (faulthandler) from inside
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +75,7 @@ class RankEvidence:
             "recorders": list(self.recorders) if self.recorders is not None else None,
             "completed": dict(self.completed) if self.completed is not None else None,
             "doubt": self.doubt,
+            "stack_by": self.stack_by,
         }
 
     @classmethod
@@ -91,6 +93,7 @@ class RankEvidence:
             tuple(map(str, recorders)) if recorders is not None else None,
             {str(group): int(seq) for group, seq in completed.items()} if completed is not None else None,
             None if data.get("doubt") is None else str(data["doubt"]),
+            None if data.get("stack_by") is None else str(data["stack_by"]),
         )
 
 

@@ -189,7 +189,8 @@ def _rank(folder: Path, pid: int, size: int | None, said: dict[str, Any] | str |
     collectives, last_op, history = _collectives(recorders)
     read = tuple(sorted(recorders)) if isinstance(recorders, dict) else None
     done = _status(recorders, "last_completed_collective") if recorders else None
-    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op, history, read, done, doubt)
+    by = "the rank" if stack else None
+    return RankEvidence(rank, pid, state, stack[:FRAMES], collectives, last_op, history, read, done, doubt, by)
 
 
 def _spied(py_spy: str, ranks: list[RankEvidence], folder: Path, until: float) -> list[RankEvidence]:
@@ -208,12 +209,9 @@ def _spied(py_spy: str, ranks: list[RankEvidence], folder: Path, until: float) -
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return [
-        replace(rank, stack=_py_spy_stack(_read_from(folder / f"{rank.pid}.py-spy", 0), rank.pid)[:FRAMES])
-        if rank.pid in dumps and dumps[rank.pid].returncode == 0
-        else rank
-        for rank in ranks
-    ]
+    spied = {pid for pid, proc in dumps.items() if proc.returncode == 0}
+    stacks = {pid: _py_spy_stack(_read_from(folder / f"{pid}.py-spy", 0), pid)[:FRAMES] for pid in spied}
+    return [replace(rank, stack=stacks[rank.pid], stack_by="py-spy") if rank.pid in spied else rank for rank in ranks]
 
 
 def _py_spy_stack(dump: str, pid: int) -> tuple[str, ...]:
