@@ -305,6 +305,8 @@ def test_a_late_answer_to_an_earlier_question_beside_the_answer_is_no_forgery():
     assert evidence._believed(said, 7, "b" * 16, {"a" * 16, "b" * 16}) == now
     assert evidence._believed(said, 7, "b" * 16, {"b" * 16}).startswith("its answer was written over")
     assert evidence._believed(json.dumps(now).encode(), 8, "b" * 16, {"b" * 16}).startswith("its pipe carried another")
+    odd = (json.dumps({**late, "question": [[]]}) + json.dumps(now)).encode()  # a question no set can hold
+    assert evidence._believed(odd, 7, "b" * 16, {"a" * 16, "b" * 16}).startswith("its answer was written over")
 
 
 @pytest.mark.torch

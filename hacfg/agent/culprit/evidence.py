@@ -170,7 +170,7 @@ def _believed(said: bytes, pid: int, question: str, asked: set[str]) -> dict[str
     if not all(isinstance(answer, dict) and answer.get("pid") == pid for answer in answers):
         return "its pipe carried another process's answer, or something else"
     mine: list[dict[str, Any]] = [answer for answer in answers if answer.get("question") == question]
-    if len(mine) != 1 or any(answer.get("question") not in asked for answer in answers):
+    if len(mine) != 1 or not all(str(answer.get("question")) in asked for answer in answers):
         return "its answer was written over: more than one answer to this question came through its pipe"
     return mine[0]
 
