@@ -299,6 +299,12 @@ def test_an_answer_written_over_by_another_process_is_seen_and_not_believed(tmp_
     assert "rank 0 on node 0: its answer was written over" in attribute([doubted], 1).note or attribute([doubted], 1).culprit
 
 
+@pytest.mark.parametrize("claimed", ["1", True, -3, 1.5, [0]])
+def test_an_answer_whose_rank_is_no_rank_number_makes_no_rank(tmp_path, claimed):
+    assert evidence._rank(tmp_path, os.getpid(), 0, {"pid": os.getpid(), "rank": claimed}) is None
+    assert evidence._rank(tmp_path, os.getpid(), 0, {"pid": os.getpid(), "rank": 3}).rank == 3
+
+
 def test_a_late_answer_to_an_earlier_question_beside_the_answer_is_no_forgery():
     late, now = ({"pid": 7, "question": question, "taken": 1.0} for question in ("a" * 16, "b" * 16))
     said = (json.dumps(late) + json.dumps(now)).encode()

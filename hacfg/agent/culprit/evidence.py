@@ -181,9 +181,11 @@ def _rank(folder: Path, pid: int, size: int | None, said: dict[str, Any] | str |
     if size is None and state != STOPPED:
         return None  # not armed: not Python, or not ours
     answer, doubt = (None, said) if isinstance(said, str) else (said, None)
-    if answer is not None and answer.get("rank") is None and state != STOPPED:
-        return None
-    rank = answer.get("rank") if answer else _environ_rank(pid)
+    claimed = answer.get("rank") if answer else None
+    numbered = type(claimed) is int and claimed >= 0
+    if answer is not None and not numbered and state != STOPPED:
+        return None  # no rank (a launcher's Python), or no number a rank has
+    rank = claimed if numbered else _environ_rank(pid)
     stack = _main_stack(_read_from(folder / f"{pid}.stacks", size or 0))
     recorders = answer.get("flight_recorders") if answer else None
     collectives, last_op, history = _collectives(recorders)
