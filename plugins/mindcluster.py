@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hacfg.plugin import Build, HAConfig, Target, hookimpl, schema_file
+from hacfg.plugin import Build, HAConfig, Target, hookimpl
 from hacfg.plugin import modelarts as ma
 
 from .kubernetes import KubernetesTarget, device_resource
@@ -35,6 +35,20 @@ RANK_TABLE_VOLUME = "ascend-910-config"
 RANK_TABLE_KEY = "hccl.json"
 PRODUCT_LABEL = "ring-controller.atlas"
 ASSUMED_PRODUCT = "ascend-910b"  # today's training hardware (Atlas A2 and A3)
+# What MindCluster's Pod and PodGroup label tables (dlug_api_173, dlug_api_024) and its resumable training guide
+# list for each label hacfg writes; the schema holds the Job's labels to them.
+PRODUCTS = ("ascend-910", "ascend-910b", "ascend-310P", "ascend-310")
+LABELS: dict[str, Any] = {
+    "type": "object",
+    "required": [PRODUCT_LABEL],
+    "properties": {
+        PRODUCT_LABEL: {"enum": list(PRODUCTS)},
+        "fault-scheduling": {"enum": ["grace", "force", "off"]},
+        "pod-rescheduling": {"enum": ["on", "off"]},
+        "process-recover-enable": {"enum": ["on", "pause", "off"]},
+        "fault-retry-times": {"type": "string", "pattern": "^(100|[1-9]?[0-9])$"},
+    },
+}
 
 
 def product(flavor: str | None) -> str | None:
@@ -66,7 +80,38 @@ def fault_labels(config: HAConfig) -> dict[str, str]:
 class MindCluster(KubernetesTarget):
     name = "mindcluster"
     description = "Volcano Job for MindCluster (Ascend's cluster scheduler), its rank table ConfigMap and the scenario"
-    schema = schema_file("mindcluster-job.schema.json")
+    schema = Volcano.schema  # the Volcano target's, with MindCluster's objects and labels: see schema_document
+
+    def schema_document(self) -> dict[str, Any] | None:
+        """The Volcano target's schema (Volcano's CRD), its List with the rank table's ConfigMap after the
+        scenario's and the Job's labels held to MindCluster's values."""
+        document = super().schema_document()
+        assert document is not None
+        items = document["properties"]["items"]
+        scenario_map, job = items["prefixItems"]
+        metadata = job["allOf"][1]["properties"]["metadata"]
+        metadata["required"] = ["name", "labels"]
+        metadata["properties"]["labels"] = LABELS
+        rank_table = {
+            "type": "object",
+            "required": ["apiVersion", "kind", "metadata", "data"],
+            "properties": {
+                "apiVersion": {"const": "v1"},
+                "kind": {"const": "ConfigMap"},
+                "metadata": {
+                    "type": "object",
+                    "required": ["name", "labels"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": "^rings-config-[a-z]([-a-z0-9]*[a-z0-9])?$"},
+                        "labels": {"type": "object", "properties": {PRODUCT_LABEL: {"enum": list(PRODUCTS)}}},
+                    },
+                },
+                "data": {"type": "object", "required": [RANK_TABLE_KEY], "additionalProperties": {"type": "string"}},
+            },
+        }
+        items.update(minItems=3, maxItems=4, prefixItems=[scenario_map, rank_table, job])
+        document["title"] = "hacfg mindcluster target output: the volcano target's, with the rank table's ConfigMap"
+        return document
 
     def build(self, config: HAConfig) -> Build:
         built = Volcano().build(config)

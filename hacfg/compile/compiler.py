@@ -115,9 +115,9 @@ def stated(loaded: Loaded, path: LogicalPath) -> bool:
 
 
 def _validate(document: dict[str, Any], target: Target, built: Build, loaded: Loaded, into: Document | None) -> None:
-    if target.schema is None:
+    schema = target.schema_document()
+    if schema is None:
         return
-    schema = json.loads(target.schema.read_text())
     if satisfies(document, schema):
         return
     from jsonschema import Draft202012Validator  # only to explain: it costs more to import than the rest of build

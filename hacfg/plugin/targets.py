@@ -43,6 +43,11 @@ class Target:
     def build(self, config: HAConfig) -> Build:
         raise NotImplementedError
 
+    def schema_document(self) -> dict[str, Any] | None:
+        """The JSON Schema every output must satisfy: ``schema``'s file, read when a build checks its output.
+        A target whose schema extends another's builds it here rather than ship a copy."""
+        return json.loads(self.schema.read_text()) if self.schema is not None else None
+
     def missing(self, config: HAConfig, document: dict[str, Any]) -> list[str]:
         """What the platform needs before it runs ``document``, each in the user's words.
 
