@@ -217,3 +217,14 @@ def test_torchruns_start_up_warning_is_no_sign_of_life(tmp_path):
     assert [e["event"] for e in events] == ["first_activity", "hang"], result.stderr
     assert events[0]["after"] >= 3  # the workers' first line, not the launcher's
     assert events[1]["timeout"] == 2  # hung after the training spoke, not during its start-up
+
+
+def test_hccls_roce_completion_error_is_a_peers_or_the_networks_and_canns_advice_is_no_evidence():
+    """EI0013 (a RoCE CQE error, CANN's HCCL error list) found no public log; in the layout HCCL prints its
+    codes, it is another rank's failure or the network's. The advice CANN prints under a code names
+    timeouts and peers whatever happened, and decides nothing."""
+    roce = "EI0013: [PID: 1234] 2025-01-01-00:00:00.000.000 RoCE CQE error occurred. Reason: the remote rank: [3] link failed."
+    verdict = classify(Failure(1, None, ("RuntimeError: HCCL error in: hccl_comm.cc:71", roce)))
+    assert (verdict.cause, verdict.peer) == ("environment", True) and "remote rank 3" in verdict.reason, verdict
+    advice = "        Possible Cause: 1. The number of training samples of each NPU is inconsistent (HCCL_EXEC_TIMEOUT)."
+    assert classify(Failure(1, None, (advice,))).evidence == ()

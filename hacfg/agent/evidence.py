@@ -426,10 +426,11 @@ def judge(failure: Failure) -> Classification:
         return Classification(cause, reason, peer=peer, evidence=said, not_counted=others, relocate=relocate)
 
     root = cause_of(lines, candidates)
-    # 0. an image that cannot start the runtime: it aborts, and that abort is not the cause
-    if root is not None and root[1].pattern is IMAGE_BROKEN:
+    # 0. what the job brought cannot run (an image that cannot start the runtime): the abort or exit that
+    # follows is its consequence, and the same fails on any node
+    if root is not None and root[1].rank >= MACHINE and root[1].cause == Cause.USER:
         index, kind = root
-        reason = f"{failure.describe()}: {kind.name}: {lines[index].strip()[:200]}; the same image fails on any node"
+        reason = f"{failure.describe()}: {kind.name}: {lines[index].strip()[:200]}; the same fails on any node"
         return verdict(kind.cause, reason, [index], MACHINE_FAULT)
     # 1. how the process ended
     worker = report.signal if report is not None else None
