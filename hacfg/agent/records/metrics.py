@@ -71,8 +71,11 @@ class Metrics:
         self.final_scrape = threading.Event()  # ... and a scrape has been sent it
         self._collected = threading.local()  # whether this thread's last collection had the final values
         self._stop_refresh = threading.Event()
+        self._writing = threading.Lock()  # one render-and-rename at a time, so an older render never lands last
+        self._refresher: threading.Thread | None = None
         if textfile is not None:
-            threading.Thread(target=self._refresh, args=(refresh,), name="hacfg-metrics", daemon=True).start()
+            self._refresher = threading.Thread(target=self._refresh, args=(refresh,), name="hacfg-metrics", daemon=True)
+            self._refresher.start()
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` from a background thread; the port it listens on (OSError if it cannot)."""
@@ -109,7 +112,8 @@ class Metrics:
         from hacfg.fsutil import write_output
 
         try:
-            write_output(self.textfile, self.prometheus.generate_latest(self.registry))
+            with self._writing:
+                write_output(self.textfile, self.prometheus.generate_latest(self.registry))
         except OSError as err:
             if not self.broken:
                 self.broken = True
@@ -119,6 +123,8 @@ class Metrics:
     def close(self, linger: float = 0.0) -> None:
         """Stop, once a scrape has read the final values or after ``linger`` seconds."""
         self._stop_refresh.set()
+        if self._refresher is not None:
+            self._refresher.join()
         self.finished.set()
         self._write_textfile()
         if self.server is not None:
