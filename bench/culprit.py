@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from common import free_port  # noqa: E402
 
-from hacfg.agent.culprit import evidence  # noqa: E402
+from hacfg.agent.culprit import inquiry  # noqa: E402
 
 CHILD = REPO / "tests" / "children" / "gloo_ranks.py"
 KINDS = ("stuck", "skip", "stop", "spin", "fifo", "lock", "loader", "save", "size", "two")
@@ -124,8 +124,8 @@ def measure_evidence(state: Path, faulty: int, tally: Tally) -> str:
             if record["event"] == "hang":
                 at = datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
                 hangs.append((at, int(node.name.rpartition("-")[2])))
-        folder = node / evidence.FOLDER / "attempt-1"
-        summary = folder / evidence.SUMMARY
+        folder = node / inquiry.FOLDER / "attempt-1"
+        summary = folder / inquiry.SUMMARY
         if not summary.exists():
             tally.missing += 1
             continue
@@ -187,9 +187,9 @@ print(times[len(times) // 2])
 def step_time(armed: bool, root: Path) -> float:
     """The median step of a two-rank gloo loop, with the hook armed as the agent arms it, or not."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != evidence.hook.ENV}
+    env = {k: v for k, v in os.environ.items() if k != inquiry.hook.ENV}
     if armed:
-        env = evidence.armed(env, evidence.folder_for(root, 1))
+        env = inquiry.armed(env, inquiry.folder_for(root, 1))
     procs = [subprocess.Popen([sys.executable, "-c", OVERHEAD, str(rank), str(port), str(STEPS)], env=env,
                               stdout=subprocess.PIPE, text=True) for rank in range(2)]
     return statistics.mean(float(proc.communicate()[0]) for proc in procs)

@@ -3,7 +3,7 @@
 Each trial starts two real gloo ranks of ``tests/children/gloo_ranks.py`` on 127.0.0.1 (CPU, torch's
 own flight recorder), each armed with the agent's evidence hook in a folder of its own as if on its
 own node, and runs the agent's own sampler over them: :class:`hacfg.agent.culprit.straggler.Watch`
-taking :func:`hacfg.agent.culprit.evidence.arrivals` once a second (only the group store's signing
+taking :func:`hacfg.agent.culprit.inquiry.arrivals` once a second (only the group store's signing
 is left out). Perturbed trials make rank 1 compute twice as long from step 11; unperturbed ones
 perturb no one and run as many steps as a perturbed trial may take to be named.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from common import free_port
 
-from hacfg.agent.culprit import evidence, straggler
+from hacfg.agent.culprit import inquiry, straggler
 
 REPO = Path(__file__).resolve().parent.parent
 CHILD = REPO / "tests" / "children" / "gloo_ranks.py"
@@ -50,10 +50,10 @@ class Pair:
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
         self.step = [0, 0]
         for number in range(2):
-            folder = evidence.folder_for(root / f"node-{number}", 1)
+            folder = inquiry.folder_for(root / f"node-{number}", 1)
             argv = [sys.executable, str(CHILD), str(number), "2", port, "slow", str(faulty), str(COMPUTE)]
             proc = subprocess.Popen(
-                argv, env=evidence.armed({**os.environ}, folder), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                argv, env=inquiry.armed({**os.environ}, folder), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )
             self.procs.append((proc, folder))
@@ -67,7 +67,7 @@ class Pair:
                 self.step[number] = int(words[3])
 
     def sample(self) -> dict[int, list[list[int]]]:
-        return {rank: entries for proc, folder in self.procs for rank, entries in evidence.arrivals(folder).items()}
+        return {rank: entries for proc, folder in self.procs for rank, entries in inquiry.arrivals(folder).items()}
 
     def wait_for_step(self, step: int, timeout: float = 300) -> None:
         until = time.monotonic() + timeout

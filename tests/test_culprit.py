@@ -1,7 +1,7 @@
 """Naming the rank behind a hang: the analysis on evidence recorded from real gloo groups and on
 synthetic summaries, and the hook and collector on real processes.
 
-The recordings under tests/data/culprit/ are what ``evidence.collect`` gathered from one emulated
+The recordings under tests/data/culprit/ are what ``inquiry.collect`` gathered from one emulated
 node per rank of tests/children/gloo_ranks.py on CPU (torch 2.13, gloo), the last rank faulty:
 ``stuck`` before a collective, ``skip`` of one collective, ``stop`` by SIGSTOP, ``spin`` in a
 pure-Python busy loop; ``size-2``, by bench/culprit.py, rank 0 all-reducing an empty tensor; and
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CHILDREN, free_port
-from hacfg.agent.culprit import evidence, hook
+from hacfg.agent.culprit import hook, inquiry
 from hacfg.agent.culprit.analysis import Attribution, NodeEvidence, RankEvidence, attribute
 
 pytestmark = pytest.mark.torch  # the hook and evidence in real ranks, or what they recorded
@@ -167,7 +167,7 @@ def test_the_recorders_entries_give_each_groups_newest_run_of_collectives():
         {"process_group": ["0", "default_pg"], "collective_seq_id": 0, "is_p2p": True, "profiling_name": "gloo:send"},
     ]
     status = {"0": {"last_enqueued_collective": "4"}, "1": {"last_enqueued_collective": "7"}}
-    counts, last, history = evidence._collectives({"gloo": {"pg_status": status, "entries": entries}})
+    counts, last, history = inquiry._collectives({"gloo": {"pg_status": status, "entries": entries}})
     assert counts == {"0 (gloo)": 4, "1 (gloo)": 7} and last == "gloo:send"
     assert history == {"0 (gloo)": ("gloo:all_reduce", "gloo:barrier"), "1 (gloo)": ("gloo:all_gather",)}  # #2 missing
 
@@ -182,7 +182,7 @@ def test_a_group_two_backends_serve_is_two_groups_and_the_newest_entry_is_the_la
         "gloo": {"pg_status": {"0": {"last_enqueued_collective": 2}}, "entries": [entry(2, "gloo:barrier", 50)]},
         "nccl": {"pg_status": {"0": {"last_enqueued_collective": 90}}, "entries": [entry(90, "nccl:all_reduce", 40)]},
     }
-    counts, last, history = evidence._collectives(recorders)
+    counts, last, history = inquiry._collectives(recorders)
     assert counts == {"0 (gloo)": 2, "0 (nccl)": 90} and last == "gloo:barrier"
     assert history == {"0 (gloo)": ("gloo:barrier",), "0 (nccl)": ("nccl:all_reduce",)}
 
@@ -235,8 +235,8 @@ def test_a_summary_survives_its_trip_through_json():
 
 def armed_child(tmp_path, code):
     """A Python process armed as the agent arms its command, one rank of a job (``RANK=0``)."""
-    folder = evidence.folder_for(tmp_path / "state", 1)
-    env = evidence.armed({**os.environ, "RANK": "0"}, folder)
+    folder = inquiry.folder_for(tmp_path / "state", 1)
+    env = inquiry.armed({**os.environ, "RANK": "0"}, folder)
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True, stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     return proc, folder
@@ -258,9 +258,9 @@ def asked(tmp_path, start, then=""):
     answer to a hang's question and its evidence."""
     proc, folder = armed_child(tmp_path, RANK.format(start=start, then=then))
     try:
-        arrived = evidence.arrivals(folder, deadline=30)
-        answer = evidence.ask(folder, [proc.pid], time.monotonic() + 30)[proc.pid]
-        found = evidence.collect(proc.pid, folder, node=0, step=None)
+        arrived = inquiry.arrivals(folder, deadline=30)
+        answer = inquiry.ask(folder, [proc.pid], time.monotonic() + 30)[proc.pid]
+        found = inquiry.collect(proc.pid, folder, node=0, step=None)
     finally:
         proc.kill()
         proc.wait()
@@ -282,11 +282,11 @@ def test_an_answer_written_over_by_another_process_is_seen_and_not_believed(tmp_
     start = f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)"
     proc, folder = armed_child(tmp_path, RANK.format(start=start, then=""))
     try:
-        honest = evidence.ask(folder, [proc.pid], time.monotonic() + 30)[proc.pid]
+        honest = inquiry.ask(folder, [proc.pid], time.monotonic() + 30)[proc.pid]
         forger = os.open(folder / f"{proc.pid}.answer", os.O_RDWR | os.O_NONBLOCK)  # needs no reader to open
         os.write(forger, forged(proc.pid))  # waits in the pipe for the agent's next question
         try:
-            doubted = evidence.collect(proc.pid, folder, node=0, step=None)
+            doubted = inquiry.collect(proc.pid, folder, node=0, step=None)
         finally:
             os.close(forger)
     finally:
@@ -303,18 +303,18 @@ def test_an_answer_written_over_by_another_process_is_seen_and_not_believed(tmp_
 
 @pytest.mark.parametrize("claimed", ["1", True, -3, 1.5, [0]])
 def test_an_answer_whose_rank_is_no_rank_number_makes_no_rank(tmp_path, claimed):
-    assert evidence._rank(tmp_path, os.getpid(), 0, {"pid": os.getpid(), "rank": claimed}) is None
-    assert evidence._rank(tmp_path, os.getpid(), 0, {"pid": os.getpid(), "rank": 3}).rank == 3
+    assert inquiry._rank(tmp_path, os.getpid(), 0, {"pid": os.getpid(), "rank": claimed}) is None
+    assert inquiry._rank(tmp_path, os.getpid(), 0, {"pid": os.getpid(), "rank": 3}).rank == 3
 
 
 def test_a_late_answer_to_an_earlier_question_beside_the_answer_is_no_forgery():
     late, now = ({"pid": 7, "question": question, "taken": 1.0} for question in ("a" * 16, "b" * 16))
     said = (json.dumps(late) + json.dumps(now)).encode()
-    assert evidence._believed(said, 7, "b" * 16, {"a" * 16, "b" * 16}) == now
-    assert evidence._believed(said, 7, "b" * 16, {"b" * 16}).startswith("its answer was written over")
-    assert evidence._believed(json.dumps(now).encode(), 8, "b" * 16, {"b" * 16}).startswith("its pipe carried another")
+    assert inquiry._believed(said, 7, "b" * 16, {"a" * 16, "b" * 16}) == now
+    assert inquiry._believed(said, 7, "b" * 16, {"b" * 16}).startswith("its answer was written over")
+    assert inquiry._believed(json.dumps(now).encode(), 8, "b" * 16, {"b" * 16}).startswith("its pipe carried another")
     odd = (json.dumps({**late, "question": [[]]}) + json.dumps(now)).encode()  # a question no set can hold
-    assert evidence._believed(odd, 7, "b" * 16, {"a" * 16, "b" * 16}).startswith("its answer was written over")
+    assert inquiry._believed(odd, 7, "b" * 16, {"a" * 16, "b" * 16}).startswith("its answer was written over")
 
 
 @pytest.mark.torch
@@ -379,8 +379,8 @@ def test_torch_npus_hccl_recorder_is_sized_and_read_beside_torchs(tmp_path, monk
 
 
 def test_the_hccl_recorder_is_sized_unless_the_job_sized_it(tmp_path):
-    assert evidence.armed({}, tmp_path)["TORCH_HCCL_TRACE_BUFFER_SIZE"] == str(evidence.RECORDED)
-    assert evidence.armed({"TORCH_HCCL_TRACE_BUFFER_SIZE": "2000"}, tmp_path)["TORCH_HCCL_TRACE_BUFFER_SIZE"] == "2000"
+    assert inquiry.armed({}, tmp_path)["TORCH_HCCL_TRACE_BUFFER_SIZE"] == str(inquiry.RECORDED)
+    assert inquiry.armed({"TORCH_HCCL_TRACE_BUFFER_SIZE": "2000"}, tmp_path)["TORCH_HCCL_TRACE_BUFFER_SIZE"] == "2000"
 
 
 def test_a_recorder_reached_through_its_backend_object_is_read_too():
@@ -411,21 +411,21 @@ def test_a_recorder_reached_through_its_backend_object_is_read_too():
 def test_the_hook_dumps_a_busy_loop_that_holds_the_gil(tmp_path):
     proc, folder = armed_child(tmp_path, "def spin():\n    print('ready', flush=True)\n    while True: pass\nspin()")
     try:
-        found = evidence.collect(proc.pid, folder, node=0, step=None)
+        found = inquiry.collect(proc.pid, folder, node=0, step=None)
     finally:
         proc.kill()
         proc.wait()
     (only,) = found.ranks
     assert (only.rank, only.pid, only.state) == (0, proc.pid, "running") and only.stack[0] == "spin (<string>:3)"
     assert only.collectives is None  # no torch.distributed in this process: no counts, not zero counts
-    assert json.loads((folder / evidence.SUMMARY).read_text()) == found.to_json()
+    assert json.loads((folder / inquiry.SUMMARY).read_text()) == found.to_json()
 
 
 def test_a_stopped_process_is_seen_stopped_and_not_signalled(tmp_path):
     proc, folder = armed_child(tmp_path, "import time\nprint('ready', flush=True)\ntime.sleep(60)")
     os.kill(proc.pid, signal.SIGSTOP)
     try:
-        found = evidence.collect(proc.pid, folder, node=0, step=None)
+        found = inquiry.collect(proc.pid, folder, node=0, step=None)
         assert os.waitpid(proc.pid, os.WNOHANG) == (0, 0)  # still there: nothing sent it a fatal signal
     finally:
         proc.kill()
@@ -441,7 +441,7 @@ def test_py_spy_gives_a_stopped_rank_the_stack_it_cannot_write(tmp_path):
     os.kill(proc.pid, signal.SIGSTOP)
     os.waitpid(proc.pid, os.WUNTRACED)  # stopped before it is asked: a rank asked first spends the deadline
     try:
-        found = evidence.collect(proc.pid, folder, node=0, step=None, py_spy=py_spy)
+        found = inquiry.collect(proc.pid, folder, node=0, step=None, py_spy=py_spy)
     finally:
         proc.kill()
         proc.wait()
@@ -461,10 +461,10 @@ def test_py_spy_asked_for_where_there_is_none_is_one_line_and_exit_2(cli, tmp_pa
 
 
 def test_an_unarmed_process_is_left_alone(tmp_path):
-    folder = evidence.folder_for(tmp_path / "state", 1)
+    folder = inquiry.folder_for(tmp_path / "state", 1)
     proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        assert evidence.collect(proc.pid, folder, node=0, step=None).ranks == ()
+        assert inquiry.collect(proc.pid, folder, node=0, step=None).ranks == ()
         assert proc.poll() is None
     finally:
         proc.kill()
@@ -474,20 +474,20 @@ def test_an_unarmed_process_is_left_alone(tmp_path):
 def test_a_worker_a_launcher_started_in_a_session_of_its_own_is_asked_too(tmp_path):
     """torch's elastic agent starts each worker with ``start_new_session=True`` (its
     SubprocessHandler), so the attempt's session holds torchrun but not the ranks."""
-    folder = evidence.folder_for(tmp_path / "state", 1)
+    folder = inquiry.folder_for(tmp_path / "state", 1)
     worker = "def work():\n    print('ready', flush=True)\n    while True: pass\nwork()"
     launcher = (
         "import os, subprocess, sys, time\n"
         f"w = subprocess.Popen([sys.executable, '-c', {worker!r}], env={{**os.environ, 'RANK': '3'}}, start_new_session=True)\n"
         "print(w.pid, flush=True)\ntime.sleep(60)"
     )
-    env = evidence.armed({k: v for k, v in os.environ.items() if k != "RANK"}, folder)
+    env = inquiry.armed({k: v for k, v in os.environ.items() if k != "RANK"}, folder)
     proc = subprocess.Popen([sys.executable, "-c", launcher], env=env, start_new_session=True, stdout=subprocess.PIPE)
     assert proc.stdout is not None
     worker_pid = int(proc.stdout.readline())
     assert proc.stdout.readline() == b"ready\n"  # the worker's, through the launcher's stdout
     try:
-        found = evidence.collect(proc.pid, folder, node=0, step=None)
+        found = inquiry.collect(proc.pid, folder, node=0, step=None)
     finally:
         os.kill(worker_pid, signal.SIGKILL)
         proc.kill()
@@ -499,7 +499,7 @@ def test_a_worker_a_launcher_started_in_a_session_of_its_own_is_asked_too(tmp_pa
 def test_the_hook_stays_off_without_its_folder_and_keeps_a_users_sitecustomize(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIRS = True\n")
     code = "import builtins, sys; print(getattr(builtins, 'THEIRS', False), '_hacfg_evidence' in sys.modules)"
-    env = {**os.environ, "PYTHONPATH": f"{evidence.SITE}{os.pathsep}{tmp_path}"}
+    env = {**os.environ, "PYTHONPATH": f"{inquiry.SITE}{os.pathsep}{tmp_path}"}
     env.pop(hook.ENV, None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out == "True True\n"
@@ -508,9 +508,9 @@ def test_the_hook_stays_off_without_its_folder_and_keeps_a_users_sitecustomize(t
 
 def test_only_the_newest_attempts_keep_their_evidence(tmp_path):
     for attempt in range(1, 6):
-        evidence.folder_for(tmp_path, attempt)
-    kept = sorted(p.name for p in (tmp_path / evidence.FOLDER).iterdir())
-    assert kept == [f"attempt-{n}" for n in range(6 - evidence.KEEP, 6)]
+        inquiry.folder_for(tmp_path, attempt)
+    kept = sorted(p.name for p in (tmp_path / inquiry.FOLDER).iterdir())
+    assert kept == [f"attempt-{n}" for n in range(6 - inquiry.KEEP, 6)]
 
 
 def gloo_pair(tmp_path: Path, kind: str, *, wrap: tuple[str, ...] = (), named: bool = True) -> Attribution:
@@ -519,8 +519,8 @@ def gloo_pair(tmp_path: Path, kind: str, *, wrap: tuple[str, ...] = (), named: b
     ``named``)."""
     procs, port = [], str(free_port())
     for number in range(2):
-        folder = evidence.folder_for(tmp_path / f"node-{number}", 1)
-        env = evidence.armed({**os.environ}, folder)
+        folder = inquiry.folder_for(tmp_path / f"node-{number}", 1)
+        env = inquiry.armed({**os.environ}, folder)
         argv = [str(CHILDREN / "gloo_ranks.py"), str(number), "2", port, kind, "1"]
         argv = [*wrap, *argv] if number == 1 else argv
         procs.append((subprocess.Popen([sys.executable, *argv], env=env, start_new_session=True, stdout=subprocess.PIPE), folder))
@@ -530,7 +530,7 @@ def gloo_pair(tmp_path: Path, kind: str, *, wrap: tuple[str, ...] = (), named: b
                 break
         result, before = Attribution(None, ""), None
         for _ in range(100):
-            result = attribute([evidence.collect(p.pid, f, n, None) for n, (p, f) in enumerate(procs)], 2)
+            result = attribute([inquiry.collect(p.pid, f, n, None) for n, (p, f) in enumerate(procs)], 2)
             if result == before and (result.culprit is not None or not named):
                 break
             before = result
@@ -582,9 +582,9 @@ def test_diagnose_reads_the_evidence_the_agents_kept(cli):
 
 def test_diagnose_says_which_recorders_each_rank_was_read_from(cli, tmp_path):
     for report in recorded("size-2"):  # each node's summary in its own state folder, as the agents keep them
-        folder = tmp_path / f"node-{report.node}" / evidence.FOLDER / "attempt-1"
+        folder = tmp_path / f"node-{report.node}" / inquiry.FOLDER / "attempt-1"
         folder.mkdir(parents=True)
-        (folder / evidence.SUMMARY).write_text(json.dumps(report.to_json()))
+        (folder / inquiry.SUMMARY).write_text(json.dumps(report.to_json()))
     lines = cli("diagnose", tmp_path).out.splitlines()
     assert "  node 0 rank 0: sleeping, pid 19884, collective #14 on group 0 (gloo), gloo:all_reduce, recorders read: gloo" in lines
 
@@ -592,11 +592,11 @@ def test_diagnose_says_which_recorders_each_rank_was_read_from(cli, tmp_path):
 def test_diagnose_says_who_saw_what_of_each_rank(cli, tmp_path):
     """The state is the agent's own look at /proc; a stack is py-spy's from outside or the rank's own; an answer
     set aside says why."""
-    folder = tmp_path / "node-0" / evidence.FOLDER / "attempt-1"
+    folder = tmp_path / "node-0" / inquiry.FOLDER / "attempt-1"
     folder.mkdir(parents=True)
     spied = RankEvidence(0, 100, "stopped", ("wait (t.py:3)",), stack_by="py-spy")
     doubted = RankEvidence(1, 101, "sleeping", ("step (t.py:9)",), stack_by="the rank", doubt="its answer was written over")
-    (folder / evidence.SUMMARY).write_text(json.dumps(NodeEvidence(0, (spied, doubted)).to_json()))
+    (folder / inquiry.SUMMARY).write_text(json.dumps(NodeEvidence(0, (spied, doubted)).to_json()))
     lines = cli("diagnose", tmp_path).out.splitlines()
     assert "  node 0 rank 0: stopped, pid 100, stack read by py-spy" in lines
     assert "  node 0 rank 1: sleeping, pid 101, stack read by the rank, not believed: its answer was written over" in lines
@@ -619,7 +619,7 @@ def test_a_single_node_hang_names_its_only_rank_with_its_stack(tmp_path):
     assert (culprit["node"], culprit["ranks"], culprit["how"]) == (0, [0], "the job's only rank")
     assert "the hang's culprit is node 0 rank 0" in result.stderr
     assert not culprit["stack"] or "silent.py" in culprit["stack"][-1], culprit
-    assert (tmp_path / "state" / "evidence" / "attempt-1" / evidence.SUMMARY).exists()
+    assert (tmp_path / "state" / "evidence" / "attempt-1" / inquiry.SUMMARY).exists()
 
 
 @pytest.mark.slow
@@ -633,7 +633,7 @@ def test_stopping_counts_from_the_stop_signal_and_the_evidence_gathered_before_i
     child.write_text("import re\nprint('started', flush=True)\nre.match(r'(a+)+$', 'a' * 64 + 'b')\n")
     result = agent(tmp_path, "--hang-timeout", "1s", "--initial-hang-timeout", "30s", child=str(child), env={"RANK": "0"})
     (ended,) = [e for e in read_events(tmp_path / "state") if e["event"] == "attempt_exit"]
-    assert ended["gathering"] >= evidence.DEADLINE / 2 > ended["stopping"], result.stderr
+    assert ended["gathering"] >= inquiry.DEADLINE / 2 > ended["stopping"], result.stderr
 
 
 @pytest.mark.slow
@@ -736,7 +736,7 @@ def test_a_warm_attempt_is_armed_as_a_cold_one(tmp_path):
     hangs = [e for e in found if e["event"] == "decision" and e["cause"] == "hang"]
     assert len(hangs) == 2
     for decision in hangs:
-        folder = tmp_path / "state" / evidence.FOLDER / f"attempt-{decision['attempt']}"
+        folder = tmp_path / "state" / inquiry.FOLDER / f"attempt-{decision['attempt']}"
         pipes = sorted(path.name.split(".")[1] for path in folder.iterdir() if path.is_fifo())
         assert pipes == ["answer", "fifo"], pipes  # armed: one process, its hook's pipes made
         assert decision["culprit"]["ranks"] == [0], decision

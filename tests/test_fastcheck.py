@@ -38,7 +38,7 @@ def exactly(value: Any) -> Any:
 
 def verdicts(data: Any, platform: Any = "huaweicloud") -> tuple[Any, Any]:
     context = {"platform": platform}
-    return fastcheck.validate(SCHEMA, data, context), validation.judge(data, context)
+    return fastcheck.validate(SCHEMA, data, context), validation.model_or_errors(data, context)
 
 
 def test_the_compiled_schema_is_generated_from_the_model_as_it_is():

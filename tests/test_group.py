@@ -16,7 +16,7 @@ from hacfg.agent import checkpoints
 from hacfg.agent.classify import Failure, classify
 from hacfg.agent.group.discovery import DEFAULT_PORT, resolve_spec
 from hacfg.agent.group.signing import SECRET_ENV, SECRET_FILE_ENV, NoSecret, Rejected, Signer, forget, job_secret
-from hacfg.agent.rounds import Outcome, Plan, judge
+from hacfg.agent.rounds import Outcome, Plan, verdict_for
 from hacfg.plugin import manager as plugin_manager
 from hacfg.restart.policy import Budgets, Policy
 from hacfg.scenario.source import InputError
@@ -91,26 +91,26 @@ def test_the_first_failure_that_is_not_a_consequence_is_the_rounds_cause():
         Outcome(2, "environment", "SIGKILL", 137),
     ]
     policy = Policy(max_restarts=5, unconditional=True)
-    verdict = judge(PLAN, outcomes, policy, ended_by=1)
+    verdict = verdict_for(PLAN, outcomes, policy, ended_by=1)
     assert (verdict.cause, verdict.rank, verdict.action, verdict.budgets.counted, verdict.budgets.user_streak) == ("user", 1, "proc_restart", 2, 1)
     # the node that ended the round (its signed stop) is the cause, whatever its rank; a consequence never is
-    assert (judge(PLAN, outcomes, policy, ended_by=2).cause, judge(PLAN, outcomes, policy, ended_by=2).rank) == ("environment", 2)
-    assert judge(PLAN, outcomes, policy, ended_by=0).rank == 1
+    assert (verdict_for(PLAN, outcomes, policy, ended_by=2).cause, verdict_for(PLAN, outcomes, policy, ended_by=2).rank) == ("environment", 2)
+    assert verdict_for(PLAN, outcomes, policy, ended_by=0).rank == 1
 
 
 def test_only_consequences_seen_is_an_environment_fault():
-    verdict = judge(PLAN, [Outcome(0, "user", "stopped", 143, peer=True)], Policy(max_restarts=5))
+    verdict = verdict_for(PLAN, [Outcome(0, "user", "stopped", 143, peer=True)], Policy(max_restarts=5))
     assert (verdict.cause, verdict.action, verdict.budgets.counted) == ("environment", "proc_restart", 2)
 
 
 def test_a_round_succeeds_only_when_every_node_does():
-    assert judge(PLAN, [Outcome(0, "success", "", 0), Outcome(1, "success", "", 0)], Policy()).exit_code == 0
-    verdict = judge(PLAN, [Outcome(0, "success", "", 0), Outcome(1, "environment", "SIGKILL", 137)], Policy(max_restarts=2))
+    assert verdict_for(PLAN, [Outcome(0, "success", "", 0), Outcome(1, "success", "", 0)], Policy()).exit_code == 0
+    verdict = verdict_for(PLAN, [Outcome(0, "success", "", 0), Outcome(1, "environment", "SIGKILL", 137)], Policy(max_restarts=2))
     assert verdict.action == "proc_restart"
 
 
 def test_a_stopped_agent_stops_the_job_with_its_signal():
-    verdict = judge(PLAN, [Outcome(1, "stopped", "agent received SIGTERM", 143), Outcome(0, "environment", "x", 143, peer=True)], Policy(max_restarts=3), ended_by=1)
+    verdict = verdict_for(PLAN, [Outcome(1, "stopped", "agent received SIGTERM", 143), Outcome(0, "environment", "x", 143, peer=True)], Policy(max_restarts=3), ended_by=1)
     assert (verdict.action, verdict.exit_code, verdict.rank) == ("stop", 143, 1)
 
 

@@ -1,7 +1,7 @@
 """Stragglers: a rank that computes persistently slower than the group is named from when each rank
 reached the collectives (torch's flight recorder), scored against the others, and priced.
 
-The recorded samples under ``data/straggler/`` are what :func:`hacfg.agent.culprit.evidence.arrivals`
+The recorded samples under ``data/straggler/`` are what :func:`hacfg.agent.culprit.inquiry.arrivals`
 took, once a second, from two real gloo ranks of ``children/gloo_ranks.py`` (one per emulated node),
 rank 1 computing twice as long from step 6 (``slow-rank-1``), or neither (``unperturbed``).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pytest import approx
 
-from hacfg.agent.culprit import evidence
+from hacfg.agent.culprit import inquiry
 from hacfg.agent.culprit.straggler import PACE, THRESHOLD, WINDOW, Pace, Pacer
 from hacfg.agent.records.goodput import breakdown
 from hacfg.plan.model import straggler_price
@@ -287,11 +287,11 @@ def test_samples_meet_at_node_0_signed_and_a_forged_one_is_left_out(joined_pair)
 
 
 def test_the_flight_recorder_is_cut_to_what_the_hook_reads_unless_the_job_sized_it(tmp_path):
-    from hacfg.agent.culprit import evidence
+    from hacfg.agent.culprit import inquiry
 
-    assert evidence.armed({}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == str(evidence.RECORDED)
-    assert evidence.armed({"TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}, tmp_path).get("TORCH_FR_BUFFER_SIZE") is None
-    assert evidence.armed({"TORCH_FR_BUFFER_SIZE": "5000"}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == "5000"
+    assert inquiry.armed({}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == str(inquiry.RECORDED)
+    assert inquiry.armed({"TORCH_NCCL_TRACE_BUFFER_SIZE": "20000"}, tmp_path).get("TORCH_FR_BUFFER_SIZE") is None
+    assert inquiry.armed({"TORCH_FR_BUFFER_SIZE": "5000"}, tmp_path)["TORCH_FR_BUFFER_SIZE"] == "5000"
 
 
 def test_a_sample_asks_only_the_living_among_the_pipes_it_finds(tmp_path):
@@ -302,5 +302,5 @@ def test_a_sample_asks_only_the_living_among_the_pipes_it_finds(tmp_path):
     os.mkfifo(tmp_path / f"{exited.pid}.fifo")
     (tmp_path / "summary.json").write_text("{}")
     started = time.monotonic()
-    assert evidence.arrivals(tmp_path, deadline=30) == {}
+    assert inquiry.arrivals(tmp_path, deadline=30) == {}
     assert time.monotonic() - started < 10, "waited for an exited rank's answer"

@@ -1,12 +1,12 @@
 """How an attempt ended: environment fault, user error or hang.
 
 Classifier plugins are asked first, one at a time (the first answer wins), so a site can name its
-own errors; then the platform's own rules, which need no plugin: :func:`hacfg.agent.evidence.judge`.
+own errors; then the platform's own rules, which need no plugin: :func:`hacfg.agent.failure_log.weigh`.
 """
 
 from __future__ import annotations
 
-from hacfg.agent.evidence import judge
+from hacfg.agent.failure_log import weigh
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import Classification, Failure
 
@@ -20,4 +20,4 @@ def classify(failure: Failure) -> Classification:
         if isinstance(answer, Classification):
             return answer._replace(classifier=answer.classifier or plugin)
         manager.fail(plugin, "hacfg_classify_failure", f"returned {type(answer).__name__}, expected a Classification")
-    return judge(failure)._replace(classifier=RULES)
+    return weigh(failure)._replace(classifier=RULES)

@@ -2,7 +2,7 @@
 
 Under ``hacfg agent`` the exit status of an attempt is known; a log downloaded from a job that
 ran without it (a ModelArts job log, torchrun's output, a plain traceback) has to say it in
-words. :func:`exit_status` reads what launchers print (:func:`hacfg.agent.evidence.ending`:
+words. :func:`exit_status` reads what launchers print (:func:`hacfg.agent.failure_log.ending`:
 torchrun's failure report, DeepSpeed's launcher, a shell's ``Killed``, ModelArts' ``Training end
 with return code``). Failing that, a Python traceback means exit 1 (an uncaught exception), and
 with nothing at all exit 1 is assumed, and said to be.
@@ -24,7 +24,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal
 
-from hacfg.agent import evidence
+from hacfg.agent import failure_log
 from hacfg.agent.classify import classify
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import TAIL_LINES, Classification, Failure
@@ -144,15 +144,15 @@ def _line(number: int, head: bytes, length: int) -> Line:
 
 
 def exit_status(lines: Iterable[Line]) -> ExitStatus:
-    """The exit status the log states (:func:`hacfg.agent.evidence.ending`), else a traceback's exit 1.
+    """The exit status the log states (:func:`hacfg.agent.failure_log.ending`), else a traceback's exit 1.
     Under the agent, the agent's line for the last attempt says it, whatever the command printed."""
     lines = list(lines)
     if (told := _agent_status(lines)) is not None:
         return told
-    report = evidence.ending([line.text for line in lines])
+    report = failure_log.ending([line.text for line in lines])
     if report is not None:
         return ExitStatus(report.exit_code, report.signal, "read", lines[report.index])
-    traceback = next((line for line in reversed(lines) if evidence.TRACEBACK.match(line.text)), None)
+    traceback = next((line for line in reversed(lines) if failure_log.TRACEBACK.match(line.text)), None)
     if traceback is not None:
         return ExitStatus(1, None, "inferred", traceback)
     return ExitStatus(1, None, "assumed")
@@ -326,7 +326,7 @@ def to_json(diagnoses: list[Diagnosis], policy_name: str) -> list[dict[str, Any]
 def render_evidence(folder: Path) -> str:
     """What the agents gathered of each hang under ``folder``, and the culprit it names."""
     from hacfg.agent.culprit.analysis import attribute, describe_culprit
-    from hacfg.agent.culprit.evidence import read_summaries
+    from hacfg.agent.culprit.inquiry import read_summaries
 
     hangs = read_summaries(folder)
     if not hangs:

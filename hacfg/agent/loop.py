@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hacfg import heartbeat, memory
 from hacfg.agent import checkpoints
 from hacfg.agent.classify import classify
-from hacfg.agent.culprit import evidence, straggler
+from hacfg.agent.culprit import inquiry, straggler
 from hacfg.agent.culprit.analysis import NodeEvidence, describe_culprit
 from hacfg.agent.group import rendezvous
 from hacfg.agent.group.protocol import GroupLost, GroupRejected
@@ -213,15 +213,15 @@ class Agent:
             self.echo(f"[hacfg] {doubt}")
             self.events.write(Event.CHECKPOINT_DOUBT, round=plan.round, resume_from=plan.resume_from, detail=doubt)
         detect = self.policy.hang_detect
-        folder = evidence.folder_for(self.store.directory, budgets.attempt) if detect else None
+        folder = inquiry.folder_for(self.store.directory, budgets.attempt) if detect else None
         if folder is not None:
-            env = evidence.armed(env, folder)
+            env = inquiry.armed(env, folder)
 
         over = threading.Event()  # the attempt ended
         pacing = (
             straggler.Watch(
                 self.rank,
-                sample=lambda: evidence.arrivals(folder),
+                sample=lambda: inquiry.arrivals(folder),
                 share=self.rounds.pace,
                 found=lambda pace: self._straggler(plan, started, pace, supervisor, over),
             )
@@ -371,7 +371,7 @@ class Agent:
         step = reported_step(self.heartbeat, since)
         if folder is None or self.session is None:
             return NodeEvidence(self.rank, (), step)
-        return evidence.collect(self.session, folder, self.rank, step, py_spy=self.options.py_spy)
+        return inquiry.collect(self.session, folder, self.rank, step, py_spy=self.options.py_spy)
 
     def _straggler(
         self, plan: Plan, started: float, pace: straggler.Pace, supervisor: Supervisor, over: threading.Event

@@ -3,7 +3,7 @@
 A round is planned (attempt number, counters, the checkpoint to resume from), run, and judged.
 On one node the agent plans and judges by itself (:class:`SingleNodeRounds`); in a group of nodes
 the leader does it for everyone (:class:`~hacfg.agent.group.protocol.GroupRounds`). Both use the same two functions,
-:func:`plan_round` and :func:`judge`, so one node and many follow one set of rules.
+:func:`plan_round` and :func:`verdict_for`, so one node and many follow one set of rules.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     )
 
 
-def judge(plan: Plan, outcomes: list[Outcome], policy: Policy, *, ended_by: int | None = None) -> Verdict:
+def verdict_for(plan: Plan, outcomes: list[Outcome], policy: Policy, *, ended_by: int | None = None) -> Verdict:
     """The round's verdict from every node's outcome: the failure that is not a consequence of
     another is the cause, the one of node ``ended_by`` (whose report ended the round) before the
     others'; the restart rules apply to it once."""
@@ -280,7 +280,7 @@ class SingleNodeRounds:
         found = checkpoints.newest_complete(self.policy.checkpoint_path)
         plan = Plan(round=state.round, budgets=state.budgets, resume_position=found.position if found else None)
         reason = "the previous agent stopped during an attempt"
-        return self._local(judge(plan, [Outcome(0, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy))
+        return self._local(verdict_for(plan, [Outcome(0, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy))
 
     def begin(self, state: NodeState, precheck_failure: str | None = None) -> Plan | Verdict:
         if precheck_failure:
@@ -301,7 +301,7 @@ class SingleNodeRounds:
 
     def end(self, outcome: Outcome) -> Verdict:
         assert self.plan is not None
-        verdict = judge(self.plan, [outcome], self.policy)
+        verdict = verdict_for(self.plan, [outcome], self.policy)
         return self._local(with_culprit(verdict, [self.evidence] if self.evidence else [], 1))
 
     def _local(self, verdict: Verdict) -> Verdict:

@@ -136,7 +136,7 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
     if config is None:
         from hacfg.scenario import validation  # pydantic: only for files that are not plainly valid
 
-        judged = validation.judge(data, context)
+        judged = validation.model_or_errors(data, context)
         if not isinstance(judged, HAConfig):
             raise ConfigInvalid(_errors(judged, document, SCHEMA))
         config = judged

@@ -45,7 +45,7 @@ ADAPTER = _adapter()
 COMPILED = Path(__file__).with_name("_pruned_core_schema.py")
 
 
-def judge(data: dict[str, Any], context: dict[str, Any]) -> HAConfig | list[ErrorDetails]:
+def model_or_errors(data: dict[str, Any], context: dict[str, Any]) -> HAConfig | list[ErrorDetails]:
     """The validated config, or pydantic's errors."""
     try:
         return ADAPTER.validate_python(data, context=context)

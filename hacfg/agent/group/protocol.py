@@ -49,13 +49,13 @@ from typing import Any, TypeVar
 
 from hacfg.agent.checkpoints import within
 from hacfg.agent.culprit.analysis import NodeEvidence
-from hacfg.agent.culprit.evidence import DEADLINE
+from hacfg.agent.culprit.inquiry import DEADLINE
 from hacfg.agent.culprit.straggler import Arrivals
 from hacfg.agent.group import rendezvous, signing
 from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.group.transport import first_line, fresh_store, network_errors, open_store
 from hacfg.agent.records.state import NodeState
-from hacfg.agent.rounds import Outcome, Plan, Verdict, judge, plan_round, precheck_verdict, with_culprit
+from hacfg.agent.rounds import Outcome, Plan, Verdict, plan_round, precheck_verdict, verdict_for, with_culprit
 from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
 from hacfg.restart.vocabulary import Action, Ending
 
@@ -227,7 +227,7 @@ class GroupRounds:
             rank = interrupted[0]
             plan = Plan(round=newest.round, budgets=newest.budgets, resume_position=self._newest_position())
             reason = f"the agent of node {rank} stopped during round {newest.round} (the group's store restarted)"
-            verdict = judge(plan, [Outcome(rank, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy)
+            verdict = verdict_for(plan, [Outcome(rank, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy)
             self._put(f"r{newest.round}/decision", newest.round, verdict.to_json())
         self._put("ready", 0, 1)
 
@@ -509,7 +509,7 @@ class GroupRounds:
             self._stop_round(self.store, number, self.spec.rank, outcome.reason)
         self._put(f"{prefix}/out/{self.spec.rank}", number, outcome.to_json())
         if self.spec.leader:
-            verdict = judge(self.plan, self._outcomes(number), self.policy, ended_by=self._ended_by(number))
+            verdict = verdict_for(self.plan, self._outcomes(number), self.policy, ended_by=self._ended_by(number))
             if verdict.cause == Ending.HANG:
                 reports, refused = self._evidence(number)
                 verdict = with_culprit(verdict, reports, self.spec.nnodes, refused)

@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import IO, Protocol
 
 from hacfg import heartbeat
-from hacfg.agent.evidence import launcher_line
+from hacfg.agent.failure_log import launcher_line
 from hacfg.agent.process.accelerator import UtilizationProbe
 from hacfg.agent.process.relay import prepare, relay
 from hacfg.plugin.recovery import TAIL_LINES

@@ -406,7 +406,7 @@ def launcher_line(text: str) -> bool:
 # --- the verdict ---------------------------------------------------------------------------------
 
 
-def judge(failure: Failure) -> Classification:
+def weigh(failure: Failure) -> Classification:
     """The platform's rules applied to the evidence, most telling first; see the module's docstring."""
     if failure.hung:
         return Classification(Cause.HANG, "no output and no heartbeat for the hang timeout")
