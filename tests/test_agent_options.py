@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import typer
 
 from hacfg.agent.options import RunOptions
+from hacfg.agent.settings import SETTINGS, run_options
+from hacfg.cli.app import app
 from hacfg.restart.policy import Policy
 from hacfg.scenario.source import InputError
 
@@ -31,3 +34,26 @@ def test_settings_that_agree_make_options_handed_down_whole():
     assert (options.policy.first_hang_timeout, options.preload, options.warm) == (60.0, ("torch",), True)
     with pytest.raises(InputError, match="no command"):
         RunOptions((), policy)
+
+
+RAW = {"count": "3", "seconds": "7", "duration": "90s", "durations": "eval=25m", "path": "/tmp/somewhere", "text": "json"}
+TEXTS = {"--rdzv-endpoint": "node-0:29400", "--metrics-port": "9464"}
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda setting: setting.field)
+def test_every_setting_goes_from_its_flag_to_the_field_of_its_name(setting):
+    """The command line's own parser makes the flag's value, and the run's options put it on the
+    field the flag names: nothing between them renames a setting."""
+    senses = setting.flag.split("/")
+    flag = senses[-1] if setting.default is True else senses[0]  # the sense that changes something
+    argv = [flag] if setting.kind == "switch" else [flag, TEXTS.get(flag, RAW[setting.kind])]
+    command = typer.main.get_command(app).commands["agent"]
+    parsed = command.make_context("agent", [*argv, "--", "true"]).params
+    given = {name: value for name, value in parsed.items() if name not in ("command", "config")}
+    assert [name for name, value in given.items() if value not in (None, [], ())] == [setting.field]
+
+    def field(options):
+        return getattr(options.policy if hasattr(options.policy, setting.field) else options, setting.field)
+
+    assert field(run_options(["true"], None, given)) == setting.value(given[setting.field])
+    assert field(run_options(["true"], None, given)) != field(run_options(["true"], None, {}))

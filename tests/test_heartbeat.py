@@ -103,13 +103,13 @@ def test_a_malformed_phase_timeout_is_one_line_and_exit_2(cli):
 
 
 def test_the_scenarios_phases_and_the_command_lines_make_the_agents_phase_timeouts(tmp_path):
-    from hacfg.restart.policy import load_policy
+    from hacfg.agent.settings import run_options
 
     config = tmp_path / "ha.yaml"
     config.write_text("version: 1\nscenario: single-node\nhang:\n  timeout: 5m\n  phases: {checkpoint: 30m, eval: 20m}\n")
-    policy = load_policy(config, {}, phase_timeouts=["data=90s", "eval=25m"])
-    assert (policy.hang_timeout, policy.phase_timeouts) == (300, (("checkpoint", 1800), ("eval", 1200), ("data", 90), ("eval", 1500)))
-    assert dict(policy.phase_timeouts)["eval"] == 1500  # the command line's, given last, wins
+    policy = run_options(["true"], config, {"phase_timeout": ["data=90s", "eval=25m"]}).policy
+    assert (policy.hang_timeout, policy.phase_timeout) == (300, (("checkpoint", 1800), ("eval", 1200), ("data", 90), ("eval", 1500)))
+    assert dict(policy.phase_timeout)["eval"] == 1500  # the command line's, given last, wins
 
 
 def test_a_phase_name_the_heartbeat_could_not_write_is_a_finding(cli, tmp_path):

@@ -120,14 +120,15 @@ def test_a_floor_above_the_hang_timeout_it_stays_under_is_one_line_and_exit_2(cl
 
 
 def test_the_scenario_turns_learning_on_and_the_command_line_overrides_it(tmp_path):
-    from hacfg.restart.policy import load_policy
+    from hacfg.agent.settings import run_options
 
     config = tmp_path / "ha.yaml"
     config.write_text("version: 1\nscenario: single-node\nhang:\n  timeout: 30m\n  learn: true\n  learn_floor: 2m\n")
-    policy = load_policy(config, {})
-    assert (policy.learn, policy.learn_floor, policy.learn_beyond_timeout) == (True, 120, False)
-    overridden = load_policy(config, {}, learn=False, learn_floor="90s", learn_beyond_timeout=True)
-    assert (overridden.learn, overridden.learn_floor, overridden.learn_beyond_timeout) == (False, 90, True)
+    policy = run_options(["true"], config, {}).policy
+    assert (policy.learn_hang_timeouts, policy.learn_floor, policy.learn_beyond_hang_timeout) == (True, 120, False)
+    given = {"learn_hang_timeouts": False, "learn_floor": "90s", "learn_beyond_hang_timeout": True}
+    overridden = run_options(["true"], config, given).policy
+    assert (overridden.learn_hang_timeouts, overridden.learn_floor, overridden.learn_beyond_hang_timeout) == (False, 90, True)
 
 
 LEARNING = ("--hang-timeout", "20s", "--learn-hang-timeouts", "--learn-floor", "1s", "--grace", "1")

@@ -170,7 +170,7 @@ def test_a_busy_port_is_a_warning_and_an_event_and_the_training_runs(tmp_path):
 
 
 def test_a_bare_port_is_this_machine_only():
-    from hacfg.agent.records.metrics import parse_listen
+    from hacfg.agent.settings import parse_listen
 
     assert parse_listen("9464") == ("127.0.0.1", 9464)
     assert parse_listen("0.0.0.0:9464") == ("0.0.0.0", 9464)

@@ -91,9 +91,9 @@ def simulate(rng: random.Random, work: float, interval: float, costs: Costs, pol
 def test_expected_wall_time_failures_and_budget_match_a_simulation_of_the_agent(on_hang: bool) -> None:
     costs = Costs(mtbf=2 * HOUR, save_time=4 * MINUTE, restart_time=6 * MINUTE, hang_share=0.35, hang_timeout=20 * MINUTE)
     work, interval = 1.5 * DAY, 40 * MINUTE
-    policy = Policy(max_restarts=14, on_hang=on_hang, pod_reschedules=2)
+    policy = Policy(max_restarts=14, hang_retry=on_hang, pod_reschedules=2)
     rng = random.Random(20260)
-    runs = [simulate(rng, work, interval, costs, Policy(max_restarts=10**6, on_hang=on_hang)) for _ in range(3000)]
+    runs = [simulate(rng, work, interval, costs, Policy(max_restarts=10**6, hang_retry=on_hang)) for _ in range(3000)]
     walls, counts = [w for w, _, _ in runs], [n for _, n, _ in runs]
     assert statistics.fmean(walls) == pytest.approx(costs.wall_time(work, interval), rel=0.01)
     assert statistics.fmean(counts) == pytest.approx(costs.failures(work, interval), rel=0.03)

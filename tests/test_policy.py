@@ -39,7 +39,7 @@ def test_a_fault_no_restart_here_can_fix_moves_at_once_unless_restarts_are_off()
 
 
 def test_a_full_disk_is_given_up_with_what_to_free_whatever_the_budgets():
-    policy = Policy(max_restarts=10, unconditional=True, on_hang=True)
+    policy = Policy(max_restarts=10, unconditional=True, hang_retry=True)
     decision = decide("disk_full", Budgets(), policy, progressed=True, command_code=1)
     assert (decision.action, decision.exit_code) == ("give_up", 1) and "free space on it" in decision.reason
 
@@ -56,7 +56,7 @@ def test_unconditional_restarts_are_bounded_by_the_budget_too():
 
 
 def test_hangs_do_not_count_and_stop_after_three_in_a_row():
-    actions, budgets = run(["hang"] * 5, Policy(max_restarts=1, on_hang=True))
+    actions, budgets = run(["hang"] * 5, Policy(max_restarts=1, hang_retry=True))
     assert actions == ["proc_restart"] * 3 + ["job_reschedule"]
     assert (budgets.counted, budgets.hang_streak, budgets.restarts) == (0, 3, 3)
 
@@ -67,7 +67,7 @@ def test_progress_resets_the_streaks():
 
 
 def test_mixed_faults_share_the_counted_budget():
-    actions, budgets = run(["environment", "user", "hang", "environment", "user"], Policy(max_restarts=3, unconditional=True, on_hang=True))
+    actions, budgets = run(["environment", "user", "hang", "environment", "user"], Policy(max_restarts=3, unconditional=True, hang_retry=True))
     assert actions == ["proc_restart", "proc_restart", "proc_restart", "proc_restart", "give_up"]
     assert budgets.counted == 3 and budgets.restarts == 4
 

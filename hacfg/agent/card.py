@@ -103,7 +103,7 @@ def _attempt(
         env,
         hang_timeout=policy.hang_timeout if detect else None,
         first_hang_timeout=policy.first_hang_timeout if detect else None,
-        phase_timeouts=dict(policy.phase_timeouts),
+        phase_timeouts=dict(policy.phase_timeout),
         heartbeat=heartbeat,
         grace=policy.grace,
         on_hang=hung,

@@ -242,7 +242,7 @@ def _decisions(verdict: Classification, policy: Policy, command_code: int) -> tu
 def policy_label(policy: Policy, source: str | None) -> str:
     """``ha.yaml: restart.max 3, unconditional, on_hang``: where the rules came from and what they allow."""
     allowed = [f"restart.max {policy.max_restarts}"]
-    allowed += [name for name, on in (("unconditional", policy.unconditional), ("on_hang", policy.on_hang)) if on]
+    allowed += [name for name, on in (("unconditional", policy.unconditional), ("on_hang", policy.hang_retry)) if on]
     if policy.pod_reschedules:
         allowed.append(f"pod_reschedules {policy.pod_reschedules}")
     return f"{source or 'no --config'}: {', '.join(allowed)}"

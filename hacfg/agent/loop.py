@@ -108,7 +108,7 @@ class Agent:
         self._telling = threading.local()
         self.session: int | None = None  # the running attempt's session (its leader's pid)
         # what the phases took so far, kept in the job's state (taken over in _run)
-        self.learned = Learned(policy.learn_floor, policy.learn_beyond_timeout)
+        self.learned = Learned(policy.learn_floor, policy.learn_beyond_hang_timeout)
         self.began = time.time()  # when the job began: this agent's start, or its first agent's (taken over in _run)
         self.moving: tuple[int, str] | None = None  # the straggler's node, and why the attempt is stopped to move
         self.saves = None
@@ -258,8 +258,8 @@ class Agent:
             env,
             hang_timeout=self.policy.hang_timeout if detect else None,
             first_hang_timeout=self.policy.first_hang_timeout if detect else None,
-            phase_timeouts=dict(self.policy.phase_timeouts),
-            learned=self.learned if detect and self.policy.learn else None,
+            phase_timeouts=dict(self.policy.phase_timeout),
+            learned=self.learned if detect and self.policy.learn_hang_timeouts else None,
             heartbeat=self.heartbeat,
             grace=self.policy.grace,
             on_hang=lambda tail, idle, limit, phase, steps: self._hang(
@@ -653,7 +653,7 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
         return CANNOT_START
 
     log = options.events or directory / "events.jsonl"
-    textfile, listen = options.metrics_file, options.metrics_listen
+    textfile, listen = options.metrics_file, options.metrics_port
     metrics, unserved = _metrics(log, textfile, listen, echo) if textfile or listen else (None, None)
     rounds: Rounds = SingleNodeRounds(policy)
     secret = None  # this node's own, in its state folder

@@ -33,7 +33,7 @@ class RunOptions:
     config_nodes: int | None = None  # job.nodes of the scenario file; None without one
     # Prometheus exposition.
     metrics_file: Path | None = None
-    metrics_listen: tuple[str, int] | None = None
+    metrics_port: tuple[str, int] | None = None  # (host, port)
     metrics_linger: float = 30.0
     # Restarts forked from a warm interpreter (Python commands), which imports ``preload``
     # (default: the script's installed top-level imports).
@@ -54,10 +54,10 @@ class RunOptions:
                 f" hang timeout ({_duration(policy.hang_timeout)}): it covers start-up and the first step,"
                 " so it is at least as long"
             )
-        learning = policy.hang_detect and policy.learn
+        learning = policy.hang_detect and policy.learn_hang_timeouts
         if learning and policy.learn_floor <= 0:
             raise InputError("the floor of learned timeouts must be longer than 0s: one would fire at once")
-        if learning and not policy.learn_beyond_timeout and policy.learn_floor > policy.hang_timeout:
+        if learning and not policy.learn_beyond_hang_timeout and policy.learn_floor > policy.hang_timeout:
             raise InputError(
                 f"the floor of learned timeouts ({_duration(policy.learn_floor)}) is longer than the hang timeout"
                 f" ({_duration(policy.hang_timeout)}) they stay under: nothing could be learned; lower the floor"

@@ -125,7 +125,7 @@ class Verdict:
 def attempt_env(plan: Plan, heartbeat: Path, policy: Policy) -> dict[str, str]:
     """What each worker of a round is told: its attempt and restarts, where to resume, where to beat and
     how often at most (four times in the shortest hang timeout, at most once a second)."""
-    shortest = min(policy.hang_timeout, policy.learn_floor if policy.learn else float("inf"))
+    shortest = min(policy.hang_timeout, policy.learn_floor if policy.learn_hang_timeouts else float("inf"))
     return {
         "HACFG_ATTEMPT": str(plan.budgets.attempt),
         "HACFG_RESTART_COUNT": str(plan.budgets.restarts),

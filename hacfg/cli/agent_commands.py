@@ -9,116 +9,29 @@ arguments, returns an exit code and imports what it needs when it runs.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hacfg.cli.commands import EXIT_FINDINGS, EXIT_OK, picture, say, seconds, write
+from hacfg.cli.commands import EXIT_FINDINGS, EXIT_OK, picture, say, write
 
 if TYPE_CHECKING:
     from hacfg.restart.policy import Policy
 
 
-def _agent_policy(config: Path | None, **overrides: Any) -> Policy:
-    from hacfg.plugin import provided
-    from hacfg.restart.policy import load_policy
+def _agent_policy(config: Path | None) -> Policy:
+    from hacfg.agent.settings import scenario_policy
 
-    return load_policy(config, provided.presets() if config else {}, **overrides)
+    return scenario_policy(config)
 
 
-def run_agent(
-    command: list[str],
-    config: Path | None = None,
-    *,
-    state_dir: Path | None = None,
-    events: Path | None = None,
-    max_restarts: int | None = None,
-    unconditional: bool | None = None,
-    hang_retry: bool | None = None,
-    hang_timeout: str | None = None,
-    initial_hang_timeout: str | None = None,
-    phase_timeouts: Sequence[str] | None = None,
-    learn: bool | None = None,
-    learn_floor: str | None = None,
-    learn_beyond_timeout: bool | None = None,
-    checkpoint_path: str | None = None,
-    no_precheck: bool = False,
-    grace: float | None = None,
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    rdzv_endpoint: str | None = None,
-    rdzv_timeout: float = 900,
-    standalone: bool = False,
-    metrics_file: Path | None = None,
-    metrics_listen: tuple[str, int] | None = None,
-    metrics_linger: str = "30s",
-    warm: bool = True,
-    preload: str | None = None,
-    py_spy: bool = False,
-) -> int:
-    """``hacfg agent``: supervise ``command`` with the scenario file's policy and the overrides given."""
+def run_agent(command: list[str], config: Path | None, given: Mapping[str, Any]) -> int:
+    """``hacfg agent``: supervise ``command`` with the scenario file's policy and the flags ``given``
+    (each setting's field, None where its flag is absent: see :mod:`hacfg.agent.settings`)."""
     from hacfg.agent.loop import run_agent as supervise
-    from hacfg.agent.options import RunOptions
+    from hacfg.agent.settings import run_options
 
-    policy = _agent_policy(
-        config,
-        max_restarts=max_restarts,
-        unconditional=unconditional,
-        on_hang=hang_retry,
-        hang_timeout=hang_timeout,
-        initial_hang_timeout=initial_hang_timeout,
-        phase_timeouts=phase_timeouts or None,
-        learn=learn,
-        learn_floor=learn_floor,
-        learn_beyond_timeout=learn_beyond_timeout,
-        checkpoint_path=checkpoint_path,
-        precheck=False if no_precheck else None,
-        grace=grace,
-    )
-    options = RunOptions(
-        tuple(command),
-        policy,
-        state_dir=state_dir,
-        events=events,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_timeout=rdzv_timeout,
-        standalone=standalone,
-        config_nodes=policy.nodes if config else None,
-        metrics_file=metrics_file,
-        metrics_listen=metrics_listen,
-        metrics_linger=seconds(metrics_linger, "--metrics-linger"),
-        warm=warm,
-        preload=_module_names(preload) if preload is not None else None,
-        py_spy=_py_spy() if py_spy else None,
-    )
-    return supervise(options)
-
-
-def _py_spy() -> str:
-    """``--py-spy``: the executable, on PATH or beside this Python's (a virtualenv's bin)."""
-    import shutil
-    import sys
-
-    from hacfg.scenario.source import InputError
-
-    where = [os.environ.get("PATH", os.defpath), os.path.dirname(sys.executable)]
-    found = shutil.which("py-spy", path=os.pathsep.join(where))
-    if found is None:
-        raise InputError("--py-spy: no py-spy on PATH or beside this Python (pip install py-spy)")
-    return found
-
-
-def _module_names(text: str) -> tuple[str, ...]:
-    """``--preload torch,numpy``: the modules a warm interpreter imports, instead of the script's own."""
-    from hacfg.scenario.source import InputError
-
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    for name in names:
-        if not all(part.isidentifier() for part in name.split(".")):
-            raise InputError(f"--preload: {name!r} is not a module name")
-    return names
+    return supervise(run_options(command, config, given))
 
 
 def run_precheck(config: Path | None = None) -> int:

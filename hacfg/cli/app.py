@@ -285,139 +285,49 @@ def server_command() -> None:
     raise typer.Exit(commands.run_server())
 
 
+def _with_settings(body: _F) -> _F:
+    """``body``'s options followed by one per agent setting, made from :data:`hacfg.agent.settings.SETTINGS`
+    (typer reads a command's options from its signature); the settings reach ``body`` as ``given``."""
+    import inspect
+
+    from hacfg.agent import settings
+
+    own = [p for p in inspect.signature(body).parameters.values() if p.name != "given"]
+    made = [
+        inspect.Parameter(
+            setting.field,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(
+                None, *setting.flag.split(" "), min=setting.minimum, metavar=setting.metavar, help=setting.help
+            ),
+            annotation=settings.annotation(setting),
+        )
+        for setting in settings.SETTINGS
+    ]
+
+    @functools.wraps(body)
+    def command(**values: Any) -> Any:
+        return body(**{p.name: values.pop(p.name) for p in own}, given=values)
+
+    command.__signature__ = inspect.Signature([*own, *made])  # type: ignore[attr-defined]
+    return command  # type: ignore[return-value]
+
+
 @app.command("agent", context_settings={"allow_interspersed_args": False})
+@_with_settings
 def agent_command(
     command: list[str] = typer.Argument(..., help="The command to supervise, after --: hacfg agent -- python train.py"),
     config: Optional[Path] = typer.Option(
         None, "--config", "-c", readable=False, help="The scenario file (restart budgets, hang timeout, checkpoints)."
     ),
-    state_dir: Optional[Path] = typer.Option(
-        None, "--state-dir", help="Where counters live (default: CHECKPOINT/.hacfg/node-RANK, else ./.hacfg/node-RANK)."
-    ),
-    events: Optional[Path] = typer.Option(
-        None, "--events", help="The JSON-lines event log (default: STATE_DIR/events.jsonl)."
-    ),
-    max_restarts: Optional[int] = typer.Option(
-        None, "--max-restarts", min=0, metavar="N", help="Overrides restart.max."
-    ),
-    unconditional: Optional[bool] = typer.Option(
-        None, "--unconditional/--no-unconditional", help="Overrides restart.unconditional."
-    ),
-    hang_retry: Optional[bool] = typer.Option(None, "--hang-retry/--no-hang-retry", help="Overrides restart.on_hang."),
-    hang_timeout: Optional[str] = typer.Option(
-        None, "--hang-timeout", metavar="DURATION", help="Overrides hang.timeout (and turns detection on), e.g. 30m."
-    ),
-    initial_hang_timeout: Optional[str] = typer.Option(
-        None, "--initial-hang-timeout", metavar="DURATION", help="Until the training first speaks (default 2x)."
-    ),
-    phase_timeout: Optional[list[str]] = typer.Option(
-        None, "--phase-timeout", metavar="NAME=DURATION",
-        help="The hang timeout while the command is in a hacfg.heartbeat phase, e.g. checkpoint=30m (repeatable).",
-    ),
-    learn_hang_timeouts: Optional[bool] = typer.Option(
-        None, "--learn-hang-timeouts/--no-learn-hang-timeouts",
-        help="Learn each phase's timeout, 5x the p99 of its durations (overrides hang.learn).",
-    ),
-    learn_floor: Optional[str] = typer.Option(
-        None, "--learn-floor", metavar="DURATION", help="No learned timeout is shorter (default 60s)."
-    ),
-    learn_beyond_hang_timeout: Optional[bool] = typer.Option(
-        None, "--learn-beyond-hang-timeout", help="A learned timeout may be longer than the hang timeout."
-    ),
-    checkpoint_path: Optional[str] = typer.Option(
-        None, "--checkpoint-path", metavar="PATH", help="Overrides checkpoint.path."
-    ),
-    no_precheck: bool = typer.Option(False, "--no-precheck", help="Skip the environment pre-checks."),
-    grace: Optional[float] = typer.Option(
-        None, "--grace", min=0, metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL (default 30)."
-    ),
-    nnodes: Optional[int] = typer.Option(
-        None,
-        "--nnodes",
-        min=1,
-        metavar="N",
-        help="Nodes in the job (default: job.nodes, VC_WORKER_NUM or MA_NUM_HOSTS).",
-    ),
-    node_rank: Optional[int] = typer.Option(
-        None, "--node-rank", min=0, metavar="RANK", help="This node's rank (default: NODE_RANK or VC_TASK_INDEX)."
-    ),
-    rdzv_endpoint: Optional[str] = typer.Option(
-        None,
-        "--rdzv-endpoint",
-        metavar="HOST:PORT",
-        help="Node 0's agent store (default: MASTER_ADDR or the first VC_WORKER_HOSTS, port 29400).",
-    ),
-    rdzv_timeout: float = typer.Option(
-        900, "--rdzv-timeout", min=1, metavar="SECONDS", help="Seconds to wait for every node to join."
-    ),
-    standalone: bool = typer.Option(False, "--standalone", help="One node on its own, whatever the job's size."),
-    metrics_file: Optional[Path] = typer.Option(
-        None, "--metrics-file", help="Rewrite Prometheus metrics here after every event (node_exporter textfile)."
-    ),
-    metrics_port: Optional[str] = typer.Option(
-        None,
-        "--metrics-port",
-        metavar="[HOST:]PORT",
-        help="Serve Prometheus metrics on /metrics (127.0.0.1 unless HOST:PORT).",
-    ),
-    metrics_linger: str = typer.Option(
-        "30s",
-        "--metrics-linger",
-        metavar="DURATION",
-        help="After the agent ends, serve the final metrics until a scrape reads them, or this long.",
-    ),
-    warm: bool = typer.Option(
-        True, "--warm/--no-warm", help="Fork Python restarts from an interpreter that imported the script's packages."
-    ),
-    preload: Optional[str] = typer.Option(
-        None, "--preload", metavar="MOD,...", help="What the warm interpreter imports (default: the script's imports)."
-    ),
-    py_spy: bool = typer.Option(
-        False, "--py-spy", help="At a hang, py-spy dumps the stacks of ranks that cannot write their own."
-    ),
+    *,
+    given: dict[str, Any],
 ) -> None:
     """Run a training command under supervision: pre-checks, restarts, hang detection, resume, events.
 
     With several nodes, the agents form one group through torch's c10d store (hosted by node 0's
     agent): a failure anywhere restarts every node from the same checkpoint, with one budget."""
-    listen = None
-    if metrics_port is not None:
-        from hacfg.agent.records.metrics import parse_listen
-
-        try:
-            listen = parse_listen(metrics_port)
-        except ValueError as err:
-            raise typer.BadParameter(str(err), param_hint="--metrics-port") from None
-    code = agent_commands.run_agent(
-        command,
-        config,
-        state_dir=state_dir,
-        events=events,
-        max_restarts=max_restarts,
-        unconditional=unconditional,
-        hang_retry=hang_retry,
-        hang_timeout=hang_timeout,
-        initial_hang_timeout=initial_hang_timeout,
-        phase_timeouts=phase_timeout,
-        learn=learn_hang_timeouts,
-        learn_floor=learn_floor,
-        learn_beyond_timeout=learn_beyond_hang_timeout,
-        checkpoint_path=checkpoint_path,
-        no_precheck=no_precheck,
-        grace=grace,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_timeout=rdzv_timeout,
-        standalone=standalone,
-        metrics_file=metrics_file,
-        metrics_listen=listen,
-        metrics_linger=metrics_linger,
-        warm=warm,
-        preload=preload,
-        py_spy=py_spy,
-    )
-    raise typer.Exit(code)
+    raise typer.Exit(agent_commands.run_agent(command, config, given))
 
 
 @app.command("precheck")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from hacfg.agent.settings import seconds
 from hacfg.scenario.names import Platform, Scenario, Severity
 
 if TYPE_CHECKING:
@@ -29,17 +30,6 @@ EXIT_INTERRUPTED = 130
 EXIT_PIPE_CLOSED = 1  # what typer answers a reader that went away (| head), quietly
 
 Format = Literal["text", "json", "sarif", "github"]
-
-
-def seconds(text: str, option: str) -> float:
-    """A duration flag (``30s``, ``2h``) in seconds; a bad one is a usage error naming the flag."""
-    from hacfg.scenario.model import parse_duration
-    from hacfg.scenario.source import InputError
-
-    try:
-        return float(parse_duration(text).total_seconds())
-    except ValueError as err:
-        raise InputError(f"{option}: {err}") from None
 
 
 def short_seconds(text: str, option: str) -> float:

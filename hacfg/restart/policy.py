@@ -12,20 +12,15 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hacfg.restart.vocabulary import Action, Cause
 from hacfg.scenario import modelarts as ma
-from hacfg.scenario.config import load_config
-from hacfg.scenario.model import parse_duration
-from hacfg.scenario.source import InputError
 
 if TYPE_CHECKING:
-    from hacfg.scenario.config import Presets
     from hacfg.scenario.model import HAConfig
 
 RETRY_ELSEWHERE = 138  # Kubeflow's user-defined retryable code; the volcano target restarts the pod or job
@@ -40,15 +35,15 @@ class Policy:
 
     max_restarts: int = 0
     unconditional: bool = False
-    on_hang: bool = False
+    hang_retry: bool = False  # restart.on_hang
     pod_reschedules: int = 0
     hang_detect: bool = False
     hang_timeout: float = timedelta(minutes=ma.DEFAULT_HANG_MINUTES).total_seconds()
     initial_hang_timeout: float | None = None  # until the training's first line or heartbeat; default 2x
-    phase_timeouts: tuple[tuple[str, float], ...] = ()  # (phase, seconds): hacfg.heartbeat phases but training
-    learn: bool = False  # learn each phase's timeout (hacfg.restart.learning); a declared one wins
+    phase_timeout: tuple[tuple[str, float], ...] = ()  # (phase, seconds): hacfg.heartbeat phases but training
+    learn_hang_timeouts: bool = False  # learn each phase's timeout (hacfg.restart.learning); a declared one wins
     learn_floor: float = 60.0
-    learn_beyond_timeout: bool = False
+    learn_beyond_hang_timeout: bool = False
     checkpoint_path: Path | None = None
     checkpoint_interval: float | None = None  # seconds between saves, as the scenario says; None: not said
     precheck: bool = False
@@ -93,10 +88,10 @@ def decide(
     if progressed:
         budgets.user_streak = budgets.hang_streak = 0
     if cause == Cause.HANG:
-        if policy.on_hang and budgets.hang_streak < cap:
+        if policy.hang_retry and budgets.hang_streak < cap:
             budgets.hang_streak += 1
             return _restart(budgets, f"hang restart {budgets.hang_streak} of {cap} in a row (not counted)")
-        if not policy.on_hang:
+        if not policy.hang_retry:
             return (
                 _escalate(policy, "hung; restart upon suspension is off")
                 if policy.max_restarts
@@ -151,14 +146,14 @@ def policy_from_config(config: HAConfig) -> Policy:
     return Policy(
         max_restarts=config.restart.max,
         unconditional=config.restart.unconditional,
-        on_hang=config.restart.on_hang,
+        hang_retry=config.restart.on_hang,
         pod_reschedules=config.restart.pod_reschedules,
         hang_detect=config.hang.detect,
         hang_timeout=config.hang.timeout.total_seconds(),
-        phase_timeouts=tuple((name, limit.total_seconds()) for name, limit in config.hang.phases.items()),
-        learn=config.hang.learn,
+        phase_timeout=tuple((name, limit.total_seconds()) for name, limit in config.hang.phases.items()),
+        learn_hang_timeouts=config.hang.learn,
         learn_floor=config.hang.learn_floor.total_seconds(),
-        learn_beyond_timeout=config.hang.learn_beyond_timeout,
+        learn_beyond_hang_timeout=config.hang.learn_beyond_timeout,
         checkpoint_path=Path(path) if path and "://" not in path else None,
         checkpoint_interval=config.checkpoint.interval.total_seconds() if config.checkpoint.interval else None,
         precheck=config.precheck and config.restart.max > 0,
@@ -169,39 +164,3 @@ def policy_from_config(config: HAConfig) -> Policy:
         duration=config.job.duration.total_seconds() if config.job.duration else None,
         restart_time=config.reliability.restart_time.total_seconds() if config.reliability.restart_time else None,
     )
-
-
-DURATIONS = ("hang_timeout", "initial_hang_timeout", "learn_floor")
-
-
-def _phase_timeout(text: str) -> tuple[str, float]:
-    """``--phase-timeout checkpoint=30m``: a phase of :mod:`hacfg.heartbeat` and its hang timeout."""
-    name, _, duration = text.partition("=")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name) or not duration:
-        raise InputError(f"--phase-timeout: {text!r} is not NAME=DURATION (checkpoint=30m)")
-    try:
-        return name, parse_duration(duration).total_seconds()
-    except ValueError as err:
-        raise InputError(f"--phase-timeout: {err}") from None
-
-
-def load_policy(config: Path | None, presets: Presets, **overrides: Any) -> Policy:
-    """The scenario file's policy (the defaults without one), then each override that is not None.
-
-    Durations are given as text (``30m``); ``hang_timeout`` also turns hang detection on.
-    """
-    policy = policy_from_config(load_config(config, presets).config) if config else Policy()
-    changes = {key: value for key, value in overrides.items() if value is not None}
-    for key in DURATIONS:
-        if key in changes:
-            try:
-                changes[key] = parse_duration(changes[key]).total_seconds()
-            except ValueError as err:
-                raise InputError(f"--{key.replace('_', '-')}: {err}") from None
-    if "phase_timeouts" in changes:
-        changes["phase_timeouts"] = (*policy.phase_timeouts, *map(_phase_timeout, changes["phase_timeouts"]))
-    if "hang_timeout" in changes:
-        changes["hang_detect"] = True
-    if "checkpoint_path" in changes:
-        changes["checkpoint_path"] = Path(changes["checkpoint_path"])
-    return replace(policy, **changes)

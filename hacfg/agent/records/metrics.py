@@ -38,15 +38,6 @@ def _prometheus() -> Any:
     return prometheus_client
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``PORT`` (this machine only: 127.0.0.1) or ``HOST:PORT`` (``0.0.0.0:PORT`` for every
-    interface); port 0 picks a free one."""
-    host, _, port = text.rpartition(":")
-    if not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"expected PORT or HOST:PORT, got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
 class Metrics:
     """Keeps the node's events and renders them as metric families on every collection."""
 
