@@ -680,9 +680,9 @@ def test_evidence_that_fails_its_check_leaves_its_node_unknown_and_says_so(joine
 
     leader, follower = joined_pair
     node1 = recorded("stuck-2")[1]
-    follower._testify(follower.store, 1, lambda: node1)
-    follower.store.set("r1/evidence/0", json.dumps(recorded("stuck-2")[0].to_json()))  # unsigned
-    reports, refused = leader._evidence(1)
+    follower.testimony.testify(follower.channel.store, 1, lambda: node1)
+    follower.channel.store.set("r1/evidence/0", json.dumps(recorded("stuck-2")[0].to_json()))  # unsigned
+    reports, refused = leader.testimony.evidence(1)
     assert reports == [node1] and refused == ["node 0's evidence was refused (not a signed value)"]
     hang = Verdict(round=1, cause=Ending.HANG, reason="hang", rank=0, action=Action.PROC_RESTART, detail="", budgets=Budgets())
     judged = with_culprit(hang, reports, 2, refused)
@@ -705,11 +705,11 @@ def test_the_second_asker_of_a_nodes_evidence_waits_until_it_is_sent(joined_pair
         return recorded("stuck-2")[1]
 
     def second():
-        follower._testify(follower.store.clone(), 1, lambda: recorded("stuck-2")[1])
-        seen.append(follower.store.check(["r1/evidence/1"]))  # what it would stop the workers on
+        follower.testimony.testify(follower.channel.store.clone(), 1, lambda: recorded("stuck-2")[1])
+        seen.append(follower.channel.store.check(["r1/evidence/1"]))  # what it would stop the workers on
         second_done.set()
 
-    first = threading.Thread(target=follower._testify, args=(follower.store, 1, slow_witness))
+    first = threading.Thread(target=follower.testimony.testify, args=(follower.channel.store, 1, slow_witness))
     first.start()
     inside.wait()
     asker = threading.Thread(target=second)

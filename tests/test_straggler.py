@@ -282,7 +282,7 @@ def test_samples_meet_at_node_0_signed_and_a_forged_one_is_left_out(joined_pair)
     mine, theirs = {0: [["0 (gloo)", 7, 1000]]}, {1: [["0 (gloo)", 7, 2000]]}
     assert follower.pace(1, theirs) is None
     assert leader.pace(0, mine) == [(0, mine), (1, theirs)]
-    follower.store.set("r1/pace/1", json.dumps({"1": [["0 (gloo)", 7, 1]]}))  # unsigned
+    follower.channel.store.set("r1/pace/1", json.dumps({"1": [["0 (gloo)", 7, 1]]}))  # unsigned
     assert leader.pace(0, mine) == [(0, mine)]
 
 

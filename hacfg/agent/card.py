@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hacfg.agent.group import cards, rendezvous
-from hacfg.agent.group.protocol import GroupLost
+from hacfg.agent.group.channel import GroupLost
 from hacfg.agent.group.signing import JobSecret, NoSecret, without_secret
 from hacfg.agent.process import leftovers
 from hacfg.agent.process.attempt import Limit, Supervisor, become_subreaper

@@ -29,7 +29,7 @@ from hacfg.agent.classify import classify
 from hacfg.agent.culprit import inquiry, straggler
 from hacfg.agent.culprit.analysis import NodeEvidence, describe_culprit
 from hacfg.agent.group import rendezvous
-from hacfg.agent.group.protocol import GroupLost, GroupRejected
+from hacfg.agent.group.channel import GroupLost, GroupRejected
 from hacfg.agent.group.signing import JobSecret, NoSecret, without_secret
 from hacfg.agent.prechecks import run_prechecks
 from hacfg.agent.process import leftovers

@@ -50,7 +50,7 @@ from typing import Any
 from hacfg.agent.classify import classify
 from hacfg.agent.culprit.analysis import NodeEvidence
 from hacfg.agent.culprit.straggler import Arrivals
-from hacfg.agent.group.protocol import GroupLost
+from hacfg.agent.group.channel import GroupLost
 from hacfg.agent.group.ranktable import Card
 from hacfg.agent.process import leftovers
 from hacfg.agent.records.state import NodeState

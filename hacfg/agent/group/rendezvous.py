@@ -19,6 +19,10 @@ turns it off, and rank 0's worker hosts the store again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from hacfg.agent.group.transport import first_line, fresh_store
 from hacfg.agent.process.warm import RESTART_COUNT, Entry, python_entry
 
 USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
@@ -40,3 +44,40 @@ def endpoint(env: dict[str, str], command: list[str]) -> str | None:
 def worker_env(attempt: int, port: int) -> dict[str, str]:
     """What tells a worker's ``env://`` rendezvous to connect to the agent's store of this attempt."""
     return {USE_AGENT_STORE: str(True), RESTART_COUNT: str(attempt - 1), "MASTER_PORT": str(port)}
+
+
+class WorkerStores:
+    """Node 0's stores for its workers, one per round."""
+
+    def __init__(self, store_class: Any, host: str, timeout: float, echo: Callable[[str], None]):
+        self.store_class = store_class
+        self.host = host
+        self.timeout = timeout
+        self.echo = echo
+        self.served: Any = None  # this round's store
+        self.ports: set[int] = set()  # the ports the workers' stores had: never one again
+
+    def serve(self) -> int | None:
+        """A fresh store for this round's workers, once every node has stopped the last round's, on
+        a port no earlier round's store had: the last round's keys and connections go with its store,
+        and a worker of an earlier round finds nothing on the port it knows. Its port; None when no
+        store can be served."""
+        starting = self.served is None
+        self.served = None  # closes the last round's server
+        try:
+            self.served, everywhere = fresh_store(self.store_class, self.host, self.timeout, self.ports)
+        except (ConnectionError, RuntimeError) as err:  # torch's store errors are RuntimeErrors
+            self.echo(f"[hacfg] cannot serve the workers' store on {self.host} ({first_line(err)}); rank 0 hosts it")
+            return None
+        port: int = self.served.port
+        self.ports.add(port)
+        if starting:
+            self.echo(
+                f"[hacfg] the workers' store is served here on {self.host}, on a new port each round"
+                + (" (every interface)" if everywhere else "")
+                + f"; {OFF}=1 leaves it to rank 0's worker on MASTER_PORT"
+            )
+        return port
+
+    def close(self) -> None:
+        self.served = None
