@@ -653,7 +653,7 @@ def test_with_py_spy_a_stopped_ranks_verdict_carries_its_stack(tmp_path):
 def test_a_hangs_node_is_its_culprits_whichever_detector_fired_first(tmp_path, cli):
     """Every rank goes quiet when one hangs: node 0's detector fired first here, but the hung rank is
     on node 1; with no culprit, the decision does not name a node either."""
-    from hacfg.agent.records.state import EventLog
+    from hacfg.agent.records.events import EventLog
     from hacfg.agent.rounds import Verdict, with_culprit
     from hacfg.restart.policy import Budgets
     from hacfg.restart.vocabulary import Action, Ending, Event

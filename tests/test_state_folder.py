@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import agent_argv, saved_state
-from hacfg.agent.records.state import EventLog, read_events
+from hacfg.agent.records.events import EventLog
+from hacfg.agent.records.state import read_events
 
 
 def agent_in(state: Path, *command: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

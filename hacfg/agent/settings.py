@@ -44,8 +44,10 @@ class Setting:
 
     def value(self, given: Any) -> Any:
         """The field's value for what the flag was given (an InputError naming the flag if it is wrong)."""
+        from hacfg.scenario.model import duration_flag
+
         if self.kind == "duration":
-            given = seconds(given, self.flag)
+            given = duration_flag(given, self.flag)
         elif self.kind == "durations":
             given = tuple(_phase_timeout(text) for text in given)
         elif self.kind == "path":
@@ -53,25 +55,15 @@ class Setting:
         return self.parse(given) if self.parse is not None else given
 
 
-def seconds(text: str, flag: str) -> float:
-    """A duration flag (``30s``, ``2h``) in seconds; a bad one is an input error naming the flag."""
-    from hacfg.scenario.model import parse_duration
-    from hacfg.scenario.source import InputError
-
-    try:
-        return float(parse_duration(text).total_seconds())
-    except ValueError as err:
-        raise InputError(f"{flag}: {err}") from None
-
-
 def _phase_timeout(text: str) -> tuple[str, float]:
     """``--phase-timeout checkpoint=30m``: a phase of :mod:`hacfg.heartbeat` and its hang timeout."""
+    from hacfg.scenario.model import duration_flag
     from hacfg.scenario.source import InputError
 
     name, _, duration = text.partition("=")
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name) or not duration:
         raise InputError(f"--phase-timeout: {text!r} is not NAME=DURATION (checkpoint=30m)")
-    return name, seconds(duration, "--phase-timeout")
+    return name, duration_flag(duration, "--phase-timeout")
 
 
 def parse_listen(text: str) -> tuple[str, int]:

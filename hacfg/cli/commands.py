@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from hacfg.agent.settings import seconds
 from hacfg.scenario.names import Platform, Scenario, Severity
 
 if TYPE_CHECKING:
@@ -38,7 +37,9 @@ def short_seconds(text: str, option: str) -> float:
 
     if found := re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s)", text.strip()):
         return float(found[1]) / (1000 if found[2] == "ms" else 1)
-    return seconds(text, option)
+    from hacfg.scenario.model import duration_flag
+
+    return duration_flag(text, option)
 
 
 def say(line: str) -> None:
@@ -328,6 +329,7 @@ def run_plan(
     from hacfg.plan.forecast import NotEnough, forecast
     from hacfg.plugin import provided
     from hacfg.scenario.config import load_config
+    from hacfg.scenario.model import duration_flag
     from hacfg.scenario.source import InputError
 
     plot = picture(plot)  # before any work
@@ -340,7 +342,7 @@ def run_plan(
         "duration": duration,
     }
     for name, spelling in durations.items():
-        flags[name] = None if spelling is None else seconds(spelling, f"--{name.replace('_', '-')}")
+        flags[name] = None if spelling is None else duration_flag(spelling, f"--{name.replace('_', '-')}")
         if flags[name] == 0 and name != "save_time":
             raise InputError(f"--{name.replace('_', '-')}: must be longer than 0s")
     if nodes is not None and nodes < 1:

@@ -61,6 +61,17 @@ def parse_duration(value: Any) -> Any:
 _LONGEST_DURATION = 80  # characters; four parts of 19 digits each are far past timedelta's limit
 
 
+
+def duration_flag(text: str, flag: str) -> float:
+    """A duration given on the command line (``30s``, ``2h``) in seconds; a bad one is an input error
+    naming its flag."""
+    from hacfg.scenario.source import InputError
+
+    try:
+        return float(parse_duration(text).total_seconds())
+    except ValueError as err:
+        raise InputError(f"{flag}: {err}") from None
+
 def format_duration(value: timedelta) -> str:
     """The shortest spelling that ``parse_duration`` reads back."""
     seconds = int(value.total_seconds())

@@ -87,7 +87,7 @@ class Metrics:
         return respond
 
     def record(self, event: dict[str, Any]) -> None:
-        """One more event (an :class:`~hacfg.agent.records.state.EventLog` listener); rewrite the textfile."""
+        """One more event (an :class:`~hacfg.agent.records.events.EventLog` listener); rewrite the textfile."""
         with self.lock:
             self.events.append(event)
         self._write_textfile()

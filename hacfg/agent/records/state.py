@@ -1,5 +1,5 @@
 """The agent's memory: its state (the job's counters and its place in the rounds) in a state file,
-written atomically, one agent per directory; and the events log.
+written atomically, one agent per directory; and how the events log is read back.
 
 The state folder usually lies on shared storage and the agent usually runs as root, so its files
 are never followed through a link (``O_NOFOLLOW``) and a folder owned by another user is refused:
@@ -20,11 +20,10 @@ import errno
 import fcntl
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,7 +32,6 @@ from hacfg.agent.records import sealed
 from hacfg.fsutil import atomic_write
 from hacfg.restart.learning import samples_from_json
 from hacfg.restart.policy import Budgets
-from hacfg.restart.vocabulary import Event
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.source import InputError, Span
 
@@ -208,45 +206,6 @@ def refuse_links(*paths: Path) -> None:
             raise InputError(
                 "is a symbolic link: the agent never writes through one in its state folder; remove it", file=str(path)
             )
-
-
-class EventLog:
-    """One JSON line per event. A full or read-only disk is reported once; supervision goes on."""
-
-    def __init__(self, path: Path, *, echo: Callable[[str], None] | None = None, node: int | None = None) -> None:
-        self.path = path
-        self.node = node  # a group's node rank, written into every record so several logs merge
-        self.echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.broken = False
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []  # told of every record, once written
-
-    def write(self, event: Event, **fields: Any) -> dict[str, Any]:
-        # the writer's node, unless the event is about another (a straggler named by node 0)
-        mine = {"node": self.node} if self.node is not None else {}
-        record = {"time": stamp(datetime.now(UTC)), "event": event, **mine, **fields}
-        try:
-            self._append((json.dumps(record, default=str) + "\n").encode())
-        except (OSError, InputError) as err:
-            if not self.broken:
-                self.broken = True
-                reason = err.strerror if isinstance(err, OSError) and err.strerror else err
-                self.echo(f"[hacfg] cannot write events to {self.path}: {reason}; supervision continues")
-        for listener in self.listeners:
-            listener(record)
-        return record
-
-    def _append(self, line: bytes) -> None:
-        """One record, whole or not at all: a short write (a full disk) is cut back off."""
-        fd = open_unlinked(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                line = b"\n" + line  # the last record was torn (a crash mid-write): this one starts a line of its own
-            if os.write(fd, line) < len(line):
-                os.ftruncate(fd, size)
-                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (the record was cut short and taken back)")
-        finally:
-            os.close(fd)
 
 
 def stamp(when: datetime) -> str:
