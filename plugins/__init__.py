@@ -1,7 +1,7 @@
 """hacfg's built-in plugins, registered through the ``hacfg`` entry-point group like any other.
 
 ``HOOKS`` says which hooks each one implements (a package's entry: every module in it), so a
-command imports only the plugins whose hooks it calls. tests/test_plugins.py checks it against
+command imports only the plugins whose hooks it calls. tests/plugin/test_plugins.py checks it against
 the hook implementations each module has.
 
 Each imports only from ``hacfg.plugin``, as a third-party plugin does; that face imports a name

@@ -62,7 +62,7 @@ def hang_minutes(timeout: timedelta) -> int:
 
 
 # Flavors. A flavor id names the node: its accelerator family, often its card count and chip. The schemes
-# seen in ModelArts' SDK, API pages and public code (tests/test_flavors.py cites each id it reads):
+# seen in ModelArts' SDK, API pages and public code (tests/scenario/test_flavors.py cites each id it reads):
 #   modelarts.pool.visual.{,2,4,8,16}xlarge     dedicated pool (SDK SpecResource.flavor_id): N cards, GPU or
 #                                               Ascend, whichever the pool has; 16xlarge only on Ascend
 #                                               Snt9b23 supernode pools

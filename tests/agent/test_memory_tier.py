@@ -1,0 +1,194 @@
+"""The memory tier: a step's state in shared memory the agent owns, resumed after a real SIGKILL,
+never resumed when the kill tore it, and saved to disk when shared memory has no room."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from kit.agents import agent_argv, read_events
+from kit.paths import CHILDREN
+
+from hacfg import memory
+from hacfg.agent.checkpoints import ROOT_ENV, newest_tier
+from hacfg.checkpoint import save_step
+
+
+@pytest.fixture
+def shm() -> Iterator[Path]:
+    """A folder of /dev/shm of the test's own, where the agent makes its memory tier."""
+    folder = Path(tempfile.mkdtemp(dir=memory.ROOT, prefix="hacfg-test-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def a_state(step: int) -> dict:
+    model = torch.nn.Linear(8, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "empty": torch.zeros(0)}
+
+
+def test_a_state_comes_back_bit_identical_without_a_copy(shm):
+    state = a_state(5)
+    folder = memory.save(shm, 5, state, rank=0, ranks=1)
+    loaded = memory.load(memory.rank_file(folder, 0))
+    assert loaded["step"] == 5 and type(loaded["model"]) is type(state["model"])
+    for name, tensor in state["model"].items():
+        assert torch.equal(loaded["model"][name], tensor) and loaded["model"][name].dtype == tensor.dtype
+    assert torch.equal(loaded["optimizer"]["state"][0]["momentum_buffer"], state["optimizer"]["state"][0]["momentum_buffer"])
+    assert oct(memory.rank_file(folder, 0).stat().st_mode & 0o777) == "0o600"
+    # The trainer's writes to what it loaded stay its own: the checkpoint is unchanged.
+    loaded["model"]["weight"].add_(1)
+    assert torch.equal(memory.load(memory.rank_file(folder, 0))["model"]["weight"], state["model"]["weight"])
+
+
+def test_a_step_is_complete_once_every_rank_of_the_node_saved_and_then_the_older_one_goes(shm):
+    memory.save(shm, 1, a_state(1), rank=0, ranks=2)
+    memory.save(shm, 1, a_state(1), rank=1, ranks=2)
+    memory.save(shm, 2, a_state(2), rank=1, ranks=2)
+    assert memory.newest_complete(shm) == (1, shm / "step_1")  # rank 0 has not saved step 2 yet
+    memory.save(shm, 2, a_state(2), rank=0, ranks=2)
+    assert memory.newest_complete(shm) == (2, shm / "step_2")
+    assert [step for step, _ in memory.steps(shm)] == [2]
+    # step 1's files wait as spares, and the next save of each rank fills its own: two copies at most
+    assert sorted(p.name for p in shm.iterdir()) == [".spare_rank_0", ".spare_rank_1", "step_2"]
+    memory.save(shm, 3, a_state(3), rank=0, ranks=2)
+    assert sorted(p.name for p in shm.iterdir()) == [".spare_rank_1", "step_2", "step_3"]
+    assert memory.load(memory.rank_file(shm / "step_3", 0))["step"] == 3
+
+
+def test_a_state_file_naming_a_class_is_refused_not_run(shm, tmp_path):
+    folder = memory.save(shm, 1, {"step": 1}, rank=0, ranks=1)
+    path = memory.rank_file(folder, 0)
+    hostile = pickle.dumps({"step": os.system})  # a global beyond plain objects
+    header = memory.header(path)
+    header["objects"] = len(hostile)
+    text = json.dumps(header).encode()
+    path.write_bytes(memory.MAGIC + memory._LENGTH.pack(len(text)) + text + hostile)
+    with pytest.raises(pickle.UnpicklingError, match=r"posix\.system is not a plain object"):
+        memory.load(path)
+
+
+def test_the_newest_complete_step_wins_across_tiers_memory_on_a_tie(shm, tmp_path):
+    save_step(tmp_path / "ckpt", 4, lambda folder: None)
+    disk = str(tmp_path / "ckpt" / "step_4")
+    assert newest_tier((4,), disk, shm).tier == "disk"  # nothing in memory
+    memory.save(shm, 3, a_state(3), rank=0, ranks=1)
+    assert newest_tier((4,), disk, shm) == newest_tier((4,), disk, None)  # memory is older
+    memory.save(shm, 4, a_state(4), rank=0, ranks=1)
+    assert newest_tier((4,), disk, shm).tier == "memory"
+    # A half-written file of a newer step (a kill inside the copy) is removed, never resumed.
+    (shm / "step_5").mkdir()
+    (shm / "step_5" / ".rank_0.123.tmp").write_bytes(b"torn")
+    assert newest_tier((4,), disk, shm).path == str(shm / "step_4")
+    assert not (shm / "step_5").exists()
+    assert (shm / ".spare_rank_0").read_bytes() == b"torn"  # its memory holds the next save
+
+
+def run_trainer(tmp_path: Path, shm: Path, steps: int, ballast_mb: int, *, env: dict | None = None):
+    argv = [*agent_argv(tmp_path / "state", "--max-restarts", "3"), sys.executable, str(CHILDREN / "memory_trainer.py"),
+            str(steps), str(tmp_path / "final.pt"), str(ballast_mb), str(tmp_path / "ckpt")]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, ROOT_ENV: str(shm), **(env or {})})
+
+
+def uninterrupted(tmp_path: Path, steps: int, ballast_mb: int) -> dict:
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    argv = [sys.executable, str(CHILDREN / "memory_trainer.py"), str(steps), str(clean / "final.pt"), str(ballast_mb),
+            str(clean / "ckpt")]
+    subprocess.run(argv, check=True, capture_output=True, cwd=clean)
+    return torch.load(clean / "final.pt")
+
+
+def test_a_sigkill_inside_the_copy_resumes_the_step_before_it_from_memory(shm, tmp_path):
+    steps, ballast = 12, 256
+    agent = run_trainer(tmp_path, shm, steps, ballast)
+    assert agent.stdout is not None
+    pid, killed_in, modes = None, None, set()
+    for line in agent.stdout:
+        if line.startswith("pid "):
+            pid = int(line.split()[1])
+        elif line.startswith("step ") and int(line.split()[1]) >= 3 and pid is not None and killed_in is None:
+            # Kill the trainer while its next save is half copied: its staging file exists, unrenamed.
+            while not (staging := list(shm.glob("hacfg-*/step_*/.rank_0.*.tmp"))):
+                pass
+            os.kill(pid, signal.SIGKILL)
+            pid = None
+            modes.add(staging[0].parent.parent.stat().st_mode & 0o777)
+            if staging[0].exists():  # still unpublished once the trainer is dead: torn
+                killed_in = int(staging[0].parent.name.removeprefix("step_"))
+    assert agent.wait(timeout=120) == 0, agent.stderr.read() if agent.stderr else ""
+    assert killed_in is not None, "every kill came after the save was published"
+    starts = [e for e in read_events(tmp_path / "state") if e["event"] == "attempt_start"]
+    tiers = [(e["resume_tier"], e["resume_from"] and Path(e["resume_from"]).name) for e in starts]
+    assert tiers[0] == ("none", None) and tiers[-1] == ("memory", f"step_{killed_in - 1}")
+    assert modes == {0o700}
+    assert not list(shm.iterdir())  # the agent released its memory when the job ended
+    final, clean = torch.load(tmp_path / "final.pt"), uninterrupted(tmp_path, steps, ballast)
+    assert all(torch.equal(final["model"][k], clean["model"][k]) for k in clean["model"])
+    assert torch.equal(final["ballast"], clean["ballast"])
+    assert not (tmp_path / "ckpt").exists()  # nothing went to disk
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_shared_memory_too_small_says_so_once_and_saves_to_disk(tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], check=True)
+    try:
+        agent = run_trainer(tmp_path, small, 3, 8)
+        _, err = agent.communicate(timeout=120)
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    assert agent.returncode == 0, err
+    lines = [line for line in err.splitlines() if "memory checkpoints do not fit" in line]
+    assert len(lines) == 1 and f"saving to {tmp_path / 'ckpt'} instead" in lines[0]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_1", "step_2", "step_3"]
+    assert "Traceback" not in err
+
+
+def test_a_newer_step_in_memory_is_progress_that_ends_a_streak_of_failures(shm, tmp_path):
+    # Each attempt saves one step to memory, then fails as a user error: four in a row would spend
+    # the three unconditional restarts allowed in a row, unless each saved step counts as progress.
+    script = (
+        "import sys\n"
+        "from hacfg.checkpoint import load_state, resume_dir, save_memory\n"
+        "step = load_state(resume_dir())['step'] if resume_dir() else 0\n"
+        "save_memory(step + 1, {'step': step + 1}, fallback='ckpt')\n"
+        "print(f'saved {step + 1}', flush=True)\n"
+        "sys.exit(0 if step + 1 >= 5 else 1)\n"
+    )
+    argv = [*agent_argv(tmp_path / "state", "--unconditional", "--max-restarts", "10"), sys.executable, "-c", script]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120, env={**os.environ, ROOT_ENV: str(shm)})
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("saved")] == [f"saved {n}" for n in range(1, 6)]
+    decisions = [e for e in read_events(tmp_path / "state") if e["event"] == "decision"]
+    assert [e["cause"] for e in decisions] == ["user"] * 4 + ["success"]
+    assert {e["user_streak"] for e in decisions} == {1}
+
+
+def test_a_killed_agents_memory_is_removed_when_the_next_agent_of_its_job_and_node_starts(shm, tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    left, running = shm / "hacfg-job-node0-killed01", shm / "hacfg-job-node0-running1"
+    for folder, pid in ((left, gone.pid), (running, os.getpid())):
+        (folder / "step_3").mkdir(parents=True)
+        (folder / "agent.pid").write_text(str(pid))
+    env = {key: value for key, value in os.environ.items() if key not in ("HACFG_JOB_ID", "MA_VJ_NAME")}
+    argv = [*agent_argv(tmp_path / "state"), sys.executable, "-c", "pass"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**env, ROOT_ENV: str(shm)})
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in shm.iterdir()) == [running.name]  # the agent's own is gone too: it ended
