@@ -300,6 +300,6 @@ def test_a_sample_asks_only_the_living_among_the_pipes_it_finds(tmp_path):
     exited.wait()
     os.mkfifo(tmp_path / f"{exited.pid}.fifo")
     (tmp_path / "summary.json").write_text("{}")
-    started = time.monotonic()
-    assert inquiry.arrivals(tmp_path, deadline=30) == {}
-    assert time.monotonic() - started < 10, "waited for an exited rank's answer"
+    started, deadline = time.monotonic(), 30.0
+    assert inquiry.arrivals(tmp_path, deadline=deadline) == {}
+    assert time.monotonic() - started < deadline / 3, "waited for an exited rank's answer"

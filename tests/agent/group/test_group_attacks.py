@@ -140,7 +140,8 @@ def test_a_plan_published_before_the_leaders_is_never_followed(tmp_path):
 
 
 def test_a_forged_stop_and_success_end_no_node_with_0(tmp_path):
-    job = TwoNodes(tmp_path, run_for=30)
+    run_for = 30
+    job = TwoNodes(tmp_path, run_for=run_for)
     job.start(0)
     job.start(1)
     for rank in (0, 1):
@@ -155,7 +156,7 @@ def test_a_forged_stop_and_success_end_no_node_with_0(tmp_path):
     store.set("r1/stop", json.dumps({"rank": 0, "reason": "every worker finished"}))
     codes = job.wait()
     assert codes == {0: 138, 1: 138}, (job.output(0), job.output(1))
-    assert time.monotonic() - attacked < 20  # the job ended on the forgery, long before its 30 s
+    assert time.monotonic() - attacked < run_for * 2 / 3  # the job ended on the forgery, long before its run
     assert all("finished" not in job.output(rank) for rank in (0, 1))
     keys = {e["key"] for rank in (0, 1) for e in job.rejected(rank)}
     assert "r1/stop" in keys
@@ -236,7 +237,8 @@ def test_values_from_before_node_0_restarted_are_rejected(tmp_path):
 
 
 def test_a_keep_alive_set_to_text_is_a_rejected_value_never_a_lost_store(tmp_path):
-    job = TwoNodes(tmp_path, run_for=30)
+    run_for = 30
+    job = TwoNodes(tmp_path, run_for=run_for)
     job.start(0)
     job.start(1)
     for rank in (0, 1):

@@ -52,7 +52,7 @@ def test_the_next_agent_ends_the_tree_a_killed_agent_left(tmp_path):
     old = {int(pid): read_proc(int(pid)) for pid in pids.read_text().split()}
     os.kill(first.pid, signal.SIGKILL)  # the agent alone, however it dies
     first.wait()
-    time.sleep(0.5)
+    wait_until(lambda: len(alive(old)) < len(old))  # the agent's own child goes with it (PR_SET_PDEATHSIG)
     survivors = alive(old)
     assert len(survivors) >= 3, "PR_SET_PDEATHSIG ends only the direct child: the rest outlive the agent"
     second = start_agent(state, 'echo "second attempt"; sleep 1', tmp_path / "second.log", {})

@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 from kit.agents import agent, agent_argv
 from kit.paths import CHILDREN
+from kit.timing import at_most
 from prometheus_client.parser import text_string_to_metric_families
 from pytest import approx
 
@@ -71,8 +72,10 @@ def test_the_port_is_scraped_while_the_command_runs_and_once_more_after_it_ended
         assert got[("hacfg_goodput_seconds", (("kind", "startup"),))] >= 0
     finally:
         agent.send_signal(signal.SIGTERM)
-    time.sleep(1)
-    assert agent.poll() is None  # the final values wait for a scrape
+    log, deadline = tmp_path / "state" / "events.jsonl", time.monotonic() + 20
+    while '"agent_exit"' not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert agent.poll() is None  # the agent has ended, and its final values wait for a scrape
     final = scrape(url)
     assert final[("hacfg_attempt_running", ())] == 0 and final[("hacfg_decisions_total", (("action", "stop"),))] == 1
     agent.wait(timeout=10)
@@ -81,11 +84,12 @@ def test_the_port_is_scraped_while_the_command_runs_and_once_more_after_it_ended
 
 @pytest.mark.slow
 def test_with_no_scrape_the_final_values_linger_only_as_long_as_asked(tmp_path):
-    agent, _ = serving(tmp_path, "--metrics-linger", "1s")
+    linger = 1.0
+    agent, _ = serving(tmp_path, "--metrics-linger", f"{linger:g}s")
     agent.send_signal(signal.SIGTERM)
     started = time.monotonic()
     agent.wait(timeout=20)
-    assert 0.9 <= time.monotonic() - started < 10
+    assert linger - 0.1 <= time.monotonic() - started < at_most(linger, starts=0)
 
 
 @pytest.mark.slow
