@@ -95,8 +95,10 @@ def fetch(tier: Path, address: tuple[str, int], key: bytes, ends: Ends, *, timeo
         ours = secrets.token_bytes(NONCE_BYTES)
         _send_frame(link, key, theirs, {"kind": "fetch", **_fields(ends), "nonce": ours.hex()})
         _answer(link)
-        head, fields = _receive_frame(link, key, ours)
-        return _receive_step(link, key, ours, (head, fields), ends, tier, newer_than=None)
+        fetched = _receive_step(link, key, ours, _receive_frame(link, key, ours), ends, tier, newer_than=None)
+        if fetched is not None:
+            link.sendall(b"ok\n")
+        return fetched
 
 
 def _fields(ends: Ends) -> dict[str, Any]:
@@ -123,10 +125,9 @@ def _send_step(link: socket.socket, key: bytes, nonce: bytes, ends: Ends, folder
             if info.st_size:
                 with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
                     for at in range(0, info.st_size, CHUNK):
-                        chunk = view[at : at + CHUNK]
-                        whole.update(chunk)
-                        link.sendall(chunk)
-                        chunk.release()
+                        with view[at : at + CHUNK] as chunk:
+                            whole.update(chunk)
+                            link.sendall(chunk)
         # A step pruned while it went out had its files reused by a newer save: what went is torn.
         if not all(_same_file(path, info) for path, _, info in opened):
             raise Refused(f"step {step} was replaced while it was sent; the next one goes")
@@ -154,7 +155,7 @@ def _receive_step(
 ) -> Path | None:
     """Receive the transfer whose header ``frame`` was read, checked with ``nonce``, into
     ``into/step_N`` (under a hidden name until its MAC holds): the step's folder, or None when the
-    sender holds nothing. Raises :class:`Refused`."""
+    sender holds nothing. Raises :class:`Refused`. The caller says ``ok`` once it is done with it."""
     head, fields = frame
     try:
         step, files = _expected(fields, ends, into, newer_than)
@@ -180,7 +181,6 @@ def _receive_step(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    link.sendall(b"ok\n")
     return final
 
 
@@ -229,7 +229,8 @@ def _receive_file(link: socket.socket, path: Path, size: int, whole: Any) -> Non
         with mmap.mmap(handle, size, flags=mmap.MAP_SHARED) as mapped, memoryview(mapped) as view:
             at = 0
             while at < size:
-                got = link.recv_into(view[at : at + CHUNK])
+                with view[at : at + CHUNK] as room:
+                    got = link.recv_into(room)
                 if not got:
                     raise Refused(f"the link closed {at} bytes into {path.name} of {size}")
                 with view[at : at + got] as part:
@@ -368,6 +369,7 @@ class Receiver:
             for _, older in memory.steps(into):
                 if older != received:
                     shutil.rmtree(older, ignore_errors=True)
+            link.sendall(b"ok\n")  # held, and the older copy gone
 
 
 class Sender:
