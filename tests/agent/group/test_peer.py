@@ -248,3 +248,28 @@ def test_a_link_cut_mid_copy_leaves_the_older_copy_and_the_next_copy_is_whole(ti
     peer.send(newer, receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
     assert peer_entries(keeper) == ["step_2"]
     assert_holds(peer.peer_folder(keeper, 0) / "step_2", 2, floats=16 << 20)
+
+
+def test_a_step_pruned_while_it_goes_out_is_abandoned_not_sent_torn(tiers, receiver, heard):
+    own, keeper = tiers
+    going = save_step(own, 1, floats=16 << 20)
+    failed = Heard()
+    with Relay(receiver.address, hold_after=1 << 20) as relay:
+        # It looks once: step 2 is not sent through this relay, which takes one connection.
+        with peer.Sender(own, relay.address, KEY, TO_NODE_1, interval=at_most(TIMEOUT), timeout=TIMEOUT, echo=failed):
+            assert relay.holding.wait(at_most(TIMEOUT))
+            save_step(own, 2, floats=16 << 20)  # step 1's files become the ranks' spares, rewritten
+            assert not going.exists()
+            relay.release()
+            assert "step 1 was replaced while it was sent" in failed.wait()
+        heard.wait()
+    assert not any(peer.peer_folder(keeper, 0).iterdir())
+
+
+def test_a_receiver_removes_what_one_killed_midway_left(tiers):
+    _, keeper = tiers
+    left = peer.peer_folder(keeper, 0) / ".incoming-step_4.abcd"
+    left.mkdir(parents=True)
+    (left / "rank_0.state").write_bytes(b"half")
+    with peer.Receiver(keeper, KEY, 1, job=JOB):
+        assert not left.exists()
