@@ -223,7 +223,8 @@ def _files(listed: Any) -> list[tuple[str, int]]:
     return files if len(files) == len(listed) == len({name for name, _ in files}) else []
 
 
-def _receive_file(link: socket.socket, path: Path, size: int, whole: Any) -> None:
+def _receive_file(link: socket.socket, path: Path, size: int, whole: hmac.HMAC) -> None:
+    """The next ``size`` bytes of the link into a new file at ``path``, each added to ``whole``."""
     handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         if not size:
@@ -263,7 +264,10 @@ def _receive_frame(link: socket.socket, key: bytes, nonce: bytes) -> tuple[bytes
     if not hmac.compare_digest(mac, hmac.new(key, nonce + head, hashlib.sha256).digest()):
         _refuse(link, "its signature does not match the job's secret")
         raise Refused("a header whose signature does not match the job's secret")
-    fields = json.loads(head)
+    try:
+        fields = json.loads(head)
+    except ValueError:
+        raise Refused("a header that is not JSON") from None
     if not isinstance(fields, dict):
         raise Refused("a header that is not an object")
     return head, fields
