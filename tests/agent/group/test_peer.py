@@ -145,6 +145,26 @@ def test_the_peer_keeps_only_the_newest_step_of_each_node(tiers, receiver):
     assert memory.newest_complete(keeper) is None
 
 
+def test_in_a_ring_of_two_each_node_holds_its_own_newest_step_and_the_others_only(tiers, receiver):
+    zero, one = tiers
+    with (
+        peer.Receiver(zero, KEY, 0, job=JOB, timeout=TIMEOUT) as receiver_zero,
+        peer.Sender(zero, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT),
+        peer.Sender(one, receiver_zero.address, KEY, peer.Ends(JOB, owner=1, keeper=0), interval=0.05, timeout=TIMEOUT),
+    ):
+        for step in (1, 2, 3):
+            save_step(zero, step)
+            save_step(one, step)
+        wait_until(lambda: receiver.held(0) is not None and receiver.held(0)[0] == 3)
+        wait_until(lambda: receiver_zero.held(1) is not None and receiver_zero.held(1)[0] == 3)
+    for tier, other in ((zero, 1), (one, 0)):
+        assert sorted(entry.name for entry in tier.iterdir() if not entry.name.startswith(".spare")) == [
+            f"peer-{other}", "step_3"
+        ]
+        assert peer_entries(tier, other) == ["step_3"]
+        assert_holds(peer.peer_folder(tier, other) / "step_3", 3)
+
+
 @pytest.mark.parametrize(
     ("key", "ends", "why"),
     [
