@@ -40,7 +40,7 @@ MAGIC = b"HACFGMEM1\n"
 _LENGTH = struct.Struct("<Q")
 _ALIGN = 64  # each tensor starts on a cache line
 _STEP = re.compile(r"step_(\d+)")
-_RANK = re.compile(r"rank_(\d+)\.state")
+RANK_NAME = re.compile(r"rank_(\d+)\.state")  # a rank's file of a step
 _STAGING = re.compile(r"\.rank_(\d+)\.\d+\.tmp")  # a rank's save before its rename
 HEADER_LIMIT = 64 << 20  # a header beyond this is not one hacfg wrote
 
@@ -252,7 +252,7 @@ def load(path: Path) -> dict[str, Any]:
 
 def complete(folder: Path) -> bool:
     """Whether every local rank's file of this step is there."""
-    files = [entry for entry in _entries(folder) if _RANK.fullmatch(entry.name)]
+    files = [entry for entry in _entries(folder) if RANK_NAME.fullmatch(entry.name)]
     if not files:
         return False
     try:
@@ -294,7 +294,7 @@ def tidy(tier: Path | None) -> list[Path]:
             removed.append(folder)
             continue
         for entry in _entries(folder):
-            if not _RANK.fullmatch(entry.name):
+            if not RANK_NAME.fullmatch(entry.name):
                 if not _spare(tier, entry):
                     entry.unlink(missing_ok=True)
                 removed.append(entry)
@@ -311,7 +311,7 @@ def _remove(tier: Path, folder: Path) -> None:
 
 def _spare(tier: Path, entry: Path) -> bool:
     """Keep a rank's file, whole or half-written, as that rank's spare; False when it is neither."""
-    match = _RANK.fullmatch(entry.name) or _STAGING.fullmatch(entry.name)
+    match = RANK_NAME.fullmatch(entry.name) or _STAGING.fullmatch(entry.name)
     if match is None:
         return False
     with contextlib.suppress(OSError):

@@ -1,0 +1,295 @@
+"""A node's newest memory step copied to another node's agent over a real socket: fetched back
+bit-identical after the node lost its tier, refused when forged, tampered or replayed, and never
+torn when the sender is SIGKILLed or the link is cut midway."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from kit.relay import Relay
+from kit.timing import at_most
+
+from hacfg import memory
+from hacfg.agent.group import peer
+
+JOB = "llama-pretrain"
+KEY = peer.peer_key(b"s" * 32, JOB)
+TIMEOUT = 10.0
+TO_NODE_1 = peer.Ends(JOB, owner=0, keeper=1)
+
+
+@pytest.fixture
+def tiers() -> Iterator[tuple[Path, Path]]:
+    """Node 0's and node 1's memory tiers, in /dev/shm."""
+    made = [Path(tempfile.mkdtemp(dir=memory.ROOT, prefix="hacfg-test-")) for _ in range(2)]
+    yield made[0], made[1]
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class Heard:
+    """What a receiver or sender said of each transfer that failed, awaited."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.event = threading.Event()
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+        self.event.set()
+
+    def wait(self) -> str:
+        assert self.event.wait(at_most(TIMEOUT)), "no transfer failed"
+        return self.lines[-1]
+
+
+@pytest.fixture
+def heard() -> Heard:
+    """What node 1's receiver said."""
+    return Heard()
+
+
+@pytest.fixture
+def receiver(tiers, heard) -> Iterator[peer.Receiver]:
+    """Node 1's receiver."""
+    with peer.Receiver(tiers[1], KEY, 1, job=JOB, timeout=TIMEOUT, echo=heard) as running:
+        yield running
+
+
+def a_state(step: int, rank: int, floats: int = 1000) -> dict:
+    generator = torch.Generator().manual_seed(step * 100 + rank)
+    return {
+        "model": {"weight": torch.randn(floats, generator=generator), "bias": torch.arange(7, dtype=torch.int64)},
+        "optimizer": {"momentum": torch.randn(3, 5, generator=generator, dtype=torch.float64)},
+        "step": step,
+    }
+
+
+def save_step(tier: Path, step: int, ranks: int = 2, floats: int = 1000) -> Path:
+    for rank in range(ranks):
+        folder = memory.save(tier, step, a_state(step, rank, floats), rank=rank, ranks=ranks)
+    return folder
+
+
+def assert_holds(folder: Path, step: int, ranks: int = 2, floats: int = 1000) -> None:
+    assert memory.complete(folder)
+    for rank in range(ranks):
+        loaded, saved = memory.load(memory.rank_file(folder, rank)), a_state(step, rank, floats)
+        assert loaded["step"] == step
+        assert torch.equal(loaded["model"]["weight"], saved["model"]["weight"])
+        assert torch.equal(loaded["model"]["bias"], saved["model"]["bias"])
+        assert torch.equal(loaded["optimizer"]["momentum"], saved["optimizer"]["momentum"])
+
+
+def peer_entries(tier: Path, node: int = 0) -> list[str]:
+    return sorted(entry.name for entry in peer.peer_folder(tier, node).iterdir())
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + at_most(timeout)
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.01)
+
+
+def test_a_node_that_lost_its_tier_gets_its_newest_step_back_bit_identical(tiers, receiver):
+    own, _ = tiers
+    with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT) as sender:
+        save_step(own, 3)
+        wait_until(lambda: receiver.held(0) is not None)
+        assert sender.sent == 3
+    held = receiver.held(0)
+    assert held is not None and held[0] == 3
+    assert_holds(held[1], 3)
+    # The node is lost: a new pod, an empty /dev/shm.
+    shutil.rmtree(own)
+    new = Path(tempfile.mkdtemp(dir=memory.ROOT, prefix="hacfg-test-"))
+    try:
+        fetched = peer.fetch(new, receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+        assert fetched is not None and memory.newest_complete(new) == (3, fetched)
+        assert_holds(fetched, 3)
+        assert [entry.name for entry in new.iterdir()] == ["step_3"]
+        # A node the receiver holds nothing of gets nothing, and nothing is written.
+        assert peer.fetch(new, receiver.address, KEY, peer.Ends(JOB, owner=5, keeper=1), timeout=TIMEOUT) is None
+        assert [entry.name for entry in new.iterdir()] == ["step_3"]
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
+
+
+def test_the_peer_keeps_only_the_newest_step_of_each_node(tiers, receiver):
+    own, keeper = tiers
+    with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT):
+        save_step(own, 1)
+        wait_until(lambda: receiver.held(0) is not None)
+        save_step(own, 2)
+        wait_until(lambda: receiver.held(0) == (2, peer.peer_folder(keeper, 0) / "step_2"))
+    assert peer_entries(keeper) == ["step_2"]
+    assert_holds(peer.peer_folder(keeper, 0) / "step_2", 2)
+    # The keeper's own tier is untouched by what it keeps for others.
+    assert memory.newest_complete(keeper) is None
+
+
+def test_in_a_ring_of_two_each_node_holds_its_own_newest_step_and_the_others_only(tiers, receiver):
+    zero, one = tiers
+    with (
+        peer.Receiver(zero, KEY, 0, job=JOB, timeout=TIMEOUT) as receiver_zero,
+        peer.Sender(zero, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT),
+        peer.Sender(one, receiver_zero.address, KEY, peer.Ends(JOB, owner=1, keeper=0), interval=0.05, timeout=TIMEOUT),
+    ):
+        for step in (1, 2, 3):
+            save_step(zero, step)
+            save_step(one, step)
+        wait_until(lambda: receiver.held(0) is not None and receiver.held(0)[0] == 3)
+        wait_until(lambda: receiver_zero.held(1) is not None and receiver_zero.held(1)[0] == 3)
+    for tier, other in ((zero, 1), (one, 0)):
+        assert sorted(entry.name for entry in tier.iterdir() if not entry.name.startswith(".spare")) == [
+            f"peer-{other}", "step_3"
+        ]
+        assert peer_entries(tier, other) == ["step_3"]
+        assert_holds(peer.peer_folder(tier, other) / "step_3", 3)
+
+
+@pytest.mark.parametrize(
+    ("key", "ends", "why"),
+    [
+        (peer.peer_key(b"t" * 32, JOB), TO_NODE_1, "signature does not match"),  # not the job's secret
+        (peer.peer_key(b"s" * 32, "other-job"), peer.Ends("other-job", 0, 1), "signature does not match"),
+        (KEY, peer.Ends(JOB, owner=0, keeper=2), "not a transfer for node 1"),
+    ],
+    ids=["another-secret", "another-job", "another-node"],
+)
+def test_a_transfer_not_signed_for_this_job_and_node_is_refused_and_leaves_nothing(tiers, receiver, key, ends, why):
+    own, keeper = tiers
+    with pytest.raises(peer.Refused, match=why):
+        peer.send(save_step(own, 1), receiver.address, key, ends, timeout=TIMEOUT)
+    assert list(keeper.iterdir()) == []
+
+
+def test_a_recorded_transfer_replayed_is_refused(tiers, receiver):
+    own, keeper = tiers
+    with Relay(receiver.address) as relay:
+        peer.send(save_step(own, 1), relay.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+    assert receiver.held(0) is not None
+    shutil.rmtree(peer.peer_folder(keeper, 0))  # even where the step is not held any more
+    with socket.create_connection(receiver.address, timeout=TIMEOUT) as link:
+        link.recv(peer.NONCE_BYTES, socket.MSG_WAITALL)
+        link.sendall(bytes(relay.recorded))
+        assert link.makefile("rb").readline().startswith(b"refused: its signature does not match")
+    assert list(keeper.iterdir()) == []
+    # The same step again, signed anew, is not newer than what is held.
+    peer.send(memory.newest_complete(own)[1], receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+    with pytest.raises(peer.Refused, match="not newer than step 1"):
+        peer.send(memory.newest_complete(own)[1], receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+    assert peer_entries(keeper) == ["step_1"]
+
+
+def test_a_tampered_byte_is_refused_and_the_older_copy_stays(tiers, receiver):
+    own, keeper = tiers
+    peer.send(save_step(own, 1), receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+    newer = save_step(own, 2)
+    with Relay(receiver.address, flip_at=2000) as relay, pytest.raises(peer.Refused, match="do not match"):
+        peer.send(newer, relay.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+    assert peer_entries(keeper) == ["step_1"]
+    assert_holds(peer.peer_folder(keeper, 0) / "step_1", 1)
+
+
+def test_a_header_claiming_more_than_the_tier_has_free_is_refused_before_a_byte_is_written(tiers, receiver):
+    _, keeper = tiers
+    free = shutil.disk_usage(keeper).free
+    fields = {"kind": "step", "job": JOB, "owner": 0, "keeper": 1, "step": 1, "files": [["rank_0.state", free + 1]]}
+    head = json.dumps(fields).encode()
+    with socket.create_connection(receiver.address, timeout=TIMEOUT) as link:
+        nonce = link.recv(peer.NONCE_BYTES, socket.MSG_WAITALL)
+        link.sendall(struct.pack(">I", len(head)) + head + hmac.new(KEY, nonce + head, hashlib.sha256).digest())
+        assert b"GB free" in link.makefile("rb").readline()
+    assert not any(peer.peer_folder(keeper, 0).iterdir())
+
+
+SENDER = """\
+import sys
+from pathlib import Path
+from hacfg.agent.group import peer
+peer.send(Path(sys.argv[1]), ("127.0.0.1", int(sys.argv[2])), bytes.fromhex(sys.argv[3]), peer.Ends(sys.argv[4], 0, 1))
+"""
+
+
+def test_a_sender_killed_mid_copy_leaves_the_older_copy_and_no_partial_one(tiers, receiver, heard):
+    own, keeper = tiers
+    peer.send(save_step(own, 1), receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+    # 64 MB per rank, held by the link after 1 MB: far more than the sockets' buffers take.
+    newer = save_step(own, 2, floats=16 << 20)
+    with Relay(receiver.address, hold_after=1 << 20) as relay:
+        sender = subprocess.Popen(
+            [sys.executable, "-c", SENDER, str(newer), str(relay.address[1]), KEY.hex(), JOB]
+        )
+        try:
+            assert relay.holding.wait(at_most(TIMEOUT))
+            wait_until(lambda: len(peer_entries(keeper)) == 2)  # the copy is coming in, under a hidden name
+            os.kill(sender.pid, signal.SIGKILL)
+            assert sender.wait(at_most(TIMEOUT)) == -signal.SIGKILL
+        finally:
+            sender.kill()
+        relay.release()
+        assert "link closed" in heard.wait()
+    assert peer_entries(keeper) == ["step_1"]
+    assert_holds(peer.peer_folder(keeper, 0) / "step_1", 1)
+
+
+def test_a_link_cut_mid_copy_leaves_the_older_copy_and_the_next_copy_is_whole(tiers, receiver, heard):
+    own, keeper = tiers
+    peer.send(save_step(own, 1), receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+    newer = save_step(own, 2, floats=16 << 20)
+    failed = Heard()
+    with Relay(receiver.address, hold_after=1 << 20) as relay:
+        cut = threading.Thread(target=lambda: (relay.holding.wait(at_most(TIMEOUT)), relay.cut()))
+        cut.start()
+        with peer.Sender(own, relay.address, KEY, TO_NODE_1, timeout=TIMEOUT, echo=failed):
+            failed.wait()
+        cut.join()
+        heard.wait()
+    assert peer_entries(keeper) == ["step_1"]
+    # Never resumed: the next transfer sends the step whole.
+    peer.send(newer, receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+    assert peer_entries(keeper) == ["step_2"]
+    assert_holds(peer.peer_folder(keeper, 0) / "step_2", 2, floats=16 << 20)
+
+
+def test_a_step_pruned_while_it_goes_out_is_abandoned_not_sent_torn(tiers, receiver, heard):
+    own, keeper = tiers
+    going = save_step(own, 1, floats=16 << 20)
+    failed = Heard()
+    with Relay(receiver.address, hold_after=1 << 20) as relay:
+        # It looks once: step 2 is not sent through this relay, which takes one connection.
+        with peer.Sender(own, relay.address, KEY, TO_NODE_1, interval=at_most(TIMEOUT), timeout=TIMEOUT, echo=failed):
+            assert relay.holding.wait(at_most(TIMEOUT))
+            save_step(own, 2, floats=16 << 20)  # step 1's files become the ranks' spares, rewritten
+            assert not going.exists()
+            relay.release()
+            assert "step 1 was replaced while it was sent" in failed.wait()
+        heard.wait()
+    assert not any(peer.peer_folder(keeper, 0).iterdir())
+
+
+def test_a_receiver_removes_what_one_killed_midway_left(tiers):
+    _, keeper = tiers
+    left = peer.peer_folder(keeper, 0) / ".incoming-step_4.abcd"
+    left.mkdir(parents=True)
+    (left / "rank_0.state").write_bytes(b"half")
+    with peer.Receiver(keeper, KEY, 1, job=JOB):
+        assert not left.exists()
