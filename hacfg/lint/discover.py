@@ -23,7 +23,6 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -98,10 +97,9 @@ class Found(NamedTuple):
     base: bool = False
 
 
-@dataclass
-class Discovery:
-    files: list[Found] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+class Discovery(NamedTuple):
+    files: list[Found]
+    notes: list[str]  # files named but skipped, and why
 
 
 def is_request_body(data: Any) -> bool:
@@ -156,7 +154,7 @@ def discover(
     paths: Iterable[str | Path], settings: Settings, *, respect_gitignore: bool = True, force_exclude: bool = False
 ) -> Discovery:
     """The files to lint under ``paths`` (default: the current directory), sorted, each once."""
-    found = Discovery()
+    notes: list[str] = []
     chosen: dict[object, Found] = {}
     for given in paths or ["."]:
         path = Path(given)
@@ -172,15 +170,15 @@ def discover(
             key = _identity(file)
             if key in chosen:
                 continue
-            picked = _choose(file, settings, named=named, notes=found.notes)
+            picked = _choose(file, settings, named=named, notes=notes)
             if picked is not None:
                 chosen[key] = picked
     bases = _bases(chosen)
-    found.files = sorted(
+    files = sorted(
         (Found(f.path, f.documents, base=key in bases) for key, f in chosen.items()),
         key=lambda f: os.path.normpath(f.path),
     )
-    return found
+    return Discovery(files, notes)
 
 
 def _identity(path: Path) -> object:

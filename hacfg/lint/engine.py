@@ -603,19 +603,17 @@ def _base_text(path: str) -> str:
 _SUPPRESSION = re.compile(r"(?:^|\s)#\s*hacfg:\s*(disable|disable-file)\s*=\s*([A-Za-z0-9_, ]+?)\s*(?:--\s*(.*?))?\s*$")
 
 
-@dataclass
-class _Suppression:
+class _Suppression(NamedTuple):
     line: int  # the line it silences (0: the whole file)
     comment_line: int
     column: int
     ids: tuple[str, ...]
     reason: str
-    used: set[str] = field(default_factory=set)
+    used: set[str]  # the rules it silenced
 
 
-@dataclass
-class Suppressions:
-    items: list[_Suppression] = field(default_factory=list)
+class Suppressions(NamedTuple):
+    items: list[_Suppression]
 
     def match(self, finding: Finding) -> str | None:
         """The reason of the first suppression that silences ``finding``, else None."""
@@ -636,7 +634,7 @@ class Suppressions:
 
 def suppressions_in(text: str) -> Suppressions:
     """``# hacfg: disable=ID[,ID] [-- reason]`` on a line or alone above it; ``disable-file=`` anywhere."""
-    found = Suppressions()
+    found = Suppressions([])
     if "hacfg:" not in text:
         return found
     lines = text.splitlines()
@@ -661,5 +659,5 @@ def suppressions_in(text: str) -> Suppressions:
         else:
             target = index + 1
         rule_ids = tuple(part.strip().upper() for part in ids.split(",") if part.strip())
-        found.items.append(_Suppression(target, index + 1, column, rule_ids, reason or ""))
+        found.items.append(_Suppression(target, index + 1, column, rule_ids, reason or "", set()))
     return found

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import pluggy
@@ -83,15 +82,15 @@ class Provided(NamedTuple, Generic[T]):
     distribution: str
 
 
-@dataclass
 class Manager:
-    pm: pluggy.PluginManager
-    infos: dict[str, PluginInfo] = field(default_factory=dict)
-    failures: list[PluginFailure] = field(default_factory=list)
-    _memo: dict[str, Any] = field(default_factory=dict)
-    # Every plugin's name, deferred ones too, in the order loading them all at once registers them.
-    _order: list[str] = field(default_factory=list)
-    _deferred: dict[str, _Deferred] = field(default_factory=dict)
+    def __init__(self, pm: pluggy.PluginManager):
+        self.pm = pm
+        self.infos: dict[str, PluginInfo] = {}
+        self.failures: list[PluginFailure] = []
+        self._memo: dict[str, Any] = {}
+        # Every plugin's name, deferred ones too, in the order loading them all at once registers them.
+        self._order: list[str] = []
+        self._deferred: dict[str, _Deferred] = {}
 
     def add(self, plugin: Any, info: PluginInfo) -> None:
         """Register a plugin after every one registered or deferred so far."""

@@ -8,12 +8,10 @@ the culprit and counts a hang as a hang; the rules here say when another one spe
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from hacfg.plugin import (
     Fix,
@@ -53,8 +51,7 @@ _SWITCH_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class _Variable:
+class _Variable(NamedTuple):
     """A timeout or switch the environment may set, and how it is read."""
 
     name: str
@@ -99,8 +96,7 @@ def _read(variable: _Variable, value: Any) -> timedelta | int | bool | None:
     return float(text) * variable.unit
 
 
-@dataclass(frozen=True)
-class _Environment:
+class _Environment(NamedTuple):
     """The job's environment, read for timeouts: each variable's value and where the file writes it."""
 
     values: Mapping[Any, Any]
@@ -114,8 +110,7 @@ class _Environment:
         return _read(_VARIABLES[name], self.values[name]) if name in self.values else None
 
 
-@dataclass(frozen=True)
-class _Judge:
+class _Judge(NamedTuple):
     """Who would call the stuck job a hang, after how long, and where the file says so."""
 
     who: str  # with its time: "the agent's hang timeout (30m)"
@@ -126,8 +121,7 @@ class _Judge:
     shorten: str  # the other way out, in the file's words
 
 
-@dataclass(frozen=True)
-class _Watchdog:
+class _Watchdog(NamedTuple):
     """A collective library's timer that ends a stuck process by itself."""
 
     who: str
@@ -447,6 +441,8 @@ def _unreadable(env: _Environment, variables: tuple[_Variable, ...]) -> Iterator
         if variable.name not in env.values or _read(variable, env.values[variable.name]) is not None:
             continue
         value = env.values[variable.name]
+        import json  # only to quote a value in a finding: a lint with none does without the module
+
         shown = json.dumps(value, default=str) if len(str(value)) <= 40 else "a value"
         yield Problem(
             env.at(variable.name),
@@ -466,6 +462,8 @@ def _in_unit(variable: _Variable, value: Any, at: LogicalPath) -> Fix | None:
         return None
     if left:
         return None
+    import json
+
     number = json.dumps(str(count))
     return Fix(at, number, f"write {number}")
 
