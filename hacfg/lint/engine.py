@@ -9,7 +9,6 @@ comments silence (HA099 for those that silence nothing).
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -489,6 +488,8 @@ class _FileLinter:
         view = environments_as_mapping(document, within)
         if view is None:
             return document
+        import json  # only for such a list: a lint of most files does without the module
+
         at = (*within, *ENVIRONMENTS_AT)
         span = document.span(at)
         written = _written(document.text, span)  # a block list's span runs to the next line: keep its line end

@@ -14,7 +14,7 @@ ruamel.yaml, which ``hacfg fix`` uses to write files back.
 from __future__ import annotations
 
 import bisect
-import json
+import codecs
 import math
 import re
 from dataclasses import dataclass, field
@@ -75,6 +75,8 @@ def dotted(path: LogicalPath) -> str:
         elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key):
             parts.append(("." if parts else "") + key)
         else:
+            import json  # quotes the rare key that is no name: most paths, and lints, never need it
+
             parts.append(("." if parts else "") + json.dumps(key))
     return "".join(parts)
 
@@ -171,7 +173,7 @@ def decode(raw: bytes, name: str) -> str:
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError("file is UTF-16; save it as UTF-8", Span(name, 1, 1, 1, 1))
     try:
-        text = raw.decode("utf-8-sig")
+        text = raw.removeprefix(codecs.BOM_UTF8).decode("utf-8")  # "utf-8-sig", without importing its codec
     except UnicodeDecodeError as err:
         line, column = _line_col(raw, err.start)
         raise InputError(
@@ -260,6 +262,8 @@ def _yaml_message(err: yaml.MarkedYAMLError, at: str) -> str:
 
 def parse_json(text: str, name: str) -> Document:
     """Strict JSON, every key and value with its position, whatever the file is called."""
+    import json  # only for a JSON file: a lint of YAML files does without the module
+
     try:
         # the C decoder: strict JSON's verdict and message; the reader then reads each number, with its position
         json.loads(text, parse_int=len)
@@ -288,10 +292,13 @@ class _JsonReader:
     """
 
     def __init__(self, document: Document):
+        from json.decoder import scanstring  # type: ignore[attr-defined]
+
         self.document = document
         self.text = document.text
         self.starts = line_starts(document.text)
         self.nodes = 0
+        self.scanstring = scanstring
 
     def span(self, start: int, end: int) -> Span:
         starts = self.starts
@@ -347,7 +354,7 @@ class _JsonReader:
     def string(self, at: int) -> tuple[str, int]:
         """The string at ``at`` and the offset after it. A ``\\ud800`` escape with no partner, which the
         decoder lets through, is no character: no file, report or terminal could hold it."""
-        value, end = json.decoder.scanstring(self.text, at + 1)  # type: ignore[attr-defined]
+        value, end = self.scanstring(self.text, at + 1)
         if not value.isascii():
             try:
                 value.encode()
