@@ -153,8 +153,7 @@ ENGINE_RULES = (
 )
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     rule: str
     severity: Severity
     path: str
@@ -545,7 +544,7 @@ class _FileLinter:
         finding = finding_at(rule_id, self.rules, span, path, message, fix=fix, severity=severity)
         override = self.settings.severity.get(rule_id)
         if override:
-            finding = replace(finding, severity=override)
+            finding = finding._replace(severity=override)
         self.findings.append(finding)
 
     def placed(self) -> list[Finding]:
@@ -565,7 +564,7 @@ class _FileLinter:
         result = []
         for finding in findings:
             reason = own_suppressions.match(finding)
-            result.append(finding if reason is None else replace(finding, suppressed=reason))
+            result.append(finding if reason is None else finding._replace(suppressed=reason))
         for line, column, message, severity in own_suppressions.leftovers(self.rules):
             # a base's comments speak for the files extending it: one that silences nothing here is not stale
             if "HA099" in self.enabled and not (self.base and severity == "info"):
@@ -575,8 +574,7 @@ class _FileLinter:
 
     def _relocate(self, finding: Finding) -> Finding:
         span = self.own.span(inherited_at(self.own))
-        return replace(
-            finding,
+        return finding._replace(
             path=self.own.path,
             line=span.line,
             column=span.column,

@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -38,8 +38,7 @@ _STANDARD_TAG = "tag:yaml.org,2002:"
 _ALLOWED_TAGS = {_STANDARD_TAG + t for t in ("str", "int", "float", "bool", "null", "map", "seq")}
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
+class Span(NamedTuple):
     """Where something stands in a file: 1-based line and column, end exclusive."""
 
     file: str
