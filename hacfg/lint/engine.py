@@ -378,14 +378,14 @@ class _Passthrough(NamedTuple):
                     yield placed
             else:
                 origin = self.origins.get(tuple(problem.at))
-                yield replace(problem, at=origin or PASSTHROUGH, fix=None, on_key=False)
+                yield problem._replace(at=origin or PASSTHROUGH, fix=None, on_key=False)
 
 
 def _under(prefix: LogicalPath, problem: Problem) -> Problem:
     if not prefix:
         return problem
-    fix = problem.fix and replace(problem.fix, path=(*prefix, *problem.fix.path))
-    return replace(problem, at=(*prefix, *problem.at), fix=fix)
+    fix = problem.fix and problem.fix._replace(path=(*prefix, *problem.fix.path))
+    return problem._replace(at=(*prefix, *problem.at), fix=fix)
 
 
 def finding_at(

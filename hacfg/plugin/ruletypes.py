@@ -27,7 +27,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, overload
 
 from hacfg.scenario import kubernetes as k8s
 from hacfg.scenario import modelarts as ma
@@ -40,8 +40,7 @@ if TYPE_CHECKING:
 RULE_ID = re.compile(r"[A-Z]{2,}[0-9]{3,}")
 
 
-@dataclass(frozen=True)
-class Fix:
+class Fix(NamedTuple):
     """Replace the value at ``path`` with ``replacement`` (source text, e.g. ``"3"`` with quotes)."""
 
     path: LogicalPath
@@ -49,8 +48,7 @@ class Fix:
     description: str
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """What a rule yields: where (a logical path), what to do about it, and a fix if one is safe."""
 
     at: LogicalPath
