@@ -138,17 +138,29 @@ JobCheck = Callable[[JobContext], Iterable[Problem]]
 ManifestCheck = Callable[[ManifestContext], Iterable[Problem]]
 
 
-@dataclass(eq=False)
 class Rule:
     """A rule's identity and help, and its check of each kind of file it reads."""
 
-    id: str
-    name: str
-    severity: Severity
-    help: str
-    scenario_check: ScenarioCheck | None = None
-    job_check: JobCheck | None = None
-    manifest_check: ManifestCheck | None = None
+    def __init__(
+        self,
+        id: str,  # noqa: A002
+        name: str,
+        severity: Severity,
+        help: str,  # noqa: A002
+        scenario_check: ScenarioCheck | None = None,
+        job_check: JobCheck | None = None,
+        manifest_check: ManifestCheck | None = None,
+    ):
+        self.id = id
+        self.name = name
+        self.severity = severity
+        self.help = help
+        self.scenario_check = scenario_check
+        self.job_check = job_check
+        self.manifest_check = manifest_check
+
+    def __repr__(self) -> str:
+        return f"Rule({self.id!r}, {self.name!r}, {self.severity!r})"
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
@@ -214,17 +226,13 @@ def rule(id: str, name: str, severity: Severity, *, kind: Kind = "scenario") -> 
     return wrap
 
 
-@dataclass
 class JobBody:
     """Read access to a ModelArts request body that may be malformed in any way."""
 
     ANNOTATIONS: ClassVar[LogicalPath] = ma.ANNOTATIONS_AT
 
-    data: dict[str, Any]
-    annotations: dict[Any, Any] = field(init=False)
-    environments: dict[Any, Any] = field(init=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
         self.annotations = _mapping(self.get(self.ANNOTATIONS))
         self.environments = _mapping(self.get(JobContext.ENVIRONMENT))
 
@@ -281,11 +289,11 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-@dataclass
 class Manifest:
     """Read access to a JobSet or Kubeflow Trainer manifest that may be malformed in any way."""
 
-    data: dict[str, Any]
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
 
     @property
     def kind(self) -> str:
