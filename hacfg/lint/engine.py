@@ -599,7 +599,8 @@ def _base_text(path: str) -> str:
         return ""
 
 
-_SUPPRESSION = re.compile(r"(?:^|\s)#\s*hacfg:\s*(disable|disable-file)\s*=\s*([A-Za-z0-9_, ]+?)\s*(?:--\s*(.*?))?\s*$")
+# compiled (and kept by re's cache) on the first line that may hold one: most files have none
+_SUPPRESSION = r"(?:^|\s)#\s*hacfg:\s*(disable|disable-file)\s*=\s*([A-Za-z0-9_, ]+?)\s*(?:--\s*(.*?))?\s*$"
 
 
 class _Suppression(NamedTuple):
@@ -638,7 +639,7 @@ def suppressions_in(text: str) -> Suppressions:
         return found
     lines = text.splitlines()
     for index, line in enumerate(lines):
-        match = _SUPPRESSION.search(line)
+        match = re.search(_SUPPRESSION, line)
         if not match:
             continue
         kind, ids, reason = match.groups()

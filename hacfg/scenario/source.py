@@ -186,12 +186,14 @@ def decode(raw: bytes, name: str) -> str:
 
 
 # What libyaml counts as a line break, so line numbers and columns mean the same here as in its marks.
-_LINE_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
+# This and the patterns below are compiled (and kept by re's cache) when first used, not by every
+# lint that imports this module: most never place a fix or read JSON.
+_LINE_BREAK = "\r\n|[\r\n\x85\u2028\u2029]"
 
 
 def line_starts(text: str) -> list[int]:
     """The offset at which each line of ``text`` starts, breaking lines where libyaml does."""
-    return [0, *(match.end() for match in _LINE_BREAK.finditer(text))]
+    return [0, *(match.end() for match in re.finditer(_LINE_BREAK, text))]
 
 
 def _line_col(text: str | bytes, offset: int) -> tuple[int, int]:
@@ -277,8 +279,8 @@ def parse_json(text: str, name: str) -> Document:
     return document
 
 
-_JSON_SPACE = re.compile(r"[ \t\n\r]*")
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_JSON_SPACE = r"[ \t\n\r]*"
+_JSON_NUMBER = r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?"
 _JSON_WORDS = {"true": True, "false": False, "null": None}
 
 
@@ -298,6 +300,7 @@ class _JsonReader:
         self.starts = line_starts(document.text)
         self.nodes = 0
         self.scanstring = scanstring
+        self.space, self.number = re.compile(_JSON_SPACE), re.compile(_JSON_NUMBER)
 
     def span(self, start: int, end: int) -> Span:
         starts = self.starts
@@ -312,7 +315,7 @@ class _JsonReader:
     def skip(self, at: int) -> int:
         """The offset of the first character at or after ``at`` that is not JSON whitespace."""
         if at < len(self.text) and self.text[at] in " \t\n\r":
-            return _JSON_SPACE.match(self.text, at).end()  # type: ignore[union-attr]
+            return self.space.match(self.text, at).end()  # type: ignore[union-attr]
         return at
 
     def value(self, at: int, path: LogicalPath) -> tuple[Any, int]:
@@ -332,7 +335,7 @@ class _JsonReader:
         elif first == '"':
             value, end = self.string(at)
         else:
-            number = _JSON_NUMBER.match(text, at)
+            number = self.number.match(text, at)
             word = next((w for w in _JSON_WORDS if text.startswith(w, at)), None)
             if number is not None and number.end() > at:
                 end = number.end()

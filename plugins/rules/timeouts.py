@@ -40,10 +40,11 @@ BLOCKING_WAIT = "TORCH_NCCL_BLOCKING_WAIT"
 HCCL_EXEC = "HCCL_EXEC_TIMEOUT"
 HCCL_CONNECT = "HCCL_CONNECT_TIMEOUT"
 
-_WHOLE = re.compile(r"[0-9]{1,10}")  # torch reads these with std::stoi, into a C int
+# Patterns, compiled (and kept by re's cache) only for a file that sets these variables.
+_WHOLE = r"[0-9]{1,10}"  # torch reads these with std::stoi, into a C int
 _C_INT_MAX = 2**31 - 1  # past it std::stoi throws; HCCL documents the same ceiling
-_DECIMAL = re.compile(r"[0-9]{1,10}(\.[0-9]{1,2})?")  # HCCL_EXEC_TIMEOUT takes hundredths on newer Atlas parts
-_WITH_UNIT = re.compile(r"([0-9]{1,6}[dhms]){1,4}")  # a hacfg duration, which these variables do not read
+_DECIMAL = r"[0-9]{1,10}(\.[0-9]{1,2})?"  # HCCL_EXEC_TIMEOUT takes hundredths on newer Atlas parts
+_WITH_UNIT = r"([0-9]{1,6}[dhms]){1,4}"  # a hacfg duration, which these variables do not read
 # c10d's getCvarBool, which refuses anything else
 _SWITCH_WORDS = {
     **dict.fromkeys(("1", "y", "yes", "t", "true"), True),
@@ -56,7 +57,7 @@ class _Variable(NamedTuple):
 
     name: str
     reads: str  # what a readable value looks like, for the message
-    pattern: re.Pattern[str] | None = None  # a number; None: a switch
+    pattern: str | None = None  # a number; None: a switch
     unit: timedelta = timedelta(seconds=1)
     levels: range | None = None  # the values a numbered mode takes
 
@@ -89,7 +90,7 @@ def _read(variable: _Variable, value: Any) -> timedelta | int | bool | None:
         return None
     if variable.pattern is None:
         return _SWITCH_WORDS.get(text.lower())
-    if not variable.pattern.fullmatch(text) or float(text) > _C_INT_MAX:
+    if not re.fullmatch(variable.pattern, text) or float(text) > _C_INT_MAX:
         return None
     if variable.levels is not None:
         return int(text) if int(text) in variable.levels else None
@@ -454,7 +455,7 @@ def _unreadable(env: _Environment, variables: tuple[_Variable, ...]) -> Iterator
 def _in_unit(variable: _Variable, value: Any, at: LogicalPath) -> Fix | None:
     """A duration written with a unit (``10m``), as the plain number ``variable`` reads, when it is whole."""
     text = _text(value)
-    if variable.pattern is None or variable.levels is not None or text is None or not _WITH_UNIT.fullmatch(text):
+    if variable.pattern is None or variable.levels is not None or text is None or not re.fullmatch(_WITH_UNIT, text):
         return None
     try:
         count, left = divmod(parse_duration(text), variable.unit)
