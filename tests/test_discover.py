@@ -146,3 +146,23 @@ def test_the_example_tree_lints_clean_and_finds_its_scenarios(cli, monkeypatch):
     monkeypatch.chdir(REPO / "examples")
     result = cli("lint", "-f", "json")
     assert json.loads(result.out)["summary"]["files"] >= 2
+
+
+def test_discovery_hands_each_document_to_lint_with_its_kind(tmp_path):
+    """The kind is decided once, from the content, while choosing the file; the lint takes it as given."""
+    from hacfg.lint.discover import discover
+    from hacfg.lint.settings import Settings
+
+    stream = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: agent}\n---\n"
+    stream += "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: demo}\nspec: {}\n"
+    put(tmp_path, {
+        "ha.yaml": SCENARIO,
+        "body.json": json.dumps(BODY),
+        "jobset.yaml": stream,
+        "named/ha.yaml": "job: {nodes: 2}\n",  # a scenario file by its name, whatever it lacks
+    })
+    found = discover([tmp_path], Settings(root=tmp_path))
+    kinds = {f.path.relative_to(tmp_path).as_posix(): [item.kind for item in f.linted] for f in found.files}
+    assert kinds == {"ha.yaml": ["scenario"], "body.json": ["job"], "jobset.yaml": ["manifest"], "named/ha.yaml": ["scenario"]}
+    (stream_file,) = (f for f in found.files if f.path.name == "jobset.yaml")
+    assert [item.document.data["kind"] for item in stream_file.linted] == ["JobSet"]  # not the ConfigMap

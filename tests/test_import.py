@@ -8,7 +8,7 @@ import re
 import pytest
 
 from conftest import REPO, findings
-from hacfg.lint.engine import kind_of
+from hacfg.lint.discover import kind_of
 from hacfg.plugin.provided import presets
 from hacfg.plugins.modelarts import ModelArts
 from hacfg.scenario.config import validate, with_presets

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from hacfg.lint.settings import Settings
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.kubernetes import training_kind
+from hacfg.scenario.names import Kind
 from hacfg.scenario.source import MAX_BYTES, Document, InputError, load_all, parse_all
 
 SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
@@ -89,11 +90,20 @@ SCENARIO_KEYS = frozenset(
 )
 
 
+class Linted(NamedTuple):
+    """A document to lint, and the kind of file it is."""
+
+    document: Document
+    kind: Kind
+
+
 class Found(NamedTuple):
-    """A file to lint: its path as the user spelled it, and the documents read while choosing it."""
+    """A file to lint: its path as the user spelled it, the documents read while choosing it, and
+    those to lint with their kinds."""
 
     path: Path
     documents: tuple[Document, ...] = ()  # none when it could not be parsed: linting reports why
+    linted: tuple[Linted, ...] = ()
     base: bool = False
 
 
@@ -132,15 +142,22 @@ def is_manifest(data: Any) -> bool:
     return training_kind(data) is not None
 
 
-def _lintable(data: Any) -> bool:
-    return is_request_body(data) or is_scenario(data) or is_manifest(data)
+def kind_of(document: Document) -> Kind | None:
+    """The kind of file a document is by its content: a ModelArts request body, a JobSet or Kubeflow
+    Trainer manifest, or a scenario file; None when it is none of them."""
+    if is_request_body(document.data):
+        return "job"
+    if is_manifest(document.data):
+        return "manifest"
+    return "scenario" if is_scenario(document.data) else None
 
 
-def ours(documents: list[Document] | tuple[Document, ...]) -> list[Document]:
-    """The documents to lint: a file's only one, or of several the bodies, scenarios and manifests."""
-    if len(documents) == 1:
-        return list(documents)
-    return [doc for doc in documents if _lintable(doc.data)]
+def ours(documents: list[Document] | tuple[Document, ...]) -> list[Linted]:
+    """The documents to lint, each with its kind: of several, those whose content says what they are;
+    else the first (a file's only one) as what it says, or when it says nothing as a scenario file,
+    which its name or the command line claims it is (validation says what it lacks)."""
+    several = [Linted(doc, kind) for doc in documents if (kind := kind_of(doc))] if len(documents) > 1 else []
+    return several or [Linted(documents[0], kind_of(documents[0]) or "scenario")]
 
 
 def _foreign(data: Any) -> bool:
@@ -175,7 +192,7 @@ def discover(
                 chosen[key] = picked
     bases = _bases(chosen)
     files = sorted(
-        (Found(f.path, f.documents, base=key in bases) for key, f in chosen.items()),
+        (f._replace(base=key in bases) for key, f in chosen.items()),
         key=lambda f: os.path.normpath(f.path),
     )
     return Discovery(files, notes)
@@ -231,16 +248,17 @@ def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str], te
     except InputError:
         # what cannot be read or parsed is reported when the user asked for it by name
         return Found(path) if by_name or named else None
-    found = Found(path, tuple(documents))
+    found = Found(path, tuple(documents), tuple(ours(documents)))
     if by_name:
         return found
-    chosen = ours(documents)
+    recognised = any(kind_of(doc) is not None for doc in documents)
     if named:
-        if not chosen or all(_foreign(doc.data) for doc in chosen):
+        # a file named on the command line is linted unless its content is plainly something else
+        if not recognised and (len(documents) > 1 or _foreign(documents[0].data)):
             notes.append(f"{path}: not a scenario file or a ModelArts request body; skipped")
             return None
         return found
-    return found if any(_lintable(doc.data) for doc in chosen) else None
+    return found if recognised else None
 
 
 def _may_be_ours(path: Path, text: str | None) -> bool:
@@ -259,8 +277,9 @@ def _bases(chosen: dict[object, Found]) -> set[object]:
     """The chosen files that another chosen file names in ``extends:``."""
     bases = set()
     for found in chosen.values():
-        data = found.documents[0].data if len(found.documents) == 1 else None
-        reference = data.get("extends") if isinstance(data, dict) and not is_request_body(data) else None
+        only = found.linted[0] if len(found.documents) == 1 else None
+        data = only.document.data if only is not None and only.kind == "scenario" else None
+        reference = data.get("extends") if isinstance(data, dict) else None
         if isinstance(reference, str) and ("/" in reference or reference.endswith(CONTENT_SUFFIXES)):
             key = _identity(found.path.parent / reference)
             if key in chosen and key != _identity(found.path):

@@ -1,9 +1,10 @@
 """Lint: every rule over scenario files and ModelArts request bodies, findings with exact positions.
 
-Flow per file: load (HA100 if it does not parse) -> recognise the kind -> for a scenario, merge
-the preset and validate (HA101/HA102; the rules then judge what is valid, without the keys and
-values those name) -> run every enabled rule (HA000 if one raises) -> drop what suppression
-comments silence (HA099 for those that silence nothing).
+Flow per file: load (HA100 if it does not parse) -> take each document as the kind discovery
+read it (:func:`hacfg.lint.discover.ours`) -> for a scenario, merge the preset and validate
+(HA101/HA102; the rules then judge what is valid, without the keys and values those name) -> run
+every enabled rule (HA000 if one raises) -> drop what suppression comments silence (HA099 for
+those that silence nothing).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hacfg.lint.discover import choose_named, discover, is_manifest, is_request_body, ours
+from hacfg.lint.discover import Found, Linted, choose_named, discover, is_request_body, ours
 from hacfg.lint.settings import Settings, find_settings, read_settings
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin import provided
@@ -33,7 +34,7 @@ from hacfg.scenario.config import (
     with_presets,
 )
 from hacfg.scenario.modelarts import ENVIRONMENTS_AT
-from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
+from hacfg.scenario.names import SEVERITIES, Severity, at_least
 from hacfg.scenario.passthrough import PASSTHROUGH, passthrough_agreements
 from hacfg.scenario.request import environments_as_mapping, environments_note, undocumented_values, unknown_keys
 from hacfg.scenario.source import (
@@ -260,9 +261,7 @@ def lint_paths(
     report = Report(notes=found.notes)
     for file in found.files:
         report.files += 1
-        report.findings.extend(
-            lint_file(file.path, settings, rules, platform=platform, documents=file.documents, base=file.base)
-        )
+        report.findings.extend(lint_file(file.path, settings, rules, platform=platform, found=file))
     anchor = settings.source or (str(found.files[0].path) if found.files else None)
     report.findings.extend(_plugin_failures(anchor))
     return report
@@ -274,9 +273,7 @@ def lint_text(text: str, name: str, settings: Settings, *, platform: str | None 
     found = choose_named(Path(name), settings, text, report.notes)
     if found is not None:
         report.files = 1
-        report.findings = lint_file(
-            found.path, settings, registry(), platform=platform, text=text, documents=found.documents
-        )
+        report.findings = lint_file(found.path, settings, registry(), platform=platform, text=text, found=found)
     report.findings.extend(_plugin_failures(settings.source or name))
     return report
 
@@ -288,13 +285,6 @@ def _plugin_failures(anchor: str | None) -> Iterator[Finding]:
         yield Finding("HA000", "error", anchor or f"<plugin {failure.plugin}>", 1, 1, 1, 1, "", str(failure))
 
 
-def kind_of(document: Document) -> Kind:
-    """A ModelArts request body, a JobSet or Kubeflow Trainer manifest, or else a scenario file."""
-    if is_request_body(document.data):
-        return "job"
-    return "manifest" if is_manifest(document.data) else "scenario"
-
-
 def lint_file(
     path: Path,
     settings: Settings,
@@ -302,14 +292,14 @@ def lint_file(
     *,
     platform: str | None = None,
     text: str | None = None,
-    documents: tuple[Document, ...] = (),
-    base: bool = False,
+    found: Found | None = None,
 ) -> list[Finding]:
-    """``text``: the file as an editor holds it, unsaved, instead of what is on disk; ``documents``: the file
-    already read while discovering it; ``base``: a file others extend, checked for its own keys and values
-    (the risks are judged where it is extended). Of a YAML file of several documents, each body and
-    scenario is linted."""
+    """``text``: the file as an editor holds it, unsaved, instead of what is on disk; ``found``: the file as
+    discovery chose it, its documents read and each to lint with its kind, and whether it is a base, a file
+    others extend, checked for its own keys and values (the risks are judged where it is extended). Of a
+    YAML file of several documents, each body, scenario and manifest is linted."""
     name = str(path)
+    documents, linted = (found.documents, found.linted) if found is not None else ((), ())
     try:
         read = documents or (load_all(path) if text is None else parse_all(text, name))
         if len(read) > 1 and not all(_streamed(document.data) for document in read):
@@ -320,7 +310,8 @@ def lint_file(
         if "HA100" not in settings.enabled_rules(["HA100"], name):
             return []
         return [finding_at("HA100", rules, err.span, (), err.message)]
-    linters = [_FileLinter(own, settings, rules, base=base) for own in ours(read) or read[:1]]
+    base = found is not None and found.base
+    linters = [_FileLinter(item, settings, rules, base=base) for item in linted or ours(read)]
     for linter in linters:
         linter.run(platform)
     return linters[0].finish([finding for linter in linters for finding in linter.placed()])
@@ -415,14 +406,14 @@ def finding_at(
 class _FileLinter:
     """Findings for one file: positions, inheritance from presets, severities, suppressions."""
 
-    def __init__(self, own: Document, settings: Settings, rules: dict[str, RuleSource], *, base: bool = False):
-        self.own = own
+    def __init__(self, linted: Linted, settings: Settings, rules: dict[str, RuleSource], *, base: bool = False):
+        self.own = self.document = linted.document
+        self.kind = linted.kind  # as discovery read it
         self.base = base
         self.settings = settings
         self.rules = rules
-        self.document = own
         self.findings: list[Finding] = []
-        self.enabled = settings.enabled_rules(rules, own.path)
+        self.enabled = settings.enabled_rules(rules, self.own.path)
         self.unjudged: tuple[LogicalPath, ...] = ()  # where invalid keys and values were left out
 
     def run(self, platform: str | None) -> None:
@@ -446,12 +437,11 @@ class _FileLinter:
                 self.findings.append(finding_at("HA000", self.rules, span, (), message.splitlines()[0]))
 
     def context(self, platform: str | None) -> ScenarioContext | JobContext | ManifestContext | None:
-        kind = kind_of(self.own)
-        if kind == "job":
+        if self.kind == "job":
             self.own = self.document = self._environments_listed(self.own, ())
-        if kind != "scenario":
+        if self.kind != "scenario":
             chosen_platform = platform or self.settings.platform or "huaweicloud"
-            if kind == "manifest":
+            if self.kind == "manifest":
                 return ManifestContext(self.own, self.own, chosen_platform, Manifest(self.own.data))
             return JobContext(self.own, self.own, chosen_platform, JobBody(self.own.data))
         self._environments_listed(self.own, PASSTHROUGH)  # validation reads them so, for lint and build alike
