@@ -58,7 +58,9 @@ class Problem(NamedTuple):
     severity: Severity | None = None  # None: the rule's default
 
 
-@dataclass(frozen=True)
+# Contexts compare by identity (eq=False): each is one file's, and the equality and hash dataclass
+# would generate, which nothing uses, cost every lint their compiling at import.
+@dataclass(frozen=True, eq=False)
 class FileContext:
     """One file, as a rule sees it. ``own`` is the file as written, without any preset."""
 
@@ -86,7 +88,7 @@ class FileContext:
         return paths[-1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ScenarioContext(FileContext):
     """A scenario file: ``config`` is validated, with its preset merged in (``document``).
 
@@ -113,7 +115,7 @@ class ScenarioContext(FileContext):
         return dict(self.config.job.environment)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class JobContext(FileContext):
     """A ModelArts request body, as written: ``body`` reads it however malformed it is."""
 
@@ -126,7 +128,7 @@ class JobContext(FileContext):
         return self.body.environments
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ManifestContext(FileContext):
     """A JobSet, TrainJob or (Cluster)TrainingRuntime, as written: ``manifest`` reads it however malformed."""
 
