@@ -254,7 +254,7 @@ def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str], te
     recognised = any(kind_of(doc) is not None for doc in documents)
     if named:
         # a file named on the command line is linted unless its content is plainly something else
-        if not recognised and (len(documents) > 1 or _foreign(documents[0].data)):
+        if (len(documents) > 1 and not recognised) or all(_foreign(item.document.data) for item in found.linted):
             notes.append(f"{path}: not a scenario file or a ModelArts request body; skipped")
             return None
         return found
