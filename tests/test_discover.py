@@ -109,10 +109,13 @@ def test_nothing_found_says_so_on_stderr_and_exits_0_like_ruff(cli, project):
 
 
 def test_named_files_that_are_plainly_something_else_are_skipped_with_a_note(cli, project):
-    put(project, {"web.yaml": DEPLOYMENT, "package.json": PACKAGE_JSON, "job.json": json.dumps(BODY)})
-    result = cli("lint", "web.yaml", "package.json", "job.json")
+    # a Kubernetes object is one even with a scenario file's keys in it
+    config_map = "apiVersion: v1\nkind: ConfigMap\nversion: 1\nscenario: single-node\n"
+    put(project, {"web.yaml": DEPLOYMENT, "package.json": PACKAGE_JSON, "job.json": json.dumps(BODY), "cm.yaml": config_map})
+    result = cli("lint", "web.yaml", "package.json", "job.json", "cm.yaml")
     assert result.code == 1
     assert "hacfg: note: web.yaml: not a scenario file or a ModelArts request body; skipped\n" in result.err
+    assert "hacfg: note: cm.yaml: not a scenario file or a ModelArts request body; skipped\n" in result.err
     assert "hacfg: note: package.json: not a scenario file or a ModelArts request body; skipped\n" in result.err
     assert {line.split(":")[0] for line in result.out.splitlines()[:-1]} == {"job.json"}
 
