@@ -12,11 +12,11 @@ about 1 ms); the file is per interpreter, and one it cannot read only costs a sc
 
 from __future__ import annotations
 
+import binascii  # its crc32 is zlib's, and PyYAML has imported it already
 import importlib
 import marshal
 import os
 import sys
-import zlib
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -109,7 +109,7 @@ def _cache_file(group: str, fingerprint: list[Any]) -> Path:
     folder, first on the path and different for every job, holds none and makes no new file."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hacfg"
     places = dict.fromkeys(str(seen[0]) for seen in fingerprint)
-    path_key = zlib.crc32("\0".join([sys.executable, *places]).encode())
+    path_key = binascii.crc32("\0".join([sys.executable, *places]).encode())
     return root / f"entry-points-{group}-{path_key:08x}.marshal"
 
 
