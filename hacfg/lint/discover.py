@@ -20,7 +20,6 @@ is a base: its keys and values are checked, and the risks are judged in the file
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -32,7 +31,9 @@ from hacfg.scenario.kubernetes import training_kind
 from hacfg.scenario.names import Kind
 from hacfg.scenario.source import MAX_BYTES, Document, InputError, load_all, parse_all
 
-SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
+# ha.yaml, ha.yml, *.ha.yaml, *.ha.yml: compared as names and suffixes, which fnmatch would compile to patterns
+SCENARIO_NAMES = ("ha.yaml", "ha.yml")
+_SCENARIO_SUFFIXES = tuple(f".{name}" for name in SCENARIO_NAMES)
 CONTENT_SUFFIXES = (".json", ".yaml", ".yml")
 # ruff's default exclusions that can hold YAML or JSON, and any folder holding a pyvenv.cfg
 SKIPPED_DIRS = frozenset(
@@ -209,7 +210,7 @@ def _identity(path: Path) -> object:
 
 def wanted(path: Path, settings: Settings) -> bool:
     """Whether ``path`` is named like a scenario file, or matches a configured ``include`` glob."""
-    return any(fnmatch.fnmatch(path.name, pattern) for pattern in SCENARIO_NAMES) or settings.included(path)
+    return path.name in SCENARIO_NAMES or path.name.endswith(_SCENARIO_SUFFIXES) or settings.included(path)
 
 
 def passed_by(path: Path) -> bool:

@@ -67,6 +67,8 @@ class Settings:
         )
 
     def included(self, path: Path) -> bool:
+        if not self.include:
+            return False  # without resolving the root
         relative = self._relative(str(path))
         return any(fnmatch.fnmatch(relative, pattern) for pattern in self.include)
 
