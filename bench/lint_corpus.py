@@ -1,7 +1,7 @@
 """`hacfg lint` on a generated corpus of realistic scenario files, next to yamllint and check-jsonschema.
 
 Run: python bench/lint_corpus.py [--files 500]. Targets: corpus lint <= 0.25x check-jsonschema;
-cold one-file lint <= 1.0x yamllint; the same lint with the Ascend example plugin installed (its
+cold one-file lint <= 0.85x yamllint; the same lint with the Ascend example plugin installed (its
 rule and pre-check types come from ``hacfg.plugin``, as any plugin's do) <= 1.03x the lint without it.
 """
 
@@ -22,6 +22,7 @@ from common import Timing, Verdict, compile_bytecode, ms, require, time_command,
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("single-node", "multi-node", "llm-long-term")
 CORPUS_TARGET = 0.25  # of check-jsonschema, which checks the same files against the committed schema
+COLD_TARGET = 0.85  # of yamllint on the same file: a lint of one file is what a hook or an editor runs
 # What any one-file lint on hacfg's stack pays before its own code: the interpreter, PyYAML, pluggy.
 FLOOR = "import yaml, pluggy"
 ASCEND = REPO / "examples" / "hacfg-plugin-ascend"
@@ -91,7 +92,7 @@ def verdicts(files: int = 500, repeat: int = 5) -> list[Verdict]:
     plugin_ratio = with_plugin.median / without.median
     return [
         Verdict(f"lint corpus, {files} files", ms(ours), f"check-jsonschema {ms(checker_timing)}", corpus_ratio, f"<= {CORPUS_TARGET}x", corpus_ratio <= CORPUS_TARGET),
-        Verdict("cold lint, one file", ms(one), f"yamllint {ms(one_peer)}", cold_ratio, "<= 1.0x yamllint", cold_ratio <= 1.0),
+        Verdict("cold lint, one file", ms(one), f"yamllint {ms(one_peer)}", cold_ratio, f"<= {COLD_TARGET}x yamllint", cold_ratio <= COLD_TARGET),
         Verdict("  floor: python, yaml, pluggy", ms(floor), f"yamllint {ms(one_peer)}", floor.median / one_peer.median, "(reference)", None),
         Verdict("cold lint, Ascend plugin", ms(with_plugin), f"without it {ms(without)}", plugin_ratio, f"<= {PLUGIN_TARGET}x without", plugin_ratio <= PLUGIN_TARGET),
     ]

@@ -58,7 +58,7 @@ class Baseline:
             key = self.key(finding)
             if finding.suppressed is None and left[key] > 0:
                 left[key] -= 1
-                finding = replace(finding, suppressed=f"in the baseline {self.path}", suppression="external")
+                finding = finding._replace(suppressed=f"in the baseline {self.path}", suppression="external")
             findings.append(finding)
         for entry, span in zip(self.entries, self.spans, strict=True):
             if left[entry] > 0:

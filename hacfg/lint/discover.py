@@ -20,19 +20,20 @@ is a base: its keys and values are checked, and the risks are judged in the file
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from hacfg.lint.settings import Settings
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.kubernetes import training_kind
+from hacfg.scenario.names import Kind
 from hacfg.scenario.source import MAX_BYTES, Document, InputError, load_all, parse_all
 
-SCENARIO_NAMES = ("ha.yaml", "ha.yml", "*.ha.yaml", "*.ha.yml")
+# ha.yaml, ha.yml, *.ha.yaml, *.ha.yml: compared as names and suffixes, which fnmatch would compile to patterns
+SCENARIO_NAMES = ("ha.yaml", "ha.yml")
+_SCENARIO_SUFFIXES = tuple(f".{name}" for name in SCENARIO_NAMES)
 CONTENT_SUFFIXES = (".json", ".yaml", ".yml")
 # ruff's default exclusions that can hold YAML or JSON, and any folder holding a pyvenv.cfg
 SKIPPED_DIRS = frozenset(
@@ -90,18 +91,26 @@ SCENARIO_KEYS = frozenset(
 )
 
 
+class Linted(NamedTuple):
+    """A document to lint, and the kind of file it is."""
+
+    document: Document
+    kind: Kind
+
+
 class Found(NamedTuple):
-    """A file to lint: its path as the user spelled it, and the documents read while choosing it."""
+    """A file to lint: its path as the user spelled it, the documents read while choosing it, and
+    those to lint with their kinds."""
 
     path: Path
     documents: tuple[Document, ...] = ()  # none when it could not be parsed: linting reports why
+    linted: tuple[Linted, ...] = ()
     base: bool = False
 
 
-@dataclass
-class Discovery:
-    files: list[Found] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+class Discovery(NamedTuple):
+    files: list[Found]
+    notes: list[str]  # files named but skipped, and why
 
 
 def is_request_body(data: Any) -> bool:
@@ -134,15 +143,22 @@ def is_manifest(data: Any) -> bool:
     return training_kind(data) is not None
 
 
-def _lintable(data: Any) -> bool:
-    return is_request_body(data) or is_scenario(data) or is_manifest(data)
+def kind_of(document: Document) -> Kind | None:
+    """The kind of file a document is by its content: a ModelArts request body, a JobSet or Kubeflow
+    Trainer manifest, or a scenario file; None when it is none of them."""
+    if is_request_body(document.data):
+        return "job"
+    if is_manifest(document.data):
+        return "manifest"
+    return "scenario" if is_scenario(document.data) else None
 
 
-def ours(documents: list[Document] | tuple[Document, ...]) -> list[Document]:
-    """The documents to lint: a file's only one, or of several the bodies, scenarios and manifests."""
-    if len(documents) == 1:
-        return list(documents)
-    return [doc for doc in documents if _lintable(doc.data)]
+def ours(documents: list[Document] | tuple[Document, ...]) -> list[Linted]:
+    """The documents to lint, each with its kind: of several, those whose content says what they are;
+    else the first (a file's only one) as what it says, or when it says nothing as a scenario file,
+    which its name or the command line claims it is (validation says what it lacks)."""
+    several = [Linted(doc, kind) for doc in documents if (kind := kind_of(doc))] if len(documents) > 1 else []
+    return several or [Linted(documents[0], kind_of(documents[0]) or "scenario")]
 
 
 def _foreign(data: Any) -> bool:
@@ -156,7 +172,7 @@ def discover(
     paths: Iterable[str | Path], settings: Settings, *, respect_gitignore: bool = True, force_exclude: bool = False
 ) -> Discovery:
     """The files to lint under ``paths`` (default: the current directory), sorted, each once."""
-    found = Discovery()
+    notes: list[str] = []
     chosen: dict[object, Found] = {}
     for given in paths or ["."]:
         path = Path(given)
@@ -172,15 +188,15 @@ def discover(
             key = _identity(file)
             if key in chosen:
                 continue
-            picked = _choose(file, settings, named=named, notes=found.notes)
+            picked = _choose(file, settings, named=named, notes=notes)
             if picked is not None:
                 chosen[key] = picked
     bases = _bases(chosen)
-    found.files = sorted(
-        (Found(f.path, f.documents, base=key in bases) for key, f in chosen.items()),
+    files = sorted(
+        (f._replace(base=key in bases) for key, f in chosen.items()),
         key=lambda f: os.path.normpath(f.path),
     )
-    return found
+    return Discovery(files, notes)
 
 
 def _identity(path: Path) -> object:
@@ -194,7 +210,7 @@ def _identity(path: Path) -> object:
 
 def wanted(path: Path, settings: Settings) -> bool:
     """Whether ``path`` is named like a scenario file, or matches a configured ``include`` glob."""
-    return any(fnmatch.fnmatch(path.name, pattern) for pattern in SCENARIO_NAMES) or settings.included(path)
+    return path.name in SCENARIO_NAMES or path.name.endswith(_SCENARIO_SUFFIXES) or settings.included(path)
 
 
 def passed_by(path: Path) -> bool:
@@ -233,16 +249,17 @@ def _choose(path: Path, settings: Settings, *, named: bool, notes: list[str], te
     except InputError:
         # what cannot be read or parsed is reported when the user asked for it by name
         return Found(path) if by_name or named else None
-    found = Found(path, tuple(documents))
+    found = Found(path, tuple(documents), tuple(ours(documents)))
     if by_name:
         return found
-    chosen = ours(documents)
+    recognised = any(kind_of(doc) is not None for doc in documents)
     if named:
-        if not chosen or all(_foreign(doc.data) for doc in chosen):
+        # a file named on the command line is linted unless its content is plainly something else
+        if (len(documents) > 1 and not recognised) or all(_foreign(item.document.data) for item in found.linted):
             notes.append(f"{path}: not a scenario file or a ModelArts request body; skipped")
             return None
         return found
-    return found if any(_lintable(doc.data) for doc in chosen) else None
+    return found if recognised else None
 
 
 def _may_be_ours(path: Path, text: str | None) -> bool:
@@ -261,8 +278,9 @@ def _bases(chosen: dict[object, Found]) -> set[object]:
     """The chosen files that another chosen file names in ``extends:``."""
     bases = set()
     for found in chosen.values():
-        data = found.documents[0].data if len(found.documents) == 1 else None
-        reference = data.get("extends") if isinstance(data, dict) and not is_request_body(data) else None
+        only = found.linted[0] if len(found.documents) == 1 else None
+        data = only.document.data if only is not None and only.kind == "scenario" else None
+        reference = data.get("extends") if isinstance(data, dict) else None
         if isinstance(reference, str) and ("/" in reference or reference.endswith(CONTENT_SUFFIXES)):
             key = _identity(found.path.parent / reference)
             if key in chosen and key != _identity(found.path):

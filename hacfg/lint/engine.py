@@ -1,22 +1,22 @@
 """Lint: every rule over scenario files and ModelArts request bodies, findings with exact positions.
 
-Flow per file: load (HA100 if it does not parse) -> recognise the kind -> for a scenario, merge
-the preset and validate (HA101/HA102; the rules then judge what is valid, without the keys and
-values those name) -> run every enabled rule (HA000 if one raises) -> drop what suppression
-comments silence (HA099 for those that silence nothing).
+Flow per file: load (HA100 if it does not parse) -> take each document as the kind discovery
+read it (:func:`hacfg.lint.discover.ours`) -> for a scenario, merge the preset and validate
+(HA101/HA102; the rules then judge what is valid, without the keys and values those name) -> run
+every enabled rule (HA000 if one raises) -> drop what suppression comments silence (HA099 for
+those that silence nothing).
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hacfg.lint.discover import choose_named, discover, is_manifest, is_request_body, ours
+from hacfg.lint.discover import Found, Linted, choose_named, discover, is_request_body, ours
 from hacfg.lint.settings import Settings, find_settings, read_settings
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin import provided
@@ -34,7 +34,7 @@ from hacfg.scenario.config import (
     with_presets,
 )
 from hacfg.scenario.modelarts import ENVIRONMENTS_AT
-from hacfg.scenario.names import SEVERITIES, Kind, Severity, at_least
+from hacfg.scenario.names import SEVERITIES, Severity, at_least
 from hacfg.scenario.passthrough import PASSTHROUGH, passthrough_agreements
 from hacfg.scenario.request import environments_as_mapping, environments_note, undocumented_values, unknown_keys
 from hacfg.scenario.source import (
@@ -154,8 +154,7 @@ ENGINE_RULES = (
 )
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     rule: str
     severity: Severity
     path: str
@@ -262,9 +261,7 @@ def lint_paths(
     report = Report(notes=found.notes)
     for file in found.files:
         report.files += 1
-        report.findings.extend(
-            lint_file(file.path, settings, rules, platform=platform, documents=file.documents, base=file.base)
-        )
+        report.findings.extend(lint_file(file.path, settings, rules, platform=platform, found=file))
     anchor = settings.source or (str(found.files[0].path) if found.files else None)
     report.findings.extend(_plugin_failures(anchor))
     return report
@@ -276,9 +273,7 @@ def lint_text(text: str, name: str, settings: Settings, *, platform: str | None 
     found = choose_named(Path(name), settings, text, report.notes)
     if found is not None:
         report.files = 1
-        report.findings = lint_file(
-            found.path, settings, registry(), platform=platform, text=text, documents=found.documents
-        )
+        report.findings = lint_file(found.path, settings, registry(), platform=platform, text=text, found=found)
     report.findings.extend(_plugin_failures(settings.source or name))
     return report
 
@@ -290,13 +285,6 @@ def _plugin_failures(anchor: str | None) -> Iterator[Finding]:
         yield Finding("HA000", "error", anchor or f"<plugin {failure.plugin}>", 1, 1, 1, 1, "", str(failure))
 
 
-def kind_of(document: Document) -> Kind:
-    """A ModelArts request body, a JobSet or Kubeflow Trainer manifest, or else a scenario file."""
-    if is_request_body(document.data):
-        return "job"
-    return "manifest" if is_manifest(document.data) else "scenario"
-
-
 def lint_file(
     path: Path,
     settings: Settings,
@@ -304,14 +292,14 @@ def lint_file(
     *,
     platform: str | None = None,
     text: str | None = None,
-    documents: tuple[Document, ...] = (),
-    base: bool = False,
+    found: Found | None = None,
 ) -> list[Finding]:
-    """``text``: the file as an editor holds it, unsaved, instead of what is on disk; ``documents``: the file
-    already read while discovering it; ``base``: a file others extend, checked for its own keys and values
-    (the risks are judged where it is extended). Of a YAML file of several documents, each body and
-    scenario is linted."""
+    """``text``: the file as an editor holds it, unsaved, instead of what is on disk; ``found``: the file as
+    discovery chose it, its documents read and each to lint with its kind, and whether it is a base, a file
+    others extend, checked for its own keys and values (the risks are judged where it is extended). Of a
+    YAML file of several documents, each body, scenario and manifest is linted."""
     name = str(path)
+    documents, linted = (found.documents, found.linted) if found is not None else ((), ())
     try:
         read = documents or (load_all(path) if text is None else parse_all(text, name))
         if len(read) > 1 and not all(_streamed(document.data) for document in read):
@@ -322,7 +310,8 @@ def lint_file(
         if "HA100" not in settings.enabled_rules(["HA100"], name):
             return []
         return [finding_at("HA100", rules, err.span, (), err.message)]
-    linters = [_FileLinter(own, settings, rules, base=base) for own in ours(read) or read[:1]]
+    base = found is not None and found.base
+    linters = [_FileLinter(item, settings, rules, base=base) for item in linted or ours(read)]
     for linter in linters:
         linter.run(platform)
     return linters[0].finish([finding for linter in linters for finding in linter.placed()])
@@ -380,14 +369,14 @@ class _Passthrough(NamedTuple):
                     yield placed
             else:
                 origin = self.origins.get(tuple(problem.at))
-                yield replace(problem, at=origin or PASSTHROUGH, fix=None, on_key=False)
+                yield problem._replace(at=origin or PASSTHROUGH, fix=None, on_key=False)
 
 
 def _under(prefix: LogicalPath, problem: Problem) -> Problem:
     if not prefix:
         return problem
-    fix = problem.fix and replace(problem.fix, path=(*prefix, *problem.fix.path))
-    return replace(problem, at=(*prefix, *problem.at), fix=fix)
+    fix = problem.fix and problem.fix._replace(path=(*prefix, *problem.fix.path))
+    return problem._replace(at=(*prefix, *problem.at), fix=fix)
 
 
 def finding_at(
@@ -417,14 +406,14 @@ def finding_at(
 class _FileLinter:
     """Findings for one file: positions, inheritance from presets, severities, suppressions."""
 
-    def __init__(self, own: Document, settings: Settings, rules: dict[str, RuleSource], *, base: bool = False):
-        self.own = own
+    def __init__(self, linted: Linted, settings: Settings, rules: dict[str, RuleSource], *, base: bool = False):
+        self.own = self.document = linted.document
+        self.kind = linted.kind  # as discovery read it
         self.base = base
         self.settings = settings
         self.rules = rules
-        self.document = own
         self.findings: list[Finding] = []
-        self.enabled = settings.enabled_rules(rules, own.path)
+        self.enabled = settings.enabled_rules(rules, self.own.path)
         self.unjudged: tuple[LogicalPath, ...] = ()  # where invalid keys and values were left out
 
     def run(self, platform: str | None) -> None:
@@ -448,12 +437,11 @@ class _FileLinter:
                 self.findings.append(finding_at("HA000", self.rules, span, (), message.splitlines()[0]))
 
     def context(self, platform: str | None) -> ScenarioContext | JobContext | ManifestContext | None:
-        kind = kind_of(self.own)
-        if kind == "job":
+        if self.kind == "job":
             self.own = self.document = self._environments_listed(self.own, ())
-        if kind != "scenario":
+        if self.kind != "scenario":
             chosen_platform = platform or self.settings.platform or "huaweicloud"
-            if kind == "manifest":
+            if self.kind == "manifest":
                 return ManifestContext(self.own, self.own, chosen_platform, Manifest(self.own.data))
             return JobContext(self.own, self.own, chosen_platform, JobBody(self.own.data))
         self._environments_listed(self.own, PASSTHROUGH)  # validation reads them so, for lint and build alike
@@ -489,6 +477,8 @@ class _FileLinter:
         view = environments_as_mapping(document, within)
         if view is None:
             return document
+        import json  # only for such a list: a lint of most files does without the module
+
         at = (*within, *ENVIRONMENTS_AT)
         span = document.span(at)
         written = _written(document.text, span)  # a block list's span runs to the next line: keep its line end
@@ -544,7 +534,7 @@ class _FileLinter:
         finding = finding_at(rule_id, self.rules, span, path, message, fix=fix, severity=severity)
         override = self.settings.severity.get(rule_id)
         if override:
-            finding = replace(finding, severity=override)
+            finding = finding._replace(severity=override)
         self.findings.append(finding)
 
     def placed(self) -> list[Finding]:
@@ -564,7 +554,7 @@ class _FileLinter:
         result = []
         for finding in findings:
             reason = own_suppressions.match(finding)
-            result.append(finding if reason is None else replace(finding, suppressed=reason))
+            result.append(finding if reason is None else finding._replace(suppressed=reason))
         for line, column, message, severity in own_suppressions.leftovers(self.rules):
             # a base's comments speak for the files extending it: one that silences nothing here is not stale
             if "HA099" in self.enabled and not (self.base and severity == "info"):
@@ -574,8 +564,7 @@ class _FileLinter:
 
     def _relocate(self, finding: Finding) -> Finding:
         span = self.own.span(inherited_at(self.own))
-        return replace(
-            finding,
+        return finding._replace(
             path=self.own.path,
             line=span.line,
             column=span.column,
@@ -600,22 +589,21 @@ def _base_text(path: str) -> str:
         return ""
 
 
-_SUPPRESSION = re.compile(r"(?:^|\s)#\s*hacfg:\s*(disable|disable-file)\s*=\s*([A-Za-z0-9_, ]+?)\s*(?:--\s*(.*?))?\s*$")
+# compiled (and kept by re's cache) on the first line that may hold one: most files have none
+_SUPPRESSION = r"(?:^|\s)#\s*hacfg:\s*(disable|disable-file)\s*=\s*([A-Za-z0-9_, ]+?)\s*(?:--\s*(.*?))?\s*$"
 
 
-@dataclass
-class _Suppression:
+class _Suppression(NamedTuple):
     line: int  # the line it silences (0: the whole file)
     comment_line: int
     column: int
     ids: tuple[str, ...]
     reason: str
-    used: set[str] = field(default_factory=set)
+    used: set[str]  # the rules it silenced
 
 
-@dataclass
-class Suppressions:
-    items: list[_Suppression] = field(default_factory=list)
+class Suppressions(NamedTuple):
+    items: list[_Suppression]
 
     def match(self, finding: Finding) -> str | None:
         """The reason of the first suppression that silences ``finding``, else None."""
@@ -636,12 +624,12 @@ class Suppressions:
 
 def suppressions_in(text: str) -> Suppressions:
     """``# hacfg: disable=ID[,ID] [-- reason]`` on a line or alone above it; ``disable-file=`` anywhere."""
-    found = Suppressions()
+    found = Suppressions([])
     if "hacfg:" not in text:
         return found
     lines = text.splitlines()
     for index, line in enumerate(lines):
-        match = _SUPPRESSION.search(line)
+        match = re.search(_SUPPRESSION, line)
         if not match:
             continue
         kind, ids, reason = match.groups()
@@ -661,5 +649,5 @@ def suppressions_in(text: str) -> Suppressions:
         else:
             target = index + 1
         rule_ids = tuple(part.strip().upper() for part in ids.split(",") if part.strip())
-        found.items.append(_Suppression(target, index + 1, column, rule_ids, reason or ""))
+        found.items.append(_Suppression(target, index + 1, column, rule_ids, reason or "", set()))
     return found

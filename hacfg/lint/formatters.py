@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -113,16 +112,24 @@ def statistics(fmt: str, report: Report, rules: dict[str, RuleSource]) -> str:
 
     if fmt == "json":
         listed = [{"code": r, "name": name(r), "count": n, "fixable": r in fixable} for r, n in rows]
-        return json.dumps(listed, indent=2) + "\n"
+        return _json_text(listed)
     if fmt != "text":
         raise InputError(f"--statistics prints text or json, not {fmt}")
     width = max((len(str(n)) for _, n in rows), default=1)
     return "".join(f"{n:>{width}}\t{r}\t{'[*]' if r in fixable else '   '} {name(r)}\n" for r, n in rows)
 
 
+def _json_text(document: Any) -> str:
+    """``document`` as indented JSON. The module is imported here: the text output, what a lint
+    prints by default, does without it."""
+    import json
+
+    return json.dumps(document, indent=2) + "\n"
+
+
 def as_json(report: Report) -> str:
     document = {"version": 1, "findings": [f.as_dict() for f in _active(report)], "summary": summary(report)}
-    return json.dumps(document, indent=2) + "\n"
+    return _json_text(document)
 
 
 def github(report: Report) -> str:
@@ -210,7 +217,7 @@ def sarif(report: Report, rules: dict[str, RuleSource]) -> str:
         "results": results,
     }
     document = {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
-    return json.dumps(document, indent=2) + "\n"
+    return _json_text(document)
 
 
 SRCROOT = "%SRCROOT%"
@@ -344,7 +351,7 @@ def rules_listing(fmt: str, rules: dict[str, RuleSource]) -> str:
             }
             for rule_id, source in rules.items()
         ]
-        return json.dumps(rows, indent=2) + "\n"
+        return _json_text(rows)
     return "".join(
         f"{rule_id}  {s.rule.severity:<7}  {s.rule.name:<36}  {s.distribution:<12}  {s.rule.summary}\n"
         for rule_id, s in rules.items()

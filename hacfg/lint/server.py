@@ -243,7 +243,7 @@ def _lint(document: TextDocument) -> list[Shown]:
         found = None if _passed_by(path) else discover.chosen(path, settings, document.source)
         if found is None:
             return []
-        findings = lint.lint_file(path, settings, rules, text=document.source, documents=found.documents)
+        findings = lint.lint_file(path, settings, rules, text=document.source, found=found)
     except InputError as err:  # the settings, or a file that cannot be read as text at all
         start = types.Position(line=0, character=0)
         return [

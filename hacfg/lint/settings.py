@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from hacfg.scenario.names import PLATFORMS, SEVERITIES, Platform, Severity
 from hacfg.scenario.source import InputError, LogicalPath, Span, did_you_mean, dotted, lookup, read
@@ -67,6 +67,8 @@ class Settings:
         )
 
     def included(self, path: Path) -> bool:
+        if not self.include:
+            return False  # without resolving the root
         relative = self._relative(str(path))
         return any(fnmatch.fnmatch(relative, pattern) for pattern in self.include)
 
@@ -147,8 +149,7 @@ def read_settings(path: Path) -> Settings:
     return _settings(_SettingsFile.read(path, pyproject=path.name == "pyproject.toml"), folder)
 
 
-@dataclass(frozen=True)
-class _SettingsFile:
+class _SettingsFile(NamedTuple):
     """The ``[tool.hacfg]`` table of one file (or a ``.hacfg.toml``'s top level), and where each of
     its values is written, for errors at ``file:line:col``."""
 
@@ -183,8 +184,8 @@ class _SettingsFile:
         if "hacfg" in tool:
             if not isinstance(tool["hacfg"], dict):
                 raise found.error(("tool", "hacfg"), "tool.hacfg: expected a table, [tool.hacfg]")
-            return replace(found, table=tool["hacfg"], prefix=("tool", "hacfg"))
-        return found if not pyproject else replace(found, table={})
+            return found._replace(table=tool["hacfg"], prefix=("tool", "hacfg"))
+        return found if not pyproject else found._replace(table={})
 
     def error(self, key: LogicalPath, message: str) -> InputError:
         """``message`` at the line that writes ``key`` (a path in the file), else at the file."""

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hacfg.plugin import manager as plugin_manager
-from hacfg.plugin.targets import Target
 from hacfg.scenario.source import InputError, did_you_mean
+
+if TYPE_CHECKING:
+    from hacfg.plugin.targets import Target
 
 
 def presets() -> dict[str, Path]:
@@ -39,6 +42,8 @@ def _preset_entries(manager: plugin_manager.Manager) -> Iterator[tuple[str, str,
 
 def targets() -> dict[str, Target]:
     """Every compile target by name."""
+    from hacfg.plugin.targets import Target  # a lint of a scenario without passthrough builds nothing
+
     manager = plugin_manager.get()
     manager.require_builtins("hacfg_targets")
 

@@ -27,7 +27,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, overload
 
 from hacfg.scenario import kubernetes as k8s
 from hacfg.scenario import modelarts as ma
@@ -40,8 +40,7 @@ if TYPE_CHECKING:
 RULE_ID = re.compile(r"[A-Z]{2,}[0-9]{3,}")
 
 
-@dataclass(frozen=True)
-class Fix:
+class Fix(NamedTuple):
     """Replace the value at ``path`` with ``replacement`` (source text, e.g. ``"3"`` with quotes)."""
 
     path: LogicalPath
@@ -49,8 +48,7 @@ class Fix:
     description: str
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """What a rule yields: where (a logical path), what to do about it, and a fix if one is safe."""
 
     at: LogicalPath
@@ -60,7 +58,9 @@ class Problem:
     severity: Severity | None = None  # None: the rule's default
 
 
-@dataclass(frozen=True)
+# Contexts compare by identity (eq=False): each is one file's, and the equality and hash dataclass
+# would generate, which nothing uses, cost every lint their compiling at import.
+@dataclass(frozen=True, eq=False)
 class FileContext:
     """One file, as a rule sees it. ``own`` is the file as written, without any preset."""
 
@@ -88,7 +88,7 @@ class FileContext:
         return paths[-1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ScenarioContext(FileContext):
     """A scenario file: ``config`` is validated, with its preset merged in (``document``).
 
@@ -115,7 +115,7 @@ class ScenarioContext(FileContext):
         return dict(self.config.job.environment)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class JobContext(FileContext):
     """A ModelArts request body, as written: ``body`` reads it however malformed it is."""
 
@@ -128,7 +128,7 @@ class JobContext(FileContext):
         return self.body.environments
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ManifestContext(FileContext):
     """A JobSet, TrainJob or (Cluster)TrainingRuntime, as written: ``manifest`` reads it however malformed."""
 
@@ -140,17 +140,29 @@ JobCheck = Callable[[JobContext], Iterable[Problem]]
 ManifestCheck = Callable[[ManifestContext], Iterable[Problem]]
 
 
-@dataclass(eq=False)
 class Rule:
     """A rule's identity and help, and its check of each kind of file it reads."""
 
-    id: str
-    name: str
-    severity: Severity
-    help: str
-    scenario_check: ScenarioCheck | None = None
-    job_check: JobCheck | None = None
-    manifest_check: ManifestCheck | None = None
+    def __init__(
+        self,
+        id: str,  # noqa: A002
+        name: str,
+        severity: Severity,
+        help: str,  # noqa: A002
+        scenario_check: ScenarioCheck | None = None,
+        job_check: JobCheck | None = None,
+        manifest_check: ManifestCheck | None = None,
+    ):
+        self.id = id
+        self.name = name
+        self.severity = severity
+        self.help = help
+        self.scenario_check = scenario_check
+        self.job_check = job_check
+        self.manifest_check = manifest_check
+
+    def __repr__(self) -> str:
+        return f"Rule({self.id!r}, {self.name!r}, {self.severity!r})"
 
     @property
     def kinds(self) -> tuple[Kind, ...]:
@@ -216,17 +228,13 @@ def rule(id: str, name: str, severity: Severity, *, kind: Kind = "scenario") -> 
     return wrap
 
 
-@dataclass
 class JobBody:
     """Read access to a ModelArts request body that may be malformed in any way."""
 
     ANNOTATIONS: ClassVar[LogicalPath] = ma.ANNOTATIONS_AT
 
-    data: dict[str, Any]
-    annotations: dict[Any, Any] = field(init=False)
-    environments: dict[Any, Any] = field(init=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
         self.annotations = _mapping(self.get(self.ANNOTATIONS))
         self.environments = _mapping(self.get(JobContext.ENVIRONMENT))
 
@@ -283,11 +291,11 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-@dataclass
 class Manifest:
     """Read access to a JobSet or Kubeflow Trainer manifest that may be malformed in any way."""
 
-    data: dict[str, Any]
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
 
     @property
     def kind(self) -> str:

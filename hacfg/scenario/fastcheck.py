@@ -12,9 +12,8 @@ so verdicts, values and messages are always pydantic's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 Node = dict[str, Any]  # one node of the pruned core schema
 
@@ -23,8 +22,7 @@ class Declined(Exception):
     """This document is not plainly valid: pydantic must judge it."""
 
 
-@dataclass(frozen=True)
-class Info:
+class Info(NamedTuple):
     """What a validator with info sees (pydantic's ``ValidationInfo``, as far as a valid document needs)."""
 
     context: Any
@@ -57,8 +55,7 @@ def _section(node: Node | None) -> Node | None:
     return node
 
 
-@dataclass(frozen=True)
-class _Place:
+class _Place(NamedTuple):
     context: Any
     data: dict[str, Any]  # the fields of the enclosing section validated so far
     field_name: str | None

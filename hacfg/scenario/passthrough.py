@@ -8,8 +8,7 @@ only repeats the scenario, so that whether a rule is enabled changes nothing els
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.source import LogicalPath, lookup
@@ -32,8 +31,7 @@ _OWNED: dict[LogicalPath, dict[str, str]] = {
 }
 
 
-@dataclass(frozen=True)
-class Override:
+class Override(NamedTuple):
     """A passthrough value that replaces what a scenario key means on the platform."""
 
     at: LogicalPath  # in the scenario file: ("passthrough", "metadata", "annotations", KEY)

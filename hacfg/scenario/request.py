@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -29,6 +28,8 @@ _Member = tuple[dict[str, Any], Any, Any, LogicalPath]
 
 @functools.cache
 def schema() -> dict[str, Any]:
+    import json
+
     package = importlib.import_module("hacfg.schemas")  # data only, mapped from schemas/ at install
     loaded: dict[str, Any] = json.loads(Path(str(package.__file__)).with_name(SCHEMA_NAME).read_text("utf-8"))
     return loaded

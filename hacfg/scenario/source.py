@@ -14,12 +14,12 @@ ruamel.yaml, which ``hacfg fix`` uses to write files back.
 from __future__ import annotations
 
 import bisect
-import json
+import codecs
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -38,8 +38,7 @@ _STANDARD_TAG = "tag:yaml.org,2002:"
 _ALLOWED_TAGS = {_STANDARD_TAG + t for t in ("str", "int", "float", "bool", "null", "map", "seq")}
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
+class Span(NamedTuple):
     """Where something stands in a file: 1-based line and column, end exclusive."""
 
     file: str
@@ -75,6 +74,8 @@ def dotted(path: LogicalPath) -> str:
         elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", key):
             parts.append(("." if parts else "") + key)
         else:
+            import json  # quotes the rare key that is no name: most paths, and lints, never need it
+
             parts.append(("." if parts else "") + json.dumps(key))
     return "".join(parts)
 
@@ -171,7 +172,7 @@ def decode(raw: bytes, name: str) -> str:
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError("file is UTF-16; save it as UTF-8", Span(name, 1, 1, 1, 1))
     try:
-        text = raw.decode("utf-8-sig")
+        text = raw.removeprefix(codecs.BOM_UTF8).decode("utf-8")  # "utf-8-sig", without importing its codec
     except UnicodeDecodeError as err:
         line, column = _line_col(raw, err.start)
         raise InputError(
@@ -185,12 +186,14 @@ def decode(raw: bytes, name: str) -> str:
 
 
 # What libyaml counts as a line break, so line numbers and columns mean the same here as in its marks.
-_LINE_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
+# This and the patterns below are compiled (and kept by re's cache) when first used, not by every
+# lint that imports this module: most never place a fix or read JSON.
+_LINE_BREAK = "\r\n|[\r\n\x85\u2028\u2029]"
 
 
 def line_starts(text: str) -> list[int]:
     """The offset at which each line of ``text`` starts, breaking lines where libyaml does."""
-    return [0, *(match.end() for match in _LINE_BREAK.finditer(text))]
+    return [0, *(match.end() for match in re.finditer(_LINE_BREAK, text))]
 
 
 def _line_col(text: str | bytes, offset: int) -> tuple[int, int]:
@@ -260,6 +263,8 @@ def _yaml_message(err: yaml.MarkedYAMLError, at: str) -> str:
 
 def parse_json(text: str, name: str) -> Document:
     """Strict JSON, every key and value with its position, whatever the file is called."""
+    import json  # only for a JSON file: a lint of YAML files does without the module
+
     try:
         # the C decoder: strict JSON's verdict and message; the reader then reads each number, with its position
         json.loads(text, parse_int=len)
@@ -274,8 +279,8 @@ def parse_json(text: str, name: str) -> Document:
     return document
 
 
-_JSON_SPACE = re.compile(r"[ \t\n\r]*")
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_JSON_SPACE = r"[ \t\n\r]*"
+_JSON_NUMBER = r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?"
 _JSON_WORDS = {"true": True, "false": False, "null": None}
 
 
@@ -288,10 +293,14 @@ class _JsonReader:
     """
 
     def __init__(self, document: Document):
+        from json.decoder import scanstring  # type: ignore[attr-defined]
+
         self.document = document
         self.text = document.text
         self.starts = line_starts(document.text)
         self.nodes = 0
+        self.scanstring = scanstring
+        self.space, self.number = re.compile(_JSON_SPACE), re.compile(_JSON_NUMBER)
 
     def span(self, start: int, end: int) -> Span:
         starts = self.starts
@@ -306,7 +315,7 @@ class _JsonReader:
     def skip(self, at: int) -> int:
         """The offset of the first character at or after ``at`` that is not JSON whitespace."""
         if at < len(self.text) and self.text[at] in " \t\n\r":
-            return _JSON_SPACE.match(self.text, at).end()  # type: ignore[union-attr]
+            return self.space.match(self.text, at).end()  # type: ignore[union-attr]
         return at
 
     def value(self, at: int, path: LogicalPath) -> tuple[Any, int]:
@@ -326,7 +335,7 @@ class _JsonReader:
         elif first == '"':
             value, end = self.string(at)
         else:
-            number = _JSON_NUMBER.match(text, at)
+            number = self.number.match(text, at)
             word = next((w for w in _JSON_WORDS if text.startswith(w, at)), None)
             if number is not None and number.end() > at:
                 end = number.end()
@@ -347,7 +356,7 @@ class _JsonReader:
     def string(self, at: int) -> tuple[str, int]:
         """The string at ``at`` and the offset after it. A ``\\ud800`` escape with no partner, which the
         decoder lets through, is no character: no file, report or terminal could hold it."""
-        value, end = json.decoder.scanstring(self.text, at + 1)  # type: ignore[attr-defined]
+        value, end = self.scanstring(self.text, at + 1)
         if not value.isascii():
             try:
                 value.encode()

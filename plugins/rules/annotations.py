@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+from typing import Any
 
 from hacfg.plugin import (
     Fix,
@@ -49,9 +49,9 @@ def annotation_not_string(ctx: JobContext) -> Iterator[Problem]:
         if isinstance(value, bool | int | float):
             written = ma.annotation_string(value)
             # a switch gets the one spelling the platform reads, so HA015 has nothing left to fix
-            quoted = json.dumps(_switch_spelling(written) or written if key in ma.BOOLEAN_ANNOTATIONS else written)
+            quoted = _json(_switch_spelling(written) or written if key in ma.BOOLEAN_ANNOTATIONS else written)
             fix = Fix(path, quoted, f"quote the value: {quoted}")
-        yield Problem(path, f"annotation {key} must be a string, not {json.dumps(value)}: quote it", fix=fix)
+        yield Problem(path, f"annotation {key} must be a string, not {_json(value)}: quote it", fix=fix)
 
 
 @rule("HA008", "unknown-fault-tolerance-key", "error", kind="job")
@@ -105,10 +105,18 @@ def boolean_annotation_spelling(ctx: JobContext) -> Iterator[Problem]:
         if not isinstance(value, str) or value in ("true", "false"):
             continue
         meant = _switch_spelling(value)
-        fix = Fix(annotation_path(key), json.dumps(meant), f'write "{meant}"') if meant else None
+        fix = Fix(annotation_path(key), _json(meant), f'write "{meant}"') if meant else None
         hint = f'write "{meant}"' if meant else 'use "true" or "false"'
-        message = f'{key} is {json.dumps(value)}; the platform reads only "true" or "false": {hint}'
+        message = f'{key} is {_json(value)}; the platform reads only "true" or "false": {hint}'
         yield Problem(annotation_path(key), message, fix=fix)
+
+
+def _json(value: Any) -> str:
+    """``value`` as JSON writes it: quoted as the file would hold it. The module is imported only for
+    a finding, so a lint without one does without it."""
+    import json
+
+    return json.dumps(value)
 
 
 def _switch_spelling(written: str) -> str | None:
@@ -145,8 +153,8 @@ def passthrough_owns_key(ctx: ScenarioContext) -> Iterator[Problem]:
     """
     for override in passthrough_overrides(ctx.config):
         message = (
-            f"passthrough sets {override.key} to {json.dumps(override.value)} over {override.owner} "
-            f"({json.dumps(override.means)}): say it with {override.owner} and remove it here"
+            f"passthrough sets {override.key} to {_json(override.value)} over {override.owner} "
+            f"({_json(override.means)}): say it with {override.owner} and remove it here"
         )
         yield Problem(override.at, message, on_key=True)
 

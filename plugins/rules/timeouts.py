@@ -8,12 +8,10 @@ the culprit and counts a hang as a hang; the rules here say when another one spe
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from hacfg.plugin import (
     Fix,
@@ -42,10 +40,11 @@ BLOCKING_WAIT = "TORCH_NCCL_BLOCKING_WAIT"
 HCCL_EXEC = "HCCL_EXEC_TIMEOUT"
 HCCL_CONNECT = "HCCL_CONNECT_TIMEOUT"
 
-_WHOLE = re.compile(r"[0-9]{1,10}")  # torch reads these with std::stoi, into a C int
+# Patterns, compiled (and kept by re's cache) only for a file that sets these variables.
+_WHOLE = r"[0-9]{1,10}"  # torch reads these with std::stoi, into a C int
 _C_INT_MAX = 2**31 - 1  # past it std::stoi throws; HCCL documents the same ceiling
-_DECIMAL = re.compile(r"[0-9]{1,10}(\.[0-9]{1,2})?")  # HCCL_EXEC_TIMEOUT takes hundredths on newer Atlas parts
-_WITH_UNIT = re.compile(r"([0-9]{1,6}[dhms]){1,4}")  # a hacfg duration, which these variables do not read
+_DECIMAL = r"[0-9]{1,10}(\.[0-9]{1,2})?"  # HCCL_EXEC_TIMEOUT takes hundredths on newer Atlas parts
+_WITH_UNIT = r"([0-9]{1,6}[dhms]){1,4}"  # a hacfg duration, which these variables do not read
 # c10d's getCvarBool, which refuses anything else
 _SWITCH_WORDS = {
     **dict.fromkeys(("1", "y", "yes", "t", "true"), True),
@@ -53,13 +52,12 @@ _SWITCH_WORDS = {
 }
 
 
-@dataclass(frozen=True)
-class _Variable:
+class _Variable(NamedTuple):
     """A timeout or switch the environment may set, and how it is read."""
 
     name: str
     reads: str  # what a readable value looks like, for the message
-    pattern: re.Pattern[str] | None = None  # a number; None: a switch
+    pattern: str | None = None  # a number; None: a switch
     unit: timedelta = timedelta(seconds=1)
     levels: range | None = None  # the values a numbered mode takes
 
@@ -92,15 +90,14 @@ def _read(variable: _Variable, value: Any) -> timedelta | int | bool | None:
         return None
     if variable.pattern is None:
         return _SWITCH_WORDS.get(text.lower())
-    if not variable.pattern.fullmatch(text) or float(text) > _C_INT_MAX:
+    if not re.fullmatch(variable.pattern, text) or float(text) > _C_INT_MAX:
         return None
     if variable.levels is not None:
         return int(text) if int(text) in variable.levels else None
     return float(text) * variable.unit
 
 
-@dataclass(frozen=True)
-class _Environment:
+class _Environment(NamedTuple):
     """The job's environment, read for timeouts: each variable's value and where the file writes it."""
 
     values: Mapping[Any, Any]
@@ -114,8 +111,7 @@ class _Environment:
         return _read(_VARIABLES[name], self.values[name]) if name in self.values else None
 
 
-@dataclass(frozen=True)
-class _Judge:
+class _Judge(NamedTuple):
     """Who would call the stuck job a hang, after how long, and where the file says so."""
 
     who: str  # with its time: "the agent's hang timeout (30m)"
@@ -126,8 +122,7 @@ class _Judge:
     shorten: str  # the other way out, in the file's words
 
 
-@dataclass(frozen=True)
-class _Watchdog:
+class _Watchdog(NamedTuple):
     """A collective library's timer that ends a stuck process by itself."""
 
     who: str
@@ -447,6 +442,8 @@ def _unreadable(env: _Environment, variables: tuple[_Variable, ...]) -> Iterator
         if variable.name not in env.values or _read(variable, env.values[variable.name]) is not None:
             continue
         value = env.values[variable.name]
+        import json  # only to quote a value in a finding: a lint with none does without the module
+
         shown = json.dumps(value, default=str) if len(str(value)) <= 40 else "a value"
         yield Problem(
             env.at(variable.name),
@@ -458,7 +455,7 @@ def _unreadable(env: _Environment, variables: tuple[_Variable, ...]) -> Iterator
 def _in_unit(variable: _Variable, value: Any, at: LogicalPath) -> Fix | None:
     """A duration written with a unit (``10m``), as the plain number ``variable`` reads, when it is whole."""
     text = _text(value)
-    if variable.pattern is None or variable.levels is not None or text is None or not _WITH_UNIT.fullmatch(text):
+    if variable.pattern is None or variable.levels is not None or text is None or not re.fullmatch(_WITH_UNIT, text):
         return None
     try:
         count, left = divmod(parse_duration(text), variable.unit)
@@ -466,6 +463,8 @@ def _in_unit(variable: _Variable, value: Any, at: LogicalPath) -> Fix | None:
         return None
     if left:
         return None
+    import json
+
     number = json.dumps(str(count))
     return Fix(at, number, f"write {number}")
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from hacfg.plugin import JobContext, LogicalPath, Problem, Rule, ScenarioContext, hookimpl, rule
 from hacfg.plugin import modelarts as ma
@@ -83,8 +82,7 @@ def ranks_disagree_with_nodes_in_body(ctx: JobContext) -> Iterator[Problem]:
     )
 
 
-@dataclass(frozen=True)
-class Size:
+class Size(NamedTuple):
     """A job's size: its nodes, each node's cards when known, and what says how many (a flavor id)."""
 
     nodes: int

@@ -110,10 +110,13 @@ def test_nothing_found_says_so_on_stderr_and_exits_0_like_ruff(cli, project):
 
 
 def test_named_files_that_are_plainly_something_else_are_skipped_with_a_note(cli, project):
-    put(project, {"web.yaml": DEPLOYMENT, "package.json": PACKAGE_JSON, "job.json": json.dumps(BODY)})
-    result = cli("lint", "web.yaml", "package.json", "job.json")
+    # a Kubernetes object is one even with a scenario file's keys in it
+    config_map = "apiVersion: v1\nkind: ConfigMap\nversion: 1\nscenario: single-node\n"
+    put(project, {"web.yaml": DEPLOYMENT, "package.json": PACKAGE_JSON, "job.json": json.dumps(BODY), "cm.yaml": config_map})
+    result = cli("lint", "web.yaml", "package.json", "job.json", "cm.yaml")
     assert result.code == 1
     assert "hacfg: note: web.yaml: not a scenario file or a ModelArts request body; skipped\n" in result.err
+    assert "hacfg: note: cm.yaml: not a scenario file or a ModelArts request body; skipped\n" in result.err
     assert "hacfg: note: package.json: not a scenario file or a ModelArts request body; skipped\n" in result.err
     assert {line.split(":")[0] for line in result.out.splitlines()[:-1]} == {"job.json"}
 
@@ -147,3 +150,23 @@ def test_the_example_tree_lints_clean_and_finds_its_scenarios(cli, monkeypatch):
     monkeypatch.chdir(REPO / "examples")
     result = cli("lint", "-f", "json")
     assert json.loads(result.out)["summary"]["files"] >= 2
+
+
+def test_discovery_hands_each_document_to_lint_with_its_kind(tmp_path):
+    """The kind is decided once, from the content, while choosing the file; the lint takes it as given."""
+    from hacfg.lint.discover import discover
+    from hacfg.lint.settings import Settings
+
+    stream = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: agent}\n---\n"
+    stream += "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: demo}\nspec: {}\n"
+    put(tmp_path, {
+        "ha.yaml": SCENARIO,
+        "body.json": json.dumps(BODY),
+        "jobset.yaml": stream,
+        "named/ha.yaml": "job: {nodes: 2}\n",  # a scenario file by its name, whatever it lacks
+    })
+    found = discover([tmp_path], Settings(root=tmp_path))
+    kinds = {f.path.relative_to(tmp_path).as_posix(): [item.kind for item in f.linted] for f in found.files}
+    assert kinds == {"ha.yaml": ["scenario"], "body.json": ["job"], "jobset.yaml": ["manifest"], "named/ha.yaml": ["scenario"]}
+    (stream_file,) = (f for f in found.files if f.path.name == "jobset.yaml")
+    assert [item.document.data["kind"] for item in stream_file.linted] == ["JobSet"]  # not the ConfigMap

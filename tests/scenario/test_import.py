@@ -9,7 +9,7 @@ import pytest
 from kit.cli import findings
 from kit.paths import REPO
 
-from hacfg.lint.engine import kind_of
+from hacfg.lint.discover import kind_of
 from hacfg.plugin.provided import presets
 from hacfg.plugins.modelarts import ModelArts
 from hacfg.scenario.config import validate, with_presets

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -111,7 +110,7 @@ def test_json_positions_are_where_libyaml_marks_them(value, indent, ascii_only, 
         return
 
     def named(spans):
-        return {path: dataclasses.replace(span, file="job.json") for path, span in spans.items()}
+        return {path: span._replace(file="job.json") for path, span in spans.items()}
 
     assert ours.values == named(theirs.values)
     assert ours.keys == named(theirs.keys)
