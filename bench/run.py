@@ -28,11 +28,13 @@ import completion
 import lint_corpus
 import multinode
 import server
+import steady
 import warm
 from common import HEADER, Verdict, become_subreaper, kill_descendants
 
 BENCHMARKS: list[Callable[[], Iterable[Verdict]]] = [
-    lint_corpus.verdicts, cold_build.verdicts, cold_plan.verdicts, completion.verdicts, server.verdicts, agent.verdicts, warm.verdicts, multinode.verdicts,
+    lint_corpus.verdicts, cold_build.verdicts, cold_plan.verdicts, completion.verdicts, server.verdicts, agent.verdicts, steady.verdicts, warm.verdicts,
+    multinode.verdicts,
 ]
 
 

@@ -1,9 +1,10 @@
 """bench/run.py: each row appears as it is measured, and no process outlives a benchmark, however
-it detached (torchrun starts every worker in a session of its own)."""
+it detached (torchrun starts every worker in a session of its own); bench/steady.py gives its rows."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -95,3 +96,18 @@ def test_rows_stream_and_detached_workers_of_a_stuck_launcher_are_killed(tmp_pat
     for worker, sid in sessions.items():
         assert not _alive(worker)
         assert _session_members(sid) == []  # the worker's own children too
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_steady_bench_gives_each_agents_warm_up_and_steady_rows_for_both_step_lengths() -> None:
+    pytest.importorskip("torch")
+    quick = {"BENCH_ROUNDS": "1", "BENCH_WARMUP": "0.5", "BENCH_STEADY": "1"}
+    proc = subprocess.run([sys.executable, str(BENCH / "steady.py")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **quick})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [re.sub(r"(: \S+) .*", r"\1", line) for line in proc.stdout.splitlines()[1:]]
+    launches = ("agent", "hang detection", "no warm")
+    assert rows == [f"{step} steps, {how}: {phase}" for step in ("10ms", "0.5ms") for how in launches
+                    for phase in ("warm-up", "steady")]
+    assert all(re.search(r"\d+/s", line) and re.search(r"\d\.\d\dx", line) for line in proc.stdout.splitlines()[1:])
