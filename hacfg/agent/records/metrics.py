@@ -87,9 +87,13 @@ class Metrics:
         return respond
 
     def record(self, event: dict[str, Any]) -> None:
-        """One more event (an :class:`~hacfg.agent.records.events.EventLog` listener); rewrite the textfile."""
+        """One more event (an :class:`~hacfg.agent.records.events.EventLog` listener); rewrite the textfile.
+        The agent's exit is its last: from then on the values are final, and a scrape that reads
+        them lets the agent go."""
         with self.lock:
             self.events.append(event)
+            if event.get("event") == Event.AGENT_EXIT:
+                self.finished.set()
         self._write_textfile()
 
     def _refresh(self, every: float) -> None:
@@ -113,10 +117,10 @@ class Metrics:
 
     def close(self, linger: float = 0.0) -> None:
         """Stop, once a scrape has read the final values or after ``linger`` seconds."""
+        self.finished.set()
         self._stop_refresh.set()
         if self._refresher is not None:
             self._refresher.join()
-        self.finished.set()
         self._write_textfile()
         if self.server is not None:
             self.final_scrape.wait(linger)
@@ -126,9 +130,9 @@ class Metrics:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        with self.lock:
+        with self.lock:  # the events and whether they are all, read together
             events = list(self.events)
-        finished = self._collected.final = self.finished.is_set()
+            finished = self._collected.final = self.finished.is_set()
         # while the agent runs, time runs on between its events
         result = goodput.breakdown(events, now=None if finished else datetime.now(UTC))
         counters: dict[str, Any] = next((e for e in reversed(events) if "counted" in e), {})
