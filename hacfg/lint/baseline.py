@@ -15,7 +15,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from hacfg.lint.engine import Finding, Report, RuleSource, finding_at
@@ -68,7 +68,7 @@ class Baseline:
                     f"baseline entry for {rule} at {logical} in {where} matches no finding; --write-baseline prunes it"
                 )
                 findings.append(finding_at("HA099", rules, span, (), message, severity="info"))
-        return replace(report, findings=findings, baseline=str(self.path))
+        return Report(findings, report.files, report.notes, str(self.path))
 
 
 def write(path: Path, findings: Iterable[Finding]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -230,12 +230,22 @@ def _prefix_refusal(rule_id: str, distribution: str) -> str | None:
     return None
 
 
-@dataclass
 class Report:
-    findings: list[Finding] = field(default_factory=list)
-    files: int = 0
-    notes: list[str] = field(default_factory=list)  # files named but skipped, and why
-    baseline: str | None = None  # the baseline applied, if any
+    """What a lint found, in how many files, what it skipped and why, and the baseline it applied."""
+
+    __slots__ = ("baseline", "files", "findings", "notes")
+
+    def __init__(
+        self,
+        findings: list[Finding] | None = None,
+        files: int = 0,
+        notes: list[str] | None = None,  # files named but skipped, and why
+        baseline: str | None = None,  # the baseline applied, if any
+    ):
+        self.findings: list[Finding] = [] if findings is None else findings
+        self.files = files
+        self.notes: list[str] = [] if notes is None else notes
+        self.baseline = baseline
 
     def worst(self) -> Severity | None:
         active = [f.severity for f in self.findings if f.suppressed is None]

@@ -16,12 +16,12 @@ Unknown keys and unknown rule IDs are errors: a typo must not silently turn a ru
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -32,21 +32,40 @@ KEYS = ("select", "ignore", "per-file-ignores", "severity", "fail-on", "platform
 _Choice = TypeVar("_Choice", bound=str)
 
 
-@dataclass(eq=False)
 class Settings:
-    select: tuple[str, ...] = ("ALL",)
-    ignore: tuple[str, ...] = ()
-    per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    severity: dict[str, Severity] = field(default_factory=dict)
-    fail_on: Severity = "error"
-    platform: Platform | None = None
-    include: tuple[str, ...] = ()
-    root: Path = field(default_factory=Path.cwd)
-    source: str | None = None  # the file the settings came from
-    baseline: Path | None = None  # findings to report no more (hacfg.lint.baseline), beside the settings file
-    cli_rules: dict[str, str] = field(default_factory=dict)  # rule ID -> the option that named it
-    file: _SettingsFile | None = None  # the settings' text, to point at a rule ID nobody knows
-    written: dict[str, LogicalPath] = field(default_factory=dict)  # rule ID -> the first key naming it
+    """The lint's settings, from ``[tool.hacfg]`` or ``.hacfg.toml`` and the command line. (A plain
+    class: a dataclass's generated methods were compiled by every lint at import.)"""
+
+    def __init__(
+        self,
+        *,
+        select: tuple[str, ...] = ("ALL",),
+        ignore: tuple[str, ...] = (),
+        per_file_ignores: dict[str, tuple[str, ...]] | None = None,
+        severity: dict[str, Severity] | None = None,
+        fail_on: Severity = "error",
+        platform: Platform | None = None,
+        include: tuple[str, ...] = (),
+        root: Path | None = None,
+        source: str | None = None,  # the file the settings came from
+        baseline: Path | None = None,  # findings to report no more (hacfg.lint.baseline), beside the settings file
+        cli_rules: dict[str, str] | None = None,  # rule ID -> the option that named it
+        file: _SettingsFile | None = None,  # the settings' text, to point at a rule ID nobody knows
+        written: dict[str, LogicalPath] | None = None,  # rule ID -> the first key naming it
+    ):
+        self.select = select
+        self.ignore = ignore
+        self.per_file_ignores: dict[str, tuple[str, ...]] = per_file_ignores or {}
+        self.severity: dict[str, Severity] = severity or {}
+        self.fail_on: Severity = fail_on
+        self.platform = platform
+        self.include = include
+        self.root = root or Path.cwd()
+        self.source = source
+        self.baseline = baseline
+        self.cli_rules: dict[str, str] = cli_rules or {}
+        self.file = file
+        self.written: dict[str, LogicalPath] = written or {}
 
     def enabled_rules(self, rule_ids: Iterable[str], path: str) -> frozenset[str]:
         """The rules that run on ``path``: selected, not ignored, not ignored for this file."""
@@ -89,12 +108,11 @@ class Settings:
         if not any(chosen.values()):
             return self
         base = (chosen["--select"], ()) if chosen["--select"] else (self.select, self.ignore)
-        return replace(
-            self,
-            select=(*base[0], *chosen["--extend-select"]),
-            ignore=(*base[1], *chosen["--ignore"]),
-            cli_rules={rule_id: option for option, ids in chosen.items() for rule_id in ids},
-        )
+        layered = copy.copy(self)
+        layered.select = (*base[0], *chosen["--extend-select"])
+        layered.ignore = (*base[1], *chosen["--ignore"])
+        layered.cli_rules = {rule_id: option for option, ids in chosen.items() for rule_id in ids}
+        return layered
 
     def check_rule_ids(self, known: set[str]) -> None:
         """Every ID or prefix in the settings names at least one known rule."""

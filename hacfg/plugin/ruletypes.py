@@ -26,7 +26,6 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, overload
 
 from hacfg.scenario import kubernetes as k8s
@@ -58,15 +57,34 @@ class Problem(NamedTuple):
     severity: Severity | None = None  # None: the rule's default
 
 
-# Contexts compare by identity (eq=False): each is one file's, and the equality and hash dataclass
-# would generate, which nothing uses, cost every lint their compiling at import.
-@dataclass(frozen=True, eq=False)
-class FileContext:
-    """One file, as a rule sees it. ``own`` is the file as written, without any preset."""
+class _ReadOnly:
+    """A context's fields are set once, by its maker: a rule reads them. Plain slotted classes, not
+    frozen dataclasses, whose generated methods every lint compiled at import (about 1 ms for the four)."""
 
+    __slots__ = ()
+
+    def _set(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__}.{name} is read-only: a rule reads its context")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__}.{name} is read-only: a rule reads its context")
+
+
+class FileContext(_ReadOnly):
+    """One file, as a rule sees it. ``own`` is the file as written, without any preset. Contexts
+    compare by identity: each is one file's."""
+
+    __slots__ = ("document", "own", "platform")
     document: Document
     own: Document
     platform: str
+
+    def __init__(self, document: Document, own: Document, platform: str):
+        self._set(document=document, own=own, platform=platform)
 
     def is_set(self, path: LogicalPath) -> bool:
         """Whether this file itself writes ``path`` (not inherited from a preset)."""
@@ -88,7 +106,6 @@ class FileContext:
         return paths[-1]
 
 
-@dataclass(frozen=True, eq=False)
 class ScenarioContext(FileContext):
     """A scenario file: ``config`` is validated, with its preset merged in (``document``).
 
@@ -96,8 +113,20 @@ class ScenarioContext(FileContext):
     (``checkpoint.path``, ``interval``, ``resume``), which it does not supply; for messages.
     """
 
+    __slots__ = ("advice", "config")
     config: HAConfig
-    advice: dict[LogicalPath, Any] = field(default_factory=dict)
+    advice: dict[LogicalPath, Any]
+
+    def __init__(
+        self,
+        document: Document,
+        own: Document,
+        platform: str,
+        config: HAConfig,
+        advice: dict[LogicalPath, Any] | None = None,
+    ):
+        super().__init__(document, own, platform)
+        self._set(config=config, advice={} if advice is None else advice)
 
     def advised(self, path: LogicalPath, fallback: str) -> str:
         """``path: value`` as the preset recommends it, or ``fallback`` when it recommends nothing."""
@@ -115,11 +144,15 @@ class ScenarioContext(FileContext):
         return dict(self.config.job.environment)
 
 
-@dataclass(frozen=True, eq=False)
 class JobContext(FileContext):
     """A ModelArts request body, as written: ``body`` reads it however malformed it is."""
 
+    __slots__ = ("body",)
     body: JobBody
+
+    def __init__(self, document: Document, own: Document, platform: str, body: JobBody):
+        super().__init__(document, own, platform)
+        self._set(body=body)
 
     ENVIRONMENT: ClassVar[LogicalPath] = ma.ENVIRONMENTS_AT
 
@@ -128,11 +161,15 @@ class JobContext(FileContext):
         return self.body.environments
 
 
-@dataclass(frozen=True, eq=False)
 class ManifestContext(FileContext):
     """A JobSet, TrainJob or (Cluster)TrainingRuntime, as written: ``manifest`` reads it however malformed."""
 
+    __slots__ = ("manifest",)
     manifest: Manifest
+
+    def __init__(self, document: Document, own: Document, platform: str, manifest: Manifest):
+        super().__init__(document, own, platform)
+        self._set(manifest=manifest)
 
 
 ScenarioCheck = Callable[[ScenarioContext], Iterable[Problem]]

@@ -15,7 +15,6 @@ import functools
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -172,7 +171,7 @@ def salvage(document: Document, invalid: ConfigInvalid, *, platform: str | None 
         unknown_key = isinstance(error, ConfigError) and error.unknown_key
         unjudged.append(tuple(path if unknown_key or len(path) == 1 else path[:-1]))
     try:
-        loaded = validate(replace(document, data=data), platform=platform)
+        loaded = validate(document.with_data(data), platform=platform)
     except ConfigInvalid:
         return None
     return Salvaged(loaded, tuple(unjudged))
@@ -182,7 +181,7 @@ def as_base(document: Document) -> Document:
     """A file that others extend, checkable alone: the keys only a whole scenario needs are filled in."""
     if not isinstance(document.data, dict):
         return document
-    return replace(document, data={"version": 1, "scenario": "single-node", **document.data})
+    return document.with_data({"version": 1, "scenario": "single-node", **document.data})
 
 
 def with_presets(document: Document, presets: Presets, chain: tuple[Path, ...] = ()) -> Document:

@@ -17,7 +17,6 @@ import bisect
 import codecs
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -108,15 +107,32 @@ def did_you_mean(word: object, choices: list[str]) -> str:
     return f"; did you mean {close!r}?" if close else ""
 
 
-@dataclass
 class Document:
-    """A parsed file: its data, and the span of every value and mapping key in it."""
+    """A parsed file: its data, and the span of every value and mapping key in it. (A plain class:
+    a dataclass's generated methods were compiled by every lint at import.)"""
 
-    path: str
-    text: str
-    data: Any
-    values: dict[LogicalPath, Span] = field(default_factory=dict)
-    keys: dict[LogicalPath, Span] = field(default_factory=dict)
+    __slots__ = ("data", "keys", "path", "text", "values")
+
+    def __init__(
+        self,
+        path: str,
+        text: str,
+        data: Any,
+        values: dict[LogicalPath, Span] | None = None,
+        keys: dict[LogicalPath, Span] | None = None,
+    ):
+        self.path = path
+        self.text = text
+        self.data = data
+        self.values: dict[LogicalPath, Span] = {} if values is None else values
+        self.keys: dict[LogicalPath, Span] = {} if keys is None else keys
+
+    def with_data(self, data: Any) -> Document:
+        """The same file and spans, read as ``data``."""
+        return Document(self.path, self.text, data, self.values, self.keys)
+
+    def __repr__(self) -> str:
+        return f"Document({self.path!r})"
 
     def span(self, path: LogicalPath, *, key: bool = False) -> Span:
         """The span at ``path``, or of the nearest enclosing node that exists."""
