@@ -112,8 +112,7 @@ def test_a_node_that_lost_its_tier_gets_its_newest_step_back_bit_identical(tiers
     own, _ = tiers
     with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT) as sender:
         save_step(own, 3)
-        wait_until(lambda: receiver.held(0) is not None)
-        assert sender.sent == 3
+        wait_until(lambda: sender.sent == 3)  # the receiver said it holds it (its folder shows a moment sooner)
     held = receiver.held(0)
     assert held is not None and held[0] == 3
     assert_holds(held[1], 3)
@@ -134,11 +133,12 @@ def test_a_node_that_lost_its_tier_gets_its_newest_step_back_bit_identical(tiers
 
 def test_the_peer_keeps_only_the_newest_step_of_each_node(tiers, receiver):
     own, keeper = tiers
-    with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT):
+    with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT) as sender:
         save_step(own, 1)
-        wait_until(lambda: receiver.held(0) is not None)
+        wait_until(lambda: sender.sent == 1)
         save_step(own, 2)
-        wait_until(lambda: receiver.held(0) == (2, peer.peer_folder(keeper, 0) / "step_2"))
+        wait_until(lambda: sender.sent == 2)  # answered once the older copy is gone
+    assert receiver.held(0) == (2, peer.peer_folder(keeper, 0) / "step_2")
     assert peer_entries(keeper) == ["step_2"]
     assert_holds(peer.peer_folder(keeper, 0) / "step_2", 2)
     # The keeper's own tier is untouched by what it keeps for others.
@@ -149,14 +149,13 @@ def test_in_a_ring_of_two_each_node_holds_its_own_newest_step_and_the_others_onl
     zero, one = tiers
     with (
         peer.Receiver(zero, KEY, 0, job=JOB, timeout=TIMEOUT) as receiver_zero,
-        peer.Sender(zero, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT),
-        peer.Sender(one, receiver_zero.address, KEY, peer.Ends(JOB, owner=1, keeper=0), interval=0.05, timeout=TIMEOUT),
+        peer.Sender(zero, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT) as from_zero,
+        peer.Sender(one, receiver_zero.address, KEY, peer.Ends(JOB, owner=1, keeper=0), interval=0.05, timeout=TIMEOUT) as from_one,
     ):
         for step in (1, 2, 3):
             save_step(zero, step)
             save_step(one, step)
-        wait_until(lambda: receiver.held(0) is not None and receiver.held(0)[0] == 3)
-        wait_until(lambda: receiver_zero.held(1) is not None and receiver_zero.held(1)[0] == 3)
+        wait_until(lambda: from_zero.sent == 3 and from_one.sent == 3)  # each answered once the older copy is gone
     for tier, other in ((zero, 1), (one, 0)):
         assert sorted(entry.name for entry in tier.iterdir() if not entry.name.startswith(".spare")) == [
             f"peer-{other}", "step_3"
