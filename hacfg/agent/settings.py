@@ -119,8 +119,7 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="DURATION",
     ),
     Setting(
-        "--initial-hang-timeout", "Until the training first speaks (default 2x).", "duration", "hang.initial_timeout",
-        metavar="DURATION",
+        "--initial-hang-timeout", "Until the training first speaks (default 2x).", "duration", metavar="DURATION",
     ),
     Setting(
         "--phase-timeout",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 import typer
+from kit.paths import REPO
 
 from hacfg.agent.options import RunOptions
 from hacfg.agent.settings import SETTINGS, run_options
@@ -57,3 +61,13 @@ def test_every_setting_goes_from_its_flag_to_the_field_of_its_name(setting):
 
     assert field(run_options(["true"], None, given)) == setting.value(given[setting.field])
     assert field(run_options(["true"], None, given)) != field(run_options(["true"], None, {}))
+
+
+@pytest.mark.parametrize("setting", [s for s in SETTINGS if s.scenario], ids=lambda setting: setting.field)
+def test_a_setting_that_overrides_the_scenario_names_a_key_it_has_and_sets_the_policy(setting):
+    schema = json.loads((REPO / "schemas" / "hacfg.schema.json").read_text())
+    node = schema
+    for part in setting.scenario.split("."):
+        node = node["properties"][part]
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node
+    assert setting.field in {field.name for field in dataclasses.fields(Policy)}

@@ -184,3 +184,21 @@ def test_a_bare_port_is_this_machine_only():
     assert parse_listen("9464") == ("127.0.0.1", 9464)
     assert parse_listen("0.0.0.0:9464") == ("0.0.0.0", 9464)
     assert parse_listen("[::1]:9464") == ("::1", 9464)
+
+
+def test_the_values_are_final_once_the_agents_exit_is_recorded():
+    """A scrape right after the exit record is the final one, and lets the agent go: none waits
+    for the metrics to close first."""
+    from hacfg.agent.records.metrics import Metrics
+
+    metrics = Metrics([])
+    port = metrics.serve("127.0.0.1", 0)
+    try:
+        metrics.record({"time": "2026-01-01T00:00:00.000+00:00", "event": "agent_start"})
+        scrape(f"http://127.0.0.1:{port}/metrics")
+        assert not metrics.final_scrape.is_set()
+        metrics.record({"time": "2026-01-01T00:00:01.000+00:00", "event": "agent_exit", "exit_code": 0})
+        scrape(f"http://127.0.0.1:{port}/metrics")
+        assert metrics.final_scrape.wait(at_most(1.0, starts=0))
+    finally:
+        metrics.close()
