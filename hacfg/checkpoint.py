@@ -149,11 +149,12 @@ def save_memory(step: int, state: Mapping[str, Any], fallback: str | Path) -> Pa
         if tier:
             try:
                 ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-                return memory.save(Path(tier), step, state, rank=_rank(), ranks=ranks)
+                copy_every = memory.copy_interval()
+                return memory.save(Path(tier), step, state, rank=_rank(), ranks=ranks, copy_every=copy_every)
             except memory.TierFull as err:
                 _say_once(f"[hacfg] memory checkpoints do not fit: {err}; saving to {fallback} instead")
         else:
-            _say_once(f"[hacfg] no memory tier (not under the agent, or on several nodes); saving to {fallback}")
+            _say_once(f"[hacfg] no memory tier (not under the agent); saving to {fallback}")
     return save_state(fallback, step, state)
 
 

@@ -6,7 +6,10 @@ ends) and tells each worker where it is (``HACFG_MEMORY_DIR``). A rank's save is
 absent; a step is complete once every local rank's file is there (each file says how many there
 are). A rank that completes a step removes the older ones, keeping each rank's file as its spare,
 which its next save fills without faulting a page in: the tier holds two copies of the state at
-most, the newest complete step and, per rank, one being written or spare.
+most, the newest complete step and, per rank, one being written or spare. In a group of nodes the
+agent names a copy interval (``HACFG_MEMORY_COPY_EVERY``): the two newest complete steps at that
+interval stay too, as every node's copy points, so that a lost node's copy on its peer (at one of
+them) finds the same step on every other node.
 
 A state file is the tensors' bytes laid out raw behind a small JSON header, with the plain objects
 around them (the dicts, lists, numbers of a ``state_dict``) pickled apart and read back by an
@@ -20,6 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import itertools
 import json
 import mmap
 import os
@@ -27,7 +31,7 @@ import pickle
 import re
 import shutil
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
     import torch
 
 DIR_ENV = "HACFG_MEMORY_DIR"  # the folder of this node's memory tier, set by the agent for each worker
+COPY_EVERY_ENV = "HACFG_MEMORY_COPY_EVERY"  # in a group: the steps at this interval are the ones copied to a peer
+COPY_POINTS = 2  # copy points kept: the one a peer holds, and the one that may be on its way to it
 ROOT = Path("/dev/shm")
 MAGIC = b"HACFGMEM1\n"
 _LENGTH = struct.Struct("<Q")
@@ -66,14 +72,16 @@ def rank_file(folder: Path, rank: int) -> Path:
 # -- writing ------------------------------------------------------------------------------------
 
 
-def save(tier: Path, step: int, state: Mapping[str, Any], *, rank: int, ranks: int) -> Path:
+def save(
+    tier: Path, step: int, state: Mapping[str, Any], *, rank: int, ranks: int, copy_every: int | None = None
+) -> Path:
     """Write ``state`` as ``rank``'s part of ``step``, one of ``ranks`` on this node; returns the step's folder.
     Raises :class:`TierFull` (leaving nothing) when the tier has no room for it."""
     folder = step_folder(tier, step)
     folder.mkdir(mode=0o700, exist_ok=True)
     save_file(folder, step, state, rank=rank, ranks=ranks, reuse=spare(tier, rank))
     if complete(folder):
-        prune(tier, keep=step)
+        prune(tier, keep=step, copy_every=copy_every)
     return folder
 
 
@@ -270,18 +278,38 @@ def steps(tier: Path | None) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def newest_complete(tier: Path | None) -> tuple[int, Path] | None:
-    return next(((step, folder) for step, folder in reversed(steps(tier)) if complete(folder)), None)
+def newest_complete(tier: Path | None, every: int | None = None) -> tuple[int, Path] | None:
+    """The newest complete step (of those at the interval ``every``, when given) and its folder."""
+    return next(iter(_complete(tier, every)), None)
 
 
-def prune(tier: Path, keep: int) -> None:
-    """Remove every step folder older than ``keep``, its ranks' files kept as each rank's spare."""
+def held(tier: Path | None) -> list[int]:
+    """Every complete step of the tier, newest first."""
+    return [step for step, _ in _complete(tier, None)]
+
+
+def _complete(tier: Path | None, every: int | None) -> Iterator[tuple[int, Path]]:
+    for step, folder in reversed(steps(tier)):
+        if (not every or step % every == 0) and complete(folder):
+            yield step, folder
+
+
+def prune(tier: Path, keep: int, copy_every: int | None = None) -> None:
+    """Remove every step folder older than ``keep`` but the newest :data:`COPY_POINTS` complete
+    ones at the interval ``copy_every``, its ranks' files kept as each rank's spare."""
+    points = {step for step, _ in itertools.islice(_complete(tier, copy_every), COPY_POINTS)} if copy_every else set()
     for step, folder in steps(tier):
-        if step < keep:
+        if step < keep and step not in points:
             _remove(tier, folder)
 
 
-def tidy(tier: Path | None) -> list[Path]:
+def copy_interval() -> int | None:
+    """The copy interval the agent named for this node's saves (:data:`COPY_EVERY_ENV`), if any."""
+    value = os.environ.get(COPY_EVERY_ENV, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def tidy(tier: Path | None, copy_every: int | None = None) -> list[Path]:
     """Remove what saves killed midway left: incomplete step folders and half-written files, whose
     memory becomes their ranks' spares, never resumed. Safe only while no save can be in flight
     (the agent calls it before each attempt); returns what it removed."""
@@ -299,7 +327,7 @@ def tidy(tier: Path | None) -> list[Path]:
                     entry.unlink(missing_ok=True)
                 removed.append(entry)
     if (newest := newest_complete(tier)) is not None:
-        prune(tier, keep=newest[0])
+        prune(tier, keep=newest[0], copy_every=copy_every)
     return removed
 
 

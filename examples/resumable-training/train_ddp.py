@@ -5,7 +5,9 @@ Deterministic: the data of step s depends only on s and the rank, the optimizer 
 so a run that resumes after faults ends bit-identical to one without them. Under ``hacfg agent``
 it resumes from ``HACFG_RESUME_FROM``, the same checkpoint on every rank; elsewhere (plain
 torchrun) each rank looks for the newest complete ``step_N`` itself, as most scripts do.
-Lines carry wall-clock times so a benchmark can tell how long a recovery took.
+Lines carry wall-clock times so a benchmark can tell how long a recovery took. With ``--memory``
+each step's state also goes to the agent's memory tier (``save_memory``), which the agent resumes
+from when every node holds the step, or a lost node's copy on its peer does.
 
 Faults to demonstrate recovery, ``--fault KIND:RANK:STEP[:ATTEMPT]``, fired on that rank just
 after that step's update, once per job (a marker beside the checkpoints remembers it), or in
@@ -43,7 +45,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from hacfg import heartbeat
-from hacfg.checkpoint import save_step
+from hacfg.checkpoint import load_state, save_memory, save_step
 
 
 def say(text: str) -> None:
@@ -58,6 +60,7 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=4)
     parser.add_argument("--step-time", type=float, default=0.05)
     parser.add_argument("--fault", action="append", default=[])
+    parser.add_argument("--memory", action="store_true", help="save every step to the agent's memory tier too")
     args = parser.parse_args()
 
     rank = int(os.environ.get("RANK", os.environ.get("NODE_RANK", "0")))
@@ -76,7 +79,8 @@ def main() -> int:
         start = 0
         resume = os.environ["HACFG_RESUME_FROM"] if "HACFG_RESUME_FROM" in os.environ else newest_step(Path(args.ckpt))
         if resume:
-            state = torch.load(Path(resume) / "state.pt", weights_only=True)
+            in_memory = os.environ.get("HACFG_RESUME_TIER") in ("memory", "peer")
+            state = load_state(resume) if in_memory else torch.load(Path(resume) / "state.pt", weights_only=True)
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             start = state["step"]
@@ -104,6 +108,9 @@ def main() -> int:
         skip = False
         optimizer.step()
         heartbeat.beat(step=step)
+        if args.memory:
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+            save_memory(step, state, args.ckpt)
         say(f"rank {rank} step {step} at {time.time():.3f}")
         time.sleep(args.step_time)
         if slow:  # the step's work once more: the last to arrive, this rank hardly waits in the all-reduce

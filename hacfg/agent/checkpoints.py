@@ -176,7 +176,8 @@ class Resume:
 
     path: str | None
     position: tuple[int, ...] | None
-    tier: str  # "disk", "memory" or "none"
+    tier: str  # "disk", "memory", "peer" (this node's memory step, fetched back from its copy) or "none"
+    missing: str | None = None  # why this node cannot have the checkpoint chosen for the job
 
 
 def newest_tier(position: tuple[int, ...] | None, path: str | None, tier: Path | None) -> Resume:

@@ -102,8 +102,9 @@ class Agent:
             refuse_links(self.journal.path)
             self.store.key = self._file_key()
             self._end_leftovers()
-            if isinstance(self.rounds, SingleNodeRounds):  # see _tier
+            if self.rounds.holds_memory:
                 self.memory.open()
+                self.rounds.use_tier(self.memory.path)
             return self._run()
         except GroupLost as err:
             rejected = (err.key, err.reason) if isinstance(err, GroupRejected) else None
@@ -153,17 +154,12 @@ class Agent:
             if verdict.exit_code is not None:
                 return self.journal.agent_exit(verdict.exit_code, state.budgets)
 
-    def _tier(self) -> Path | None:
-        """The memory tier the workers save to and rounds resume from: on one node only. The nodes
-        of a group would each hold their own newest step, and must resume the same one."""
-        return self.memory.path
-
     def _attempt(self, workers: Workers, plan: Plan) -> Outcome:
         """Run the workers of one round on this node; how they ended, and whether they saved a newer
         step to the memory tier (progress, as a newer checkpoint on disk is)."""
-        resume = checkpoints.newest_tier(plan.resume_position, plan.resume_from, self._tier())
-        outcome = workers.run(plan, resume, self._tier())
-        held = memory.newest_complete(self._tier())
+        resume = self.rounds.resume(plan)
+        outcome = workers.run(plan, resume, self.memory.path)
+        held = memory.newest_complete(self.memory.path)
         newer = held is not None and (resume.position is None or (held[0],) > resume.position)
         return replace(outcome, saved_in_memory=newer)
 
@@ -295,7 +291,8 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
             secret = JobSecret(env, folder, job_identity(env), create=spec.leader, timeout=spec.timeout, shared=True)
             workers_store = rendezvous.endpoint(env, list(options.command)) if spec.leader else None
             rounds = protocol.GroupRounds(
-                spec, policy, store_class, echo=echo, secret=secret, workers_store=workers_store
+                spec, policy, store_class, echo=echo, secret=secret, workers_store=workers_store,
+                copy_every=options.peer_copy_every,
             )
     node_cards = None
     if card is not None and len(card.node_cards) > 1:

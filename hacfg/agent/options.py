@@ -31,6 +31,7 @@ class RunOptions:
     rdzv_timeout: float = 900.0
     standalone: bool = False  # this node on its own, whatever the job's size
     config_nodes: int | None = None  # job.nodes of the scenario file; None without one
+    peer_copy_every: int = 10  # in a group: the steps whose memory checkpoint goes to the next node
     # Prometheus exposition.
     metrics_file: Path | None = None
     metrics_port: tuple[str, int] | None = None  # (host, port)

@@ -34,6 +34,7 @@ class Plan:
     resume_from: str | None = None
     doubts: tuple[str, ...] = ()  # what made the choice of that checkpoint uncertain: each node says it
     workers_port: int | None = None  # where node 0's agent serves this round's store for the workers' rendezvous
+    memory: MemoryPlan | None = None  # in a group: the step every node resumes from its memory tier instead
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -43,6 +44,7 @@ class Plan:
             "resume_from": self.resume_from,
             "doubts": list(self.doubts),
             "workers_port": self.workers_port,
+            "memory": self.memory.to_json() if self.memory else None,
         }
 
     @classmethod
@@ -54,7 +56,54 @@ class Plan:
             resume_from=data.get("resume_from"),
             doubts=tuple(str(doubt) for doubt in data.get("doubts", ())),
             workers_port=_port(data.get("workers_port")),
+            memory=MemoryPlan.from_json(data["memory"]) if data.get("memory") is not None else None,
         )
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A group's use of its memory tiers in one round: where each node's receiver of peer copies
+    listens (by node), the copy interval, and the step to resume (None: from disk), with the nodes
+    that fetch theirs back from the peer keeping its copy first."""
+
+    peers: tuple[tuple[str, int] | None, ...]
+    copy_every: int
+    step: int | None = None
+    fetch: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        peers = [list(a) if a else None for a in self.peers]
+        return {"peers": peers, "copy_every": self.copy_every, "step": self.step, "fetch": list(self.fetch)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> MemoryPlan:
+        if not isinstance(data, dict):
+            raise ValueError(f"not a memory plan: {data!r}")
+        peers = tuple(None if a is None else address(a) for a in _listed(data.get("peers")))
+        fetch = tuple(count(node) for node in _listed(data.get("fetch")))
+        step = None if data.get("step") is None else count(data["step"])
+        if any(node >= len(peers) for node in fetch):
+            raise ValueError(f"fetch names a node beyond {len(peers)}: {fetch}")
+        return cls(peers, count(data.get("copy_every")), step, fetch)
+
+
+def address(value: object) -> tuple[str, int]:
+    """A ``[host, port]`` pair as a node sent it."""
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str) and _port(value[1]) is not None):
+        raise ValueError(f"not an address: {value!r}")
+    return value[0], value[1]
+
+
+def _listed(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"not a list: {value!r}")
+    return value
+
+
+def count(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"not a count: {value!r}")
+    return value
 
 
 def _position(value: object) -> tuple[int, ...] | None:
@@ -66,7 +115,7 @@ def _position(value: object) -> tuple[int, ...] | None:
 
 
 def _port(value: object) -> int | None:
-    if value is not None and not (isinstance(value, int) and 0 < value < 1 << 16):
+    if value is not None and not (type(value) is int and 0 < value < 1 << 16):
         raise ValueError(f"not a port: {value!r}")
     return value
 
@@ -239,9 +288,20 @@ class Rounds(Protocol):
     """Where a node's rounds are planned and judged: by itself (SingleNodeRounds) or by its group
     (GroupRounds)."""
 
+    holds_memory: bool  # whether its rounds resume from a memory tier the agent keeps (:meth:`use_tier`)
+
+    def use_tier(self, tier: Path | None) -> None:
+        """The memory tier the workers save to, made before :meth:`recover`."""
+        ...
+
     def recover(self, state: NodeState) -> Verdict | None: ...
 
     def begin(self, state: NodeState, precheck_failure: str | None = None) -> Plan | Verdict: ...
+
+    def resume(self, plan: Plan) -> checkpoints.Resume:
+        """Where this node's workers resume the round ``plan`` from. Called once its workers of the
+        round before have stopped, so no save is in flight."""
+        ...
 
     def watch(
         self, stop: Callable[[str], None], witness: Callable[[], NodeEvidence]
@@ -267,11 +327,17 @@ class Rounds(Protocol):
 class SingleNodeRounds:
     """One node on its own: it plans and judges its rounds itself."""
 
+    holds_memory = True
+
     def __init__(self, policy: Policy, *, in_place: bool = True):
         self.policy = policy
         self.in_place = in_place  # False: several nodes but no group, so every restart is the platform's
         self.plan: Plan | None = None
         self.evidence: NodeEvidence | None = None
+        self.tier: Path | None = None
+
+    def use_tier(self, tier: Path | None) -> None:
+        self.tier = tier
 
     def recover(self, state: NodeState) -> Verdict | None:
         """The last agent stopped mid-attempt (a pod restart): an environment fault, counted as one."""
@@ -287,6 +353,10 @@ class SingleNodeRounds:
             return precheck_verdict(state.round + 1, state.budgets, self.policy, precheck_failure)
         self.plan = plan_round(state.round + 1, state.budgets, self.policy)
         return self.plan
+
+    def resume(self, plan: Plan) -> checkpoints.Resume:
+        """The newer of the plan's checkpoint on disk and this node's newest memory step."""
+        return checkpoints.newest_tier(plan.resume_position, plan.resume_from, self.tier)
 
     @contextlib.contextmanager
     def watch(self, stop: Callable[[str], None], witness: Callable[[], NodeEvidence]) -> Iterator[None]:
@@ -311,11 +381,12 @@ class SingleNodeRounds:
         pass
 
 
-def resume_visible(plan: Plan) -> str | None:
-    """Why this node cannot resume from the plan's checkpoint (storage not shared), or None."""
-    if plan.resume_from is None or Path(plan.resume_from).exists():
-        return None
-    return (
-        f"cannot see the checkpoint {plan.resume_from} chosen for the job: "
-        "checkpoint.path must be storage every node shares"
-    )
+def from_disk(plan: Plan) -> checkpoints.Resume:
+    """The plan's checkpoint on disk, and why this node cannot see it if it cannot (storage not shared)."""
+    missing = None
+    if plan.resume_from is not None and not Path(plan.resume_from).exists():
+        missing = (
+            f"cannot see the checkpoint {plan.resume_from} chosen for the job: "
+            "checkpoint.path must be storage every node shares"
+        )
+    return checkpoints.Resume(plan.resume_from, plan.resume_position, "disk" if plan.resume_from else "none", missing)

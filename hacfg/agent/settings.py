@@ -164,6 +164,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("--standalone", "One node on its own, whatever the job's size.", "switch", default=False),
     Setting(
+        "--peer-copy-every",
+        "In a group, copy each node's memory checkpoint of every N-th step to the next node (default 10).",
+        "count", metavar="N", default=10, minimum=1,
+    ),
+    Setting(
         "--metrics-file", "Rewrite Prometheus metrics here after every event (node_exporter textfile).", "path"
     ),
     Setting(

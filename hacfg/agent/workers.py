@@ -30,7 +30,7 @@ from hacfg.agent.process.accelerator import nvml_probe
 from hacfg.agent.process.attempt import Limit, Supervisor, reported_step
 from hacfg.agent.process.warm import WarmStarts
 from hacfg.agent.records.state import StateStore, stamp
-from hacfg.agent.rounds import Outcome, Plan, Rounds, attempt_env, resume_visible
+from hacfg.agent.rounds import Outcome, Plan, Rounds, attempt_env
 from hacfg.plan.model import straggler_price
 from hacfg.plugin.recovery import Failure
 from hacfg.restart.learning import Learned
@@ -68,6 +68,7 @@ class Workers:
             "HACFG_RESUME_FROM": resume.path or "",
             "HACFG_RESUME_TIER": resume.tier,
             memory.DIR_ENV: str(tier or ""),
+            memory.COPY_EVERY_ENV: str(plan.memory.copy_every) if plan.memory else "",
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
             **(rendezvous.worker_env(budgets.attempt, plan.workers_port) if plan.workers_port else {}),
         }
@@ -97,7 +98,7 @@ class Workers:
 
         start = self.warm.start(env)
         journal.attempt_start(plan, resume.path, resume.tier, start.how, start.reason)
-        unseen = resume_visible(plan)
+        unseen = resume.missing
         if unseen:
             start.discard()
             self.echo(f"[hacfg] {unseen}")

@@ -31,6 +31,7 @@ class Job:
     options: tuple[str, ...] = ()
     faults: tuple[str, ...] = ()
     script: tuple[str, ...] = ()  # a script and its arguments instead of train_ddp.py's
+    train: tuple[str, ...] = ()  # more arguments for train_ddp.py ("--memory", "--step-time", "0.3")
     torchrun: bool = False
     warm: bool = False  # restarts forked from warm interpreters (a cold attempt waits until the next one is ready)
     precheck: bool = False
@@ -46,7 +47,7 @@ class Job:
         self.ckpt, self.out = self.root / "ckpt", self.root / "out"
 
     def command(self, rank: int) -> list[str]:
-        train = list(self.script) or [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(self.steps), "--every", str(EVERY)]
+        train = list(self.script) or [str(TRAIN), "--ckpt", str(self.ckpt), "--out", str(self.out), "--steps", str(self.steps), "--every", str(EVERY), *self.train]
         train += [f"--fault={spec}" for spec in self.faults]
         warm = ("--preload", PRELOAD) if self.warm else ("--no-warm",)
         if self.warm:

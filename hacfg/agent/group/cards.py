@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hacfg.agent.checkpoints import Resume
 from hacfg.agent.classify import classify
 from hacfg.agent.culprit.analysis import NodeEvidence
 from hacfg.agent.culprit.straggler import Arrivals
@@ -278,6 +279,14 @@ class CardRounds:
         self.settled = threading.Condition()  # guards ends, seq, stopped_at
         self.watching = contextlib.ExitStack()  # the node's watch stays open until every card has ended
         self.collector: threading.Thread | None = None
+
+    holds_memory = False  # the node's cards are its ranks, each started by an agent of its own
+
+    def use_tier(self, tier: Path | None) -> None:
+        pass
+
+    def resume(self, plan: Plan) -> Resume:
+        return self.inner.resume(plan)
 
     def recover(self, state: NodeState) -> Verdict | None:
         self._gather()

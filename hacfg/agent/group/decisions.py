@@ -6,10 +6,11 @@ are :func:`hacfg.agent.rounds.verdict_for`, the same on one node and many.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from hacfg.agent.records.state import NodeState
-from hacfg.agent.rounds import Outcome, Plan, Verdict, verdict_for
+from hacfg.agent.rounds import MemoryPlan, Outcome, Plan, Verdict, address, count, verdict_for
 from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
 from hacfg.restart.vocabulary import Action, Ending
 
@@ -73,3 +74,61 @@ def outcome_of(rank: int, report: Any) -> Outcome:
     if outcome.rank != rank:
         raise ValueError(f"node {rank} reported for node {outcome.rank}")
     return outcome
+
+
+@dataclass(frozen=True)
+class Held:
+    """One node's memory tier as its join said: its complete steps, the step of each node whose
+    copy its receiver keeps, and where that receiver listens."""
+
+    steps: frozenset[int]
+    copies: dict[int, int]
+    address: tuple[str, int]
+
+
+def joined(join: Any) -> tuple[str | None, Held | None]:
+    """A node's join: why its pre-check failed (None: it passed), and what its memory tier holds
+    (None: it has none). ValueError when it is not one an agent sends."""
+    if not isinstance(join, dict):
+        raise ValueError(f"not a join: {join!r}")
+    failure, tier = join.get("precheck"), join.get("memory")
+    if failure is not None and not isinstance(failure, str):
+        raise ValueError(f"not a pre-check's failure: {failure!r}")
+    if tier is None:
+        return failure, None
+    if not (isinstance(tier, dict) and isinstance(tier.get("steps"), list) and isinstance(tier.get("copies"), dict)):
+        raise ValueError(f"not a memory tier's holdings: {tier!r}")
+    steps = frozenset(count(step) for step in tier["steps"])
+    copies = {}
+    for owner, step in tier["copies"].items():
+        if not owner.isdigit():
+            raise ValueError(f"not a node: {owner!r}")
+        copies[int(owner)] = count(step)
+    return failure, Held(steps, copies, address(tier.get("address")))
+
+
+def memory_plan(
+    held: list[Held | None], disk: tuple[int, ...] | None, copy_every: int
+) -> tuple[MemoryPlan | None, str | None]:
+    """The group's use of its memory tiers in the next round, and a doubt to say when they hold
+    steps newer than the disk's but none that every node has. The step resumed is the newest one
+    every node holds, in its own tier or as its copy on the next node (which it then fetches back),
+    if it is no older than the disk's checkpoint (memory on a tie, as it loads faster)."""
+    if any(h is None for h in held):
+        return None, None
+    tiers = [h for h in held if h is not None]
+    count = len(tiers)
+    available = []
+    for node, own in enumerate(tiers):
+        copy = tiers[(node + 1) % count].copies.get(node)
+        available.append(set(own.steps) | ({copy} if copy is not None else set()))
+    newer = [{s for s in steps if disk is None or (s,) >= disk} for steps in available]
+    common = set.intersection(*newer)
+    step = max(common, default=None)
+    peers = tuple(h.address for h in tiers)
+    fetch = tuple(node for node, own in enumerate(tiers) if step is not None and step not in own.steps)
+    doubt = None
+    if step is None and all(newer):
+        listed = "; ".join(f"node {node}: {sorted(steps)}" for node, steps in enumerate(newer))
+        doubt = f"the nodes' memory tiers hold no step in common ({listed}): the round resumes from disk"
+    return MemoryPlan(peers, copy_every, step, fetch), doubt

@@ -173,6 +173,7 @@ def _receive_step(
         for name, size in files:
             _receive_file(link, staging / name, size, whole)
         if not hmac.compare_digest(_exactly(link, MAC_BYTES), whole.digest()):
+            shutil.rmtree(staging, ignore_errors=True)  # gone before the sender hears why
             _refuse(link, "the bytes do not match their signature")
             raise Refused(f"node {ends.owner}'s step {step}: the bytes do not match their signature")
         final = memory.step_folder(into, step)
@@ -331,6 +332,12 @@ class Receiver:
         """The step of node ``node`` this receiver holds, and its folder."""
         return memory.newest_complete(peer_folder(self.tier, node))
 
+    def copies(self) -> dict[int, int]:
+        """The step of each node whose copy this receiver holds."""
+        owners = (entry.name.removeprefix(PEER_PREFIX) for entry in self.tier.glob(f"{PEER_PREFIX}*"))
+        found = {int(owner): self.held(int(owner)) for owner in owners if owner.isdigit()}
+        return {owner: held[0] for owner, held in found.items() if held is not None}
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._listen.shutdown(socket.SHUT_RDWR)
@@ -381,9 +388,10 @@ class Receiver:
 
 
 class Sender:
-    """Copies this node's newest complete memory step to the receiver at ``address`` (the next
-    node's) in a thread, each time a newer one completes; it looks every ``interval`` seconds.
-    ``echo`` hears each copy that failed (the next newer step is tried in its turn)."""
+    """Copies this node's newest complete memory step (of those at the interval ``every``, when
+    given) to the receiver at ``address`` (the next node's; it may be changed while it runs) in a
+    thread, each time a newer one completes; it looks every ``interval`` seconds. ``echo`` hears
+    each copy that failed (the next newer step is tried in its turn)."""
 
     def __init__(
         self,
@@ -392,11 +400,12 @@ class Sender:
         key: bytes,
         ends: Ends,
         *,
+        every: int | None = None,
         interval: float = 1.0,
         timeout: float = TIMEOUT,
         echo: Callable[[str], None] = lambda line: None,
     ):
-        self.tier, self.address, self.key, self.ends = tier, address, key, ends
+        self.tier, self.address, self.key, self.ends, self.every = tier, address, key, ends, every
         self.interval, self.timeout, self.echo = interval, timeout, echo
         self.sent: int | None = None  # the newest step the receiver took from this sender
         self._tried: int | None = None
@@ -416,12 +425,13 @@ class Sender:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            newest = memory.newest_complete(self.tier)
+            newest = memory.newest_complete(self.tier, self.every)
             if newest is not None and (self._tried is None or newest[0] > self._tried):
                 self._tried = newest[0]
+                address = self.address
                 try:
-                    send(newest[1], self.address, self.key, self.ends, timeout=self.timeout)
+                    send(newest[1], address, self.key, self.ends, timeout=self.timeout)
                     self.sent = newest[0]
                 except (Refused, OSError) as err:
-                    self.echo(f"hacfg: peer copy of step {newest[0]} to {self.address[0]}:{self.address[1]}: {err}")
+                    self.echo(f"hacfg: peer copy of step {newest[0]} to {address[0]}:{address[1]}: {err}")
             self._stop.wait(self.interval)

@@ -10,8 +10,10 @@ one resume checkpoint, one set of counters and one verdict per round. Keys in th
 ``welcome/<rank>``  the leader: node rank's challenge, answered (this store's nonce is not a replay)
 ``ready``           the leader, once every node said hello
 ``current``         the round the leader is in
-``r<N>/join/<r>``   node r is ready for round N: its workers of round N-1 are stopped
-``r<N>/plan``       the leader: attempt, counters and resume checkpoint, or a final verdict
+``r<N>/join/<r>``   node r is ready for round N: its workers of round N-1 are stopped; its
+                    pre-check's failure, if any, and what its memory tier holds
+``r<N>/plan``       the leader: attempt, counters and resume checkpoint (on disk, or the memory
+                    step every node holds), or a final verdict
 ``r<N>/stop``       anyone: round N is over, stop your workers (the first failure seen, and
                     so the round's cause); for a hang, every node first sends its evidence
 ``r<N>/evidence/<r>``  node r's evidence of a hang: its ranks' states, stacks and collectives
@@ -32,9 +34,9 @@ a counter cannot be signed, so nothing the group decides rests on one.
 
 The parts: :mod:`channel` alone talks to the store (signed values, waits, the abort key),
 :mod:`handshake` makes a node and a store trust each other, :mod:`liveness` keeps the keep-alives,
-:mod:`testimony` carries a hang's evidence and the stragglers' samples, and :mod:`decisions` are the
-group's decisions as pure functions of what the store said. This module is the round protocol
-over them.
+:mod:`testimony` carries a hang's evidence and the stragglers' samples, :mod:`copies` keeps the
+nodes' memory steps on their peers, and :mod:`decisions` are the group's decisions as pure
+functions of what the store said. This module is the round protocol over them.
 """
 
 from __future__ import annotations
@@ -47,19 +49,30 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hacfg.agent.checkpoints import within
+from hacfg.agent.checkpoints import Resume, within
 from hacfg.agent.culprit.analysis import NodeEvidence
 from hacfg.agent.culprit.straggler import Arrivals
 from hacfg.agent.group import decisions, signing
 from hacfg.agent.group.channel import Channel, GroupLost
+from hacfg.agent.group.copies import PeerCopies
 from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.group.handshake import Handshake
 from hacfg.agent.group.liveness import KEEPALIVE_TIMEOUT, POLL, Liveness, RoundWatch
+from hacfg.agent.group.peer import peer_key
 from hacfg.agent.group.rendezvous import WorkerStores
 from hacfg.agent.group.testimony import Testimony
 from hacfg.agent.group.transport import first_line, network_errors
 from hacfg.agent.records.state import NodeState
-from hacfg.agent.rounds import Outcome, Plan, Verdict, plan_round, precheck_verdict, verdict_for, with_culprit
+from hacfg.agent.rounds import (
+    Outcome,
+    Plan,
+    Verdict,
+    from_disk,
+    plan_round,
+    precheck_verdict,
+    verdict_for,
+    with_culprit,
+)
 from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
 from hacfg.restart.vocabulary import Ending
 
@@ -79,8 +92,12 @@ class GroupRounds:
         echo: Callable[[str], None],
         secret: signing.JobSecret,
         workers_store: str | None = None,  # on node 0, the host where it serves the workers' store
+        copy_every: int = 10,  # the steps whose memory checkpoint each node copies to the next
     ):
         self.spec = spec
+        self.copy_every = copy_every
+        self.tier: Path | None = None  # this node's memory tier, once the agent made it
+        self.copies: PeerCopies | None = None
         self.policy = policy
         self.echo = echo
         self.secret = secret  # the job's, on node 0's state folder unless the platform gives one
@@ -94,6 +111,11 @@ class GroupRounds:
         self.state = NodeState()
         self.lost: GroupLost | None = None  # what the monitor found while the workers ran
 
+    holds_memory = True
+
+    def use_tier(self, tier: Path | None) -> None:
+        self.tier = tier
+
     # -- connecting ---------------------------------------------------------------------------
 
     def recover(self, state: NodeState) -> Verdict | None:
@@ -103,7 +125,11 @@ class GroupRounds:
             secret = self.secret.value()
         except signing.NoSecret as err:
             raise GroupLost(str(err)) from None
-        self.channel.signer = signing.Signer(secret, self.spec.rank, self.secret.job or "")
+        job = self.secret.job or ""
+        self.channel.signer = signing.Signer(secret, self.spec.rank, job)
+        if self.tier is not None and self.copies is None:
+            key = peer_key(secret, job)
+            self.copies = PeerCopies(self.tier, key, self.spec, job, self.copy_every, self.echo)
         self._connect()
         return self._catch_up()
 
@@ -185,7 +211,8 @@ class GroupRounds:
         prefix = f"r{number}"
         if self.spec.leader:
             channel.put("current", number, number)
-        channel.put(f"{prefix}/join/{self.spec.rank}", number, {"precheck": precheck_failure})
+        holdings = self.copies.holdings() if self.copies is not None else None
+        channel.put(f"{prefix}/join/{self.spec.rank}", number, {"precheck": precheck_failure, "memory": holdings})
         if self.spec.leader:
             published = self._lead(number, self.state)
         else:
@@ -205,13 +232,15 @@ class GroupRounds:
         if not channel.wait(keys, self.spec.timeout):
             missing = channel.missing(keys)
             return self._publish_final(number, decisions.cannot_form(number, missing, self.spec.timeout, state))
-        for rank, key in enumerate(keys):
-            failure = channel.take(key, number, node=rank, parse=lambda join: join["precheck"])
+        joins = [channel.take(key, number, node=rank, parse=decisions.joined) for rank, key in enumerate(keys)]
+        for rank, (failure, _) in enumerate(joins):
             if failure:
                 return self._publish_final(
                     number, precheck_verdict(number, state.budgets, self.policy, f"node {rank}: {failure}", rank)
                 )
         plan = plan_round(number, state.budgets, self.policy)
+        tiers, doubt = decisions.memory_plan([held for _, held in joins], plan.resume_position, self.copy_every)
+        plan = dataclasses.replace(plan, memory=tiers, doubts=plan.doubts + ((doubt,) if doubt else ()))
         if self.workers is not None:
             plan = dataclasses.replace(plan, workers_port=self.workers.serve())
         channel.put(f"r{number}/plan", number, plan.to_json())
@@ -233,6 +262,15 @@ class GroupRounds:
             outside = f"it resumes from {plan.resume_from}, outside checkpoint.path {self.policy.checkpoint_path}"
             raise self.channel.reject(key, outside)
         return plan
+
+    def resume(self, plan: Plan) -> Resume:
+        """The plan's memory step in this node's tier (fetched back from its copy first when it lost
+        it), else its checkpoint on the storage every node shares."""
+        if plan.memory is not None and self.copies is not None:
+            found = self.copies.resume(plan.memory)
+            if found is not None:
+                return found
+        return from_disk(plan)
 
     @contextlib.contextmanager
     def watch(self, stop: Callable[[str], None], witness: Callable[[], NodeEvidence]) -> Iterator[None]:
@@ -348,6 +386,8 @@ class GroupRounds:
         self.channel.close()
         if self.workers is not None:
             self.workers.close()
+        if self.copies is not None:
+            self.copies.close()
 
     def _newest_position(self) -> tuple[int, ...] | None:
         from hacfg.agent import checkpoints

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta
 from importlib.util import find_spec
 from pathlib import Path
@@ -34,9 +35,14 @@ def same_verdict_everywhere(job: Job) -> list[dict]:
     reference = [{k: d.get(k) for k in keys} for d in job.decisions(0)]
     for rank in range(1, job.nnodes):
         assert [{k: d.get(k) for k in keys} for d in job.decisions(rank)] == reference, f"node {rank} disagrees with node 0"
-    starts = {rank: [(e["round"], e["resume_from"]) for e in job.events(rank) if e["event"] == "attempt_start"] for rank in range(job.nnodes)}
+    starts = {rank: [(e["round"], resumed_step(e)) for e in job.events(rank) if e["event"] == "attempt_start"] for rank in range(job.nnodes)}
     assert all(s == starts[0] for s in starts.values()), starts
     return job.decisions(0)
+
+
+def resumed_step(start: dict) -> str | None:
+    """What an attempt resumed: the checkpoint on the shared disk, or the step in the node's own memory tier."""
+    return Path(start["resume_from"]).name if start["resume_tier"] in ("memory", "peer") else start["resume_from"]
 
 
 def assert_no_process_left(job: Job) -> None:
@@ -305,16 +311,43 @@ def test_workers_meet_in_node_0s_agent_store_a_fresh_one_each_attempt(tmp_path, 
     assert_no_process_left(job)
 
 
-def test_on_several_nodes_memory_saves_go_to_disk_with_a_line(tmp_path):
-    """No round of a group resumes from one node's memory: the workers get no memory tier, and
-    their ``save_memory`` says so once and saves to the shared checkpoint path instead."""
-    shm = tmp_path / "shm"
-    shm.mkdir()
-    trainer = (str(REPO / "tests" / "children" / "memory_trainer.py"), "3", str(tmp_path / "final.pt"), "0", str(tmp_path / "ckpt"))
-    job = Job(tmp_path, 2, script=trainer, node_env={rank: {"HACFG_MEMORY_ROOT": str(shm)} for rank in range(2)})
-    assert job.run() == {0: 0, 1: 0}
+def test_a_killed_worker_resumes_every_node_from_its_memory_tier(tmp_path, reference):
+    """Every node holds step 6 in memory (disk has step 4): the round resumes it on each node from
+    its own tier, and the job ends bit-identical to one without the fault."""
+    job = Job(tmp_path, 2, faults=("kill:1:6",), train=("--memory",), node_env=shm_env(tmp_path, 2))
+    decisions = assert_recovered(job, job.run(), reference)
+    assert [d["action"] for d in decisions] == ["proc_restart", "success"]
     for rank in range(2):
-        assert job.output(rank).count("[hacfg] no memory tier (not under the agent, or on several nodes)") == 1
-        assert [e["resume_tier"] for e in job.events(rank) if e["event"] == "attempt_start"] == ["none"]
-    assert sorted(p.name for p in job.ckpt.glob("step_*")) == ["step_1", "step_2", "step_3"]
-    assert not list(shm.iterdir())
+        assert job.resumed(rank) == [0, 6]
+        assert [e["resume_tier"] for e in job.events(rank) if e["event"] == "attempt_start"] == ["none", "memory"]
+    assert not list((tmp_path / "shm").iterdir())  # every tier removed when its agent ended
+
+
+def test_a_lost_node_resumes_from_its_copy_on_the_next_node(tmp_path, reference):
+    """Node 1's agent is killed with its workers, and its memory tier with them (the new agent
+    removes what the dead one left): node 0 keeps node 1's copy at one of the last two copy points,
+    which node 0 still holds too, so both resume that step, node 1 fetching its state back."""
+    job = Job(tmp_path, 2, options=("--peer-copy-every", "2", "--grace", "2"), node_env=shm_env(tmp_path, 2),
+              train=("--memory", "--every", "100", "--step-time", "0.3"))
+    for rank in range(2):
+        job.start(rank)
+    copies = tmp_path / "shm"
+    deadline = time.monotonic() + 120
+    while not list(copies.glob("hacfg-*-node0-*/peer-1/step_*/rank_0.state")):
+        assert time.monotonic() < deadline and job.agents[0].poll() is None, job.output(0)[-3000:]
+        time.sleep(0.05)
+    os.killpg(job.agents[1].pid, signal.SIGKILL)  # the agent and its workers, as a lost node
+    job.agents[1].wait()
+    job.start(1)
+    decisions = assert_recovered(job, job.wait(), reference)
+    assert [d["action"] for d in decisions][-1] == "success"
+    tiers = {rank: [e["resume_tier"] for e in job.events(rank) if e["event"] == "attempt_start"] for rank in range(2)}
+    assert tiers[0][-1] == "memory" and tiers[1][-1] == "peer", tiers
+    resumed = job.resumed(1)[-1]
+    assert resumed > 0 and resumed % 2 == 0 and job.resumed(0)[-1] == resumed
+
+
+def shm_env(tmp_path: Path, nnodes: int) -> dict[int, dict[str, str]]:
+    """Every node's memory tier under one folder of the test's own."""
+    (tmp_path / "shm").mkdir(exist_ok=True)
+    return {rank: {"HACFG_MEMORY_ROOT": str(tmp_path / "shm")} for rank in range(nnodes)}

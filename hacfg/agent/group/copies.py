@@ -1,0 +1,103 @@
+"""This node's part in its group's memory tiers: the copies it keeps of the previous node's steps,
+the copies of its own it sends to the next node, and the step it resumes a round from.
+
+Each node's agent receives the previous node's copies (:class:`~hacfg.agent.group.peer.Receiver`)
+and sends its own to the next node (:class:`~hacfg.agent.group.peer.Sender`), around a ring. Only
+the steps at the group's copy interval are sent, and every tier keeps the two newest of those
+(:data:`hacfg.memory.COPY_POINTS`), so the step a lost node's copy holds is one every other node
+still holds too: the one its peer keeps, or the one that was on its way. Each node tells the leader
+in its join what it holds (:meth:`PeerCopies.holdings`); the leader picks the step
+(:func:`~hacfg.agent.group.decisions.memory_plan`), and a node whose tier lacks it fetches it back
+from the node keeping its copy before its workers start (:meth:`PeerCopies.resume`).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hacfg import memory
+from hacfg.agent.checkpoints import Resume
+from hacfg.agent.group import peer
+from hacfg.agent.group.discovery import GroupSpec
+from hacfg.agent.rounds import MemoryPlan
+
+# Seconds between the sender's looks for a newer step to copy: a copy point must go out before the
+# tier keeps two newer ones, so each look is far quicker than the copy interval's steps.
+LOOK_EVERY = 0.2
+
+
+class PeerCopies:
+    """A node's receiver of the previous node's copies and sender of its own to the next node."""
+
+    def __init__(
+        self, tier: Path, key: bytes, spec: GroupSpec, job: str, copy_every: int, echo: Callable[[str], None]
+    ):
+        self.tier, self.key, self.spec, self.job, self.copy_every, self.echo = tier, key, spec, job, copy_every, echo
+        self.receiver = peer.Receiver(tier, key, spec.rank, job=job, host=reachable_host(spec), echo=echo)
+        self.sender: peer.Sender | None = None
+
+    @property
+    def next_node(self) -> int:
+        return (self.spec.rank + 1) % self.spec.nnodes
+
+    def holdings(self) -> dict[str, Any]:
+        """What this node's join tells the leader: its tier's complete steps, the step of each node
+        whose copy it keeps, and where its receiver listens. Call it with no save in flight: what
+        saves killed midway left is removed first."""
+        memory.tidy(self.tier, self.copy_every)
+        copies = {str(owner): step for owner, step in self.receiver.copies().items()}
+        return {"steps": memory.held(self.tier), "copies": copies, "address": list(self.receiver.address)}
+
+    def resume(self, plan: MemoryPlan) -> Resume | None:
+        """The round's step in this node's tier, fetched back from the node keeping its copy first
+        when the plan says so; None when the round resumes from disk. Aims the sender at the next
+        node's receiver (a restarted node listens on another port)."""
+        self._aim(plan)
+        if plan.step is None:
+            return None
+        tier = "memory"
+        if self.spec.rank in plan.fetch:
+            keeper = self.next_node
+            ends = peer.Ends(self.job, self.spec.rank, keeper)
+            address = plan.peers[keeper]
+            if address is None:
+                return _missing(plan.step, f"node {keeper} has no receiver of peer copies")
+            try:
+                peer.fetch(self.tier, address, self.key, ends)
+            except (peer.Refused, OSError) as err:
+                return _missing(plan.step, f"its copy could not be fetched from node {keeper}: {err}")
+            tier = "peer"
+        folder = memory.step_folder(self.tier, plan.step)
+        if not memory.complete(folder):
+            return _missing(plan.step, "this node's memory tier does not hold it")
+        return Resume(str(folder), (plan.step,), tier)
+
+    def _aim(self, plan: MemoryPlan) -> None:
+        address = plan.peers[self.next_node] if self.next_node < len(plan.peers) else None
+        if address is None or self.next_node == self.spec.rank:
+            return
+        if self.sender is None:
+            ends = peer.Ends(self.job, self.spec.rank, self.next_node)
+            self.sender = peer.Sender(
+                self.tier, address, self.key, ends, every=plan.copy_every, interval=LOOK_EVERY, echo=self.echo
+            )
+        self.sender.address = address
+
+    def close(self) -> None:
+        if self.sender is not None:
+            self.sender.close()
+        self.receiver.close()
+
+
+def _missing(step: int, why: str) -> Resume:
+    return Resume(None, (step,), "memory", missing=f"cannot resume memory step {step} chosen for the job: {why}")
+
+
+def reachable_host(spec: GroupSpec) -> str:
+    """This node's address on the route to the group's store: the one the other nodes reach it by."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((spec.host, spec.port))  # no packet: a UDP connect only picks the route
+        return str(probe.getsockname()[0])
