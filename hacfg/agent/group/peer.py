@@ -50,6 +50,7 @@ CHUNK = 1 << 20
 TIMEOUT = 30.0  # a peer silent this long mid-transfer is gone
 _LENGTH = struct.Struct(">I")
 _HIDDEN = ".incoming-"
+SIGNATURE = ".signature"  # in a kept copy's folder: what its owner sent it under, checked again at a fetch
 
 
 class Refused(ConnectionError):
@@ -95,7 +96,8 @@ def fetch(tier: Path, address: tuple[str, int], key: bytes, ends: Ends, *, timeo
         ours = secrets.token_bytes(NONCE_BYTES)
         _send_frame(link, key, theirs, {"kind": "fetch", **_fields(ends), "nonce": ours.hex()})
         _answer(link)
-        fetched = _receive_step(link, key, ours, _receive_frame(link, key, ours), ends, tier, newer_than=None)
+        frame = _receive_frame(link, key, ours)
+        fetched = _receive_step(link, key, ours, frame, ends, tier, newer_than=None, signed_by_owner=True)
         if fetched is not None:
             link.sendall(b"ok\n")
         return fetched
@@ -105,12 +107,16 @@ def _fields(ends: Ends) -> dict[str, Any]:
     return {"job": ends.job, "owner": ends.owner, "keeper": ends.keeper}
 
 
-def _send_step(link: socket.socket, key: bytes, nonce: bytes, ends: Ends, folder: Path | None) -> None:
-    """Send the step in ``folder`` (None: nothing is held) as a transfer the other side checks with ``nonce``."""
+def _send_step(
+    link: socket.socket, key: bytes, nonce: bytes, ends: Ends, folder: Path | None, *, copy: bool = False
+) -> None:
+    """Send the step in ``folder`` (None: nothing is held) as a transfer the other side checks with
+    ``nonce``; a ``copy`` kept for another node goes with the signature its owner sent it under."""
     if folder is None:
         _send_frame(link, key, nonce, {"kind": "step", **_fields(ends), "step": None, "files": []})
         _answer(link)
         return
+    extra = {"signed": _signature(folder)} if copy else {}
     step = int(folder.name.removeprefix("step_"))
     with contextlib.ExitStack() as held:
         opened = []
@@ -118,7 +124,7 @@ def _send_step(link: socket.socket, key: bytes, nonce: bytes, ends: Ends, folder
             handle = held.enter_context(open(path, "rb"))
             opened.append((path, handle, os.fstat(handle.fileno())))
         files = [[path.name, info.st_size] for path, _, info in opened]
-        head = _send_frame(link, key, nonce, {"kind": "step", **_fields(ends), "step": step, "files": files})
+        head = _send_frame(link, key, nonce, {"kind": "step", **_fields(ends), "step": step, "files": files, **extra})
         _answer(link)
         whole = hmac.new(key, nonce + head, hashlib.sha256)
         for _, handle, info in opened:
@@ -152,13 +158,18 @@ def _receive_step(
     into: Path,
     *,
     newer_than: int | None,
+    signed_by_owner: bool = False,
 ) -> Path | None:
     """Receive the transfer whose header ``frame`` was read, checked with ``nonce``, into
     ``into/step_N`` (under a hidden name until its MAC holds): the step's folder, or None when the
-    sender holds nothing. Raises :class:`Refused`. The caller says ``ok`` once it is done with it."""
+    sender holds nothing. A copy sent by its owner keeps the signature it came with
+    (``.signature``); one fetched back must hold under it too (``signed_by_owner``): the keeper's
+    node runs a trainer that can write to its tier, so only the owner's signature says the bytes
+    are the ones it saved. Raises :class:`Refused`. The caller says ``ok`` once it is done with it."""
     head, fields = frame
     try:
         step, files = _expected(fields, ends, into, newer_than)
+        owners = _owners_signature(key, fields, ends) if signed_by_owner and step is not None else None
     except Refused as refusal:
         _refuse(link, str(refusal))
         raise
@@ -170,12 +181,20 @@ def _receive_step(
         staging.mkdir(mode=0o700, parents=True)
         link.sendall(b"go\n")
         whole = hmac.new(key, nonce + head, hashlib.sha256)
+        checks = [whole] if owners is None else [whole, owners[0]]
         for name, size in files:
-            _receive_file(link, staging / name, size, whole)
+            _receive_file(link, staging / name, size, checks)
         if not hmac.compare_digest(_exactly(link, MAC_BYTES), whole.digest()):
             shutil.rmtree(staging, ignore_errors=True)  # gone before the sender hears why
             _refuse(link, "the bytes do not match their signature")
             raise Refused(f"node {ends.owner}'s step {step}: the bytes do not match their signature")
+        if owners is not None and not hmac.compare_digest(owners[0].digest(), owners[1]):
+            shutil.rmtree(staging, ignore_errors=True)
+            _refuse(link, "the copy is not what its owner sent")
+            raise Refused(f"node {ends.owner}'s step {step}: the copy kept is not what its owner sent")
+        if not signed_by_owner:
+            signature = {"nonce": nonce.hex(), "head": head.decode(), "mac": whole.hexdigest()}
+            (staging / SIGNATURE).write_text(json.dumps(signature))
         final = memory.step_folder(into, step)
         if memory.complete(final):  # fetched into a tier that holds it already
             shutil.rmtree(staging)
@@ -211,6 +230,31 @@ def _expected(
     return step, files
 
 
+def _signature(folder: Path) -> dict[str, str]:
+    """What a kept copy came with: the nonce, header and MAC its owner sent it under."""
+    try:
+        signed = json.loads((folder / SIGNATURE).read_text())
+    except (OSError, ValueError):
+        raise Refused(f"{folder.name} has no signature from its owner") from None
+    return signed if isinstance(signed, dict) else {}
+
+
+def _owners_signature(key: bytes, fields: dict[str, Any], ends: Ends) -> tuple[hmac.HMAC, bytes]:
+    """For a fetched copy: the MAC to run over its bytes, and the one its owner sent them under,
+    once the owner's header says this very step and files, sent by this node to that keeper."""
+    signed = fields.get("signed")
+    try:
+        if not isinstance(signed, dict):
+            raise TypeError(signed)
+        nonce, head, mac = bytes.fromhex(signed["nonce"]), signed["head"].encode(), bytes.fromhex(signed["mac"])
+        original = json.loads(head)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        raise Refused(f"node {ends.keeper} sent no signature of node {ends.owner}'s for its copy") from None
+    if original != {"kind": "step", **_fields(ends), "step": fields.get("step"), "files": fields.get("files")}:
+        raise Refused(f"node {ends.keeper}'s copy is not the step node {ends.owner} sent it")
+    return hmac.new(key, nonce + head, hashlib.sha256), mac
+
+
 def _files(listed: Any) -> list[tuple[str, int]]:
     """The ``[name, size]`` pairs of a header: ranks' state files, each named once; [] when malformed."""
     if not isinstance(listed, list):
@@ -224,8 +268,8 @@ def _files(listed: Any) -> list[tuple[str, int]]:
     return files if len(files) == len(listed) == len({name for name, _ in files}) else []
 
 
-def _receive_file(link: socket.socket, path: Path, size: int, whole: hmac.HMAC) -> None:
-    """The next ``size`` bytes of the link into a new file at ``path``, each added to ``whole``."""
+def _receive_file(link: socket.socket, path: Path, size: int, checks: list[hmac.HMAC]) -> None:
+    """The next ``size`` bytes of the link into a new file at ``path``, each added to every one of ``checks``."""
     handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         if not size:
@@ -240,7 +284,8 @@ def _receive_file(link: socket.socket, path: Path, size: int, whole: hmac.HMAC) 
                 if not got:
                     raise Refused(f"the link closed {at} bytes into {path.name} of {size}")
                 with view[at : at + got] as part:
-                    whole.update(part)
+                    for check in checks:
+                        check.update(part)
                 at += got
     finally:
         os.close(handle)
@@ -377,7 +422,8 @@ class Receiver:
         held = memory.newest_complete(into)
         if fields.get("kind") == "fetch":
             link.sendall(b"go\n")
-            _send_step(link, self.key, bytes.fromhex(str(fields.get("nonce"))), ends, held[1] if held else None)
+            asked = bytes.fromhex(str(fields.get("nonce")))
+            _send_step(link, self.key, asked, ends, held[1] if held else None, copy=True)
             return
         received = _receive_step(link, self.key, nonce, frame, ends, into, newer_than=held[0] if held else None)
         if received is not None:

@@ -131,6 +131,33 @@ def test_a_node_that_lost_its_tier_gets_its_newest_step_back_bit_identical(tiers
         shutil.rmtree(new, ignore_errors=True)
 
 
+@pytest.mark.parametrize("trainer_on_the_keeper", ["flips a byte", "plants a step", "removes the signature"])
+def test_a_copy_changed_on_the_keeping_node_is_never_fetched_back(tiers, receiver, trainer_on_the_keeper):
+    """The keeper's trainer can write to its tier, where the copy lies: a fetch checks the bytes
+    against the signature the owner sent them under, and takes nothing else."""
+    own, keeper = tiers
+    peer.send(save_step(own, 3), receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+    kept = peer.peer_folder(keeper, 0) / "step_3"
+    if trainer_on_the_keeper == "flips a byte":
+        with open(kept / "rank_0.state", "r+b") as handle:
+            handle.seek(-1, os.SEEK_END)
+            last = handle.read(1)
+            handle.seek(-1, os.SEEK_END)
+            handle.write(bytes([last[0] ^ 1]))
+    elif trainer_on_the_keeper == "plants a step":
+        shutil.copytree(kept, kept.with_name("step_9"))  # a newer step, with the old one's signature
+        shutil.rmtree(kept)
+    else:
+        (kept / peer.SIGNATURE).unlink()
+    new = Path(tempfile.mkdtemp(dir=memory.ROOT, prefix="hacfg-test-"))
+    try:
+        with pytest.raises(peer.Refused):
+            peer.fetch(new, receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+        assert list(new.iterdir()) == []
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
+
+
 def test_the_peer_keeps_only_the_newest_step_of_each_node(tiers, receiver):
     own, keeper = tiers
     with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT) as sender:
