@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 DIR_ENV = "HACFG_MEMORY_DIR"  # the folder of this node's memory tier, set by the agent for each worker
 COPY_EVERY_ENV = "HACFG_MEMORY_COPY_EVERY"  # in a group: the steps at this interval are the ones copied to a peer
 COPY_POINTS = 2  # copy points kept: the one a peer holds, and the one that may be on its way to it
+PINS = ".pins"  # the agent's list of this node's steps that a copy it keeps for another node needs
 ROOT = Path("/dev/shm")
 MAGIC = b"HACFGMEM1\n"
 _LENGTH = struct.Struct("<Q")
@@ -296,11 +297,29 @@ def _complete(tier: Path | None, every: int | None) -> Iterator[tuple[int, Path]
 
 def prune(tier: Path, keep: int, copy_every: int | None = None) -> None:
     """Remove every step folder older than ``keep`` but the newest :data:`COPY_POINTS` complete
-    ones at the interval ``copy_every``, its ranks' files kept as each rank's spare."""
+    ones at the interval ``copy_every`` and those pinned, its ranks' files kept as each rank's spare."""
     points = {step for step, _ in itertools.islice(_complete(tier, copy_every), COPY_POINTS)} if copy_every else set()
+    kept = points | pinned(tier)
     for step, folder in steps(tier):
-        if step < keep and step not in points:
+        if step < keep and step not in kept:
             _remove(tier, folder)
+
+
+def pinned(tier: Path) -> set[int]:
+    """The steps the agent pinned (:func:`pin`)."""
+    try:
+        found = json.loads((tier / PINS).read_text())
+    except (OSError, ValueError):
+        return set()
+    return {step for step in found if type(step) is int} if isinstance(found, list) else set()
+
+
+def pin(tier: Path, pins: set[int]) -> None:
+    """Keep these steps of the tier from pruning, in place of those pinned before: the steps of the
+    copies the agent keeps for other nodes, which a lost node's copy is resumed with."""
+    staging = tier / f"{PINS}.{os.getpid()}.tmp"
+    staging.write_text(json.dumps(sorted(pins)))
+    os.replace(staging, tier / PINS)
 
 
 def copy_interval() -> int | None:

@@ -61,6 +61,7 @@ def main() -> int:
     parser.add_argument("--step-time", type=float, default=0.05)
     parser.add_argument("--fault", action="append", default=[])
     parser.add_argument("--memory", action="store_true", help="save every step to the agent's memory tier too")
+    parser.add_argument("--ballast", type=int, default=0, help="MB of extra state in each memory save, as a model's")
     args = parser.parse_args()
 
     rank = int(os.environ.get("RANK", os.environ.get("NODE_RANK", "0")))
@@ -77,6 +78,7 @@ def main() -> int:
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         start = 0
+        ballast = torch.zeros(args.ballast << 18)  # float32: MB * 2**20 / 4
         resume = os.environ["HACFG_RESUME_FROM"] if "HACFG_RESUME_FROM" in os.environ else newest_step(Path(args.ckpt))
         if resume:
             in_memory = os.environ.get("HACFG_RESUME_TIER") in ("memory", "peer")
@@ -84,6 +86,10 @@ def main() -> int:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             start = state["step"]
+            if args.ballast:
+                ballast.copy_(state["ballast"])
+                if not torch.all(ballast == start):
+                    raise RuntimeError(f"the checkpoint of step {start} holds another step's state")
         say(f"rank {rank} attempt {attempt} resumed {start} from {resume or '-'} at {time.time():.3f}")
         # No bucket rebuild after the first step (it happens only without find_unused_parameters): the
         # gradient buckets, and so the order of the sums over 4+ ranks, are the same whether a run
@@ -109,7 +115,8 @@ def main() -> int:
         optimizer.step()
         heartbeat.beat(step=step)
         if args.memory:
-            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+            ballast.fill_(step)
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "ballast": ballast}
             save_memory(step, state, args.ckpt)
         say(f"rank {rank} step {step} at {time.time():.3f}")
         time.sleep(args.step_time)

@@ -79,8 +79,8 @@ class MemoryPlan:
     def from_json(cls, data: Any) -> MemoryPlan:
         if not isinstance(data, dict):
             raise ValueError(f"not a memory plan: {data!r}")
-        peers = tuple(None if a is None else address(a) for a in _listed(data.get("peers")))
-        fetch = tuple(count(node) for node in _listed(data.get("fetch")))
+        peers = tuple(None if a is None else address(a) for a in listed(data.get("peers")))
+        fetch = tuple(count(node) for node in listed(data.get("fetch")))
         step = None if data.get("step") is None else count(data["step"])
         if any(node >= len(peers) for node in fetch):
             raise ValueError(f"fetch names a node beyond {len(peers)}: {fetch}")
@@ -94,7 +94,7 @@ def address(value: object) -> tuple[str, int]:
     return value[0], value[1]
 
 
-def _listed(value: object) -> list[Any]:
+def listed(value: object) -> list[Any]:
     if not isinstance(value, list):
         raise ValueError(f"not a list: {value!r}")
     return value

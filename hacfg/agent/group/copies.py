@@ -36,8 +36,10 @@ class PeerCopies:
         self, tier: Path, key: bytes, spec: GroupSpec, job: str, copy_every: int, echo: Callable[[str], None]
     ):
         self.tier, self.key, self.spec, self.job, self.copy_every, self.echo = tier, key, spec, job, copy_every, echo
-        self.receiver = peer.Receiver(tier, key, spec.rank, job=job, host=reachable_host(spec), echo=echo)
+        host = reachable_host(spec)
+        self.receiver = peer.Receiver(tier, key, spec.rank, job=job, host=host, keeps_own=True, echo=echo)
         self.sender: peer.Sender | None = None
+        self.unfetched: set[int] = set()  # steps whose copy this node failed to fetch back: never planned again
 
     @property
     def next_node(self) -> int:
@@ -49,7 +51,12 @@ class PeerCopies:
         saves killed midway left is removed first."""
         memory.tidy(self.tier, self.copy_every)
         copies = {str(owner): step for owner, step in self.receiver.copies().items()}
-        return {"steps": memory.held(self.tier), "copies": copies, "address": list(self.receiver.address)}
+        return {
+            "steps": memory.held(self.tier),
+            "copies": copies,
+            "address": list(self.receiver.address),
+            "unfetched": sorted(self.unfetched),
+        }
 
     def resume(self, plan: MemoryPlan) -> Resume | None:
         """The round's step in this node's tier, fetched back from the node keeping its copy first
@@ -58,22 +65,29 @@ class PeerCopies:
         self._aim(plan)
         if plan.step is None:
             return None
-        tier = "memory"
-        if self.spec.rank in plan.fetch:
-            keeper = self.next_node
-            ends = peer.Ends(self.job, self.spec.rank, keeper)
-            address = plan.peers[keeper]
-            if address is None:
-                return _missing(plan.step, f"node {keeper} has no receiver of peer copies")
-            try:
-                peer.fetch(self.tier, address, self.key, ends)
-            except (peer.Refused, OSError) as err:
-                return _missing(plan.step, f"its copy could not be fetched from node {keeper}: {err}")
-            tier = "peer"
+        fetching = self.spec.rank in plan.fetch
+        why = self._fetch(plan) if fetching else None
         folder = memory.step_folder(self.tier, plan.step)
-        if not memory.complete(folder):
-            return _missing(plan.step, "this node's memory tier does not hold it")
-        return Resume(str(folder), (plan.step,), tier)
+        tier = "peer" if fetching else "memory"
+        if why is None and not memory.complete(folder):
+            why = f"node {self.next_node} holds no copy of it" if fetching else "this node's tier does not hold it"
+        if why is None:
+            return Resume(str(folder), (plan.step,), tier)
+        if fetching:
+            self.unfetched.add(plan.step)
+        return Resume(None, (plan.step,), tier, missing=f"cannot resume memory step {plan.step} of the job: {why}")
+
+    def _fetch(self, plan: MemoryPlan) -> str | None:
+        """Fetch this node's copy back from the next node; why it failed, or None."""
+        keeper = self.next_node
+        address = plan.peers[keeper]
+        if address is None:
+            return f"node {keeper} has no receiver of peer copies"
+        try:
+            peer.fetch(self.tier, address, self.key, peer.Ends(self.job, self.spec.rank, keeper))
+        except (peer.Refused, OSError) as err:
+            return f"its copy could not be fetched from node {keeper}: {err}"
+        return None
 
     def _aim(self, plan: MemoryPlan) -> None:
         address = plan.peers[self.next_node] if self.next_node < len(plan.peers) else None
@@ -90,10 +104,6 @@ class PeerCopies:
         if self.sender is not None:
             self.sender.close()
         self.receiver.close()
-
-
-def _missing(step: int, why: str) -> Resume:
-    return Resume(None, (step,), "memory", missing=f"cannot resume memory step {step} chosen for the job: {why}")
 
 
 def reachable_host(spec: GroupSpec) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hacfg.agent.records.state import NodeState
-from hacfg.agent.rounds import MemoryPlan, Outcome, Plan, Verdict, address, count, verdict_for
+from hacfg.agent.rounds import MemoryPlan, Outcome, Plan, Verdict, address, count, listed, verdict_for
 from hacfg.restart.policy import RETRY_ELSEWHERE, Policy
 from hacfg.restart.vocabulary import Action, Ending
 
@@ -84,6 +84,7 @@ class Held:
     steps: frozenset[int]
     copies: dict[int, int]
     address: tuple[str, int]
+    unfetched: frozenset[int] = frozenset()  # steps of its own whose copy it could not fetch back
 
 
 def joined(join: Any) -> tuple[str | None, Held | None]:
@@ -104,7 +105,8 @@ def joined(join: Any) -> tuple[str | None, Held | None]:
         if not owner.isdigit():
             raise ValueError(f"not a node: {owner!r}")
         copies[int(owner)] = count(step)
-    return failure, Held(steps, copies, address(tier.get("address")))
+    unfetched = frozenset(count(step) for step in listed(tier.get("unfetched", [])))
+    return failure, Held(steps, copies, address(tier.get("address")), unfetched)
 
 
 def memory_plan(
@@ -112,16 +114,16 @@ def memory_plan(
 ) -> tuple[MemoryPlan | None, str | None]:
     """The group's use of its memory tiers in the next round, and a doubt to say when they hold
     steps newer than the disk's but none that every node has. The step resumed is the newest one
-    every node holds, in its own tier or as its copy on the next node (which it then fetches back),
-    if it is no older than the disk's checkpoint (memory on a tie, as it loads faster)."""
+    every node holds, in its own tier or as its copy on the next node (which it then fetches back,
+    unless that failed before), if it is no older than the disk's checkpoint (memory on a tie, as it
+    loads faster)."""
     if any(h is None for h in held):
         return None, None
     tiers = [h for h in held if h is not None]
-    count = len(tiers)
     available = []
     for node, own in enumerate(tiers):
-        copy = tiers[(node + 1) % count].copies.get(node)
-        available.append(set(own.steps) | ({copy} if copy is not None else set()))
+        copy = tiers[(node + 1) % len(tiers)].copies.get(node)
+        available.append(set(own.steps) | ({copy} if copy is not None and copy not in own.unfetched else set()))
     newer = [{s for s in steps if disk is None or (s,) >= disk} for steps in available]
     common = set.intersection(*newer)
     step = max(common, default=None)

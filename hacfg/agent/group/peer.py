@@ -159,17 +159,21 @@ def _receive_step(
     *,
     newer_than: int | None,
     signed_by_owner: bool = False,
+    admit: Callable[[int], None] | None = None,
 ) -> Path | None:
     """Receive the transfer whose header ``frame`` was read, checked with ``nonce``, into
     ``into/step_N`` (under a hidden name until its MAC holds): the step's folder, or None when the
     sender holds nothing. A copy sent by its owner keeps the signature it came with
     (``.signature``); one fetched back must hold under it too (``signed_by_owner``): the keeper's
     node runs a trainer that can write to its tier, so only the owner's signature says the bytes
-    are the ones it saved. Raises :class:`Refused`. The caller says ``ok`` once it is done with it."""
+    are the ones it saved. ``admit(step)`` may refuse a step before a byte of it comes (raising
+    :class:`Refused`). Raises :class:`Refused`. The caller says ``ok`` once it is done with it."""
     head, fields = frame
     try:
         step, files = _expected(fields, ends, into, newer_than)
         owners = _owners_signature(key, fields, ends) if signed_by_owner and step is not None else None
+        if admit is not None and step is not None:
+            admit(step)
     except Refused as refusal:
         _refuse(link, str(refusal))
         raise
@@ -363,13 +367,16 @@ class Receiver:
         host: str = "127.0.0.1",
         port: int = 0,
         timeout: float = TIMEOUT,
+        keeps_own: bool = False,
         echo: Callable[[str], None] = lambda line: None,
     ):
         self.tier, self.key, self.node, self.job, self.timeout, self.echo = tier, key, node, job, timeout, echo
+        self.keeps_own = keeps_own  # take only copies of steps this node holds too, and keep those (pins)
         self._listen = socket.create_server((host, port))
         self.address: tuple[str, int] = self._listen.getsockname()[:2]
         for left in tier.glob(f"{PEER_PREFIX}*/{_HIDDEN}*"):  # what a receiver killed midway left
             shutil.rmtree(left, ignore_errors=True)
+        self._pin()
         self._thread = threading.Thread(target=self._serve, name="hacfg-peer-receiver", daemon=True)
         self._thread.start()
 
@@ -425,12 +432,31 @@ class Receiver:
             asked = bytes.fromhex(str(fields.get("nonce")))
             _send_step(link, self.key, asked, ends, held[1] if held else None, copy=True)
             return
-        received = _receive_step(link, self.key, nonce, frame, ends, into, newer_than=held[0] if held else None)
+        admit = self._admit if self.keeps_own else None
+        try:
+            received = _receive_step(
+                link, self.key, nonce, frame, ends, into, newer_than=held[0] if held else None, admit=admit
+            )
+            if received is not None:
+                for _, older in memory.steps(into):
+                    if older != received:
+                        shutil.rmtree(older, ignore_errors=True)
+        finally:
+            self._pin()
         if received is not None:
-            for _, older in memory.steps(into):
-                if older != received:
-                    shutil.rmtree(older, ignore_errors=True)
             link.sendall(b"ok\n")  # held, and the older copy gone
+
+    def _admit(self, step: int) -> None:
+        """A copy of another node's ``step`` is only of use with this node's own state at that step
+        (the two resume together): pin it, and refuse the copy when it is gone already."""
+        memory.pin(self.tier, {*self.copies().values(), step})
+        if not memory.complete(memory.step_folder(self.tier, step)):
+            raise Refused(f"node {self.node} no longer holds its own step {step}, which a copy of it would resume with")
+
+    def _pin(self) -> None:
+        """Pin this node's own steps of the copies it keeps."""
+        if self.keeps_own:
+            memory.pin(self.tier, set(self.copies().values()))
 
 
 class Sender:

@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from kit.processes import free_port
 
 from hacfg import memory
+from hacfg.agent.group import peer
+from hacfg.agent.group.copies import PeerCopies
 from hacfg.agent.group.decisions import Held, joined, memory_plan
+from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.rounds import MemoryPlan, Plan
 from hacfg.restart.policy import Budgets
 
@@ -107,3 +111,28 @@ def test_a_plan_carries_its_memory_step_and_refuses_a_malformed_one():
                    {"peers": [None], "copy_every": "5"}, {"peers": [None], "copy_every": 5, "step": -2}):
         with pytest.raises(ValueError):
             MemoryPlan.from_json(broken)
+
+
+def test_a_copy_that_could_not_be_fetched_is_not_planned_again():
+    lost = Held(frozenset(), {}, ADDRESSES[1], unfetched=frozenset({10}))
+    plan, _ = memory_plan([held({10, 5}, {1: 10}, 0), lost], None, 5)
+    assert plan.step is None
+
+
+def test_a_node_whose_keeper_is_gone_says_why_and_does_not_ask_again(shm):
+    """Node 1 lost its tier and node 0, which keeps its copy, no longer listens: the round cannot
+    resume memory on node 1 (one line, the round fails like an unseen checkpoint), and its next join
+    says so, so the leader plans that copy no more."""
+    spec = GroupSpec(nnodes=2, rank=1, host="127.0.0.1", port=free_port())
+    key = peer.peer_key(b"s" * 32, "job")
+    gone = ("127.0.0.1", free_port())
+    copies = PeerCopies(shm, key, spec, "job", 5, echo=lambda line: None)
+    try:
+        plan = MemoryPlan((gone, copies.receiver.address), 5, step=10, fetch=(1,))
+        resume = copies.resume(plan)
+        assert resume.path is None and resume.tier == "peer"
+        assert resume.missing.startswith("cannot resume memory step 10 of the job: its copy could not be fetched from node 0")
+        assert copies.holdings()["unfetched"] == [10]
+        assert joined({"precheck": None, "memory": copies.holdings()})[1].unfetched == {10}
+    finally:
+        copies.close()

@@ -11,10 +11,13 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from importlib.util import find_spec
 from pathlib import Path
@@ -331,11 +334,7 @@ def test_a_lost_node_resumes_from_its_copy_on_the_next_node(tmp_path, reference)
               train=("--memory", "--every", "100", "--step-time", "0.3"))
     for rank in range(2):
         job.start(rank)
-    copies = tmp_path / "shm"
-    deadline = time.monotonic() + 120
-    while not list(copies.glob("hacfg-*-node0-*/peer-1/step_*/rank_0.state")):
-        assert time.monotonic() < deadline and job.agents[0].poll() is None, job.output(0)[-3000:]
-        time.sleep(0.05)
+    next_to(job, lambda: list((tmp_path / "shm").glob("hacfg-*-node0-*/peer-1/step_*/rank_0.state")))
     os.killpg(job.agents[1].pid, signal.SIGKILL)  # the agent and its workers, as a lost node
     job.agents[1].wait()
     job.start(1)
@@ -345,6 +344,46 @@ def test_a_lost_node_resumes_from_its_copy_on_the_next_node(tmp_path, reference)
     assert tiers[0][-1] == "memory" and tiers[1][-1] == "peer", tiers
     resumed = job.resumed(1)[-1]
     assert resumed > 0 and resumed % 2 == 0 and job.resumed(0)[-1] == resumed
+
+
+def test_a_node_lost_inside_its_peer_copy_resumes_from_the_copy_before(tmp_path, reference):
+    """Node 1 is frozen while its sender is inside a copy to node 0 (100 MB of state), then lost:
+    node 0 drops the torn copy and keeps the one before, a copy point every node still holds, and
+    the job resumes it, node 1 fetching its state back, bit-identical."""
+    shm = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="hacfg-test-"))  # the state's real home: tmpfs
+    try:
+        env = {rank: {"HACFG_MEMORY_ROOT": str(shm)} for rank in range(2)}
+        job = Job(tmp_path, 2, options=("--peer-copy-every", "2", "--grace", "2"), node_env=env,
+                  train=("--memory", "--ballast", "100", "--every", "100", "--step-time", "0.2"))
+        for rank in range(2):
+            job.start(rank)
+        copies = next_to(job, lambda: list(shm.glob("hacfg-*-node0-*/peer-1")))
+        while True:  # freeze node 1 mid-copy: an older copy held, the next one on its way
+            os.killpg(job.agents[1].pid, signal.SIGSTOP)
+            held = [int(p.name.removeprefix("step_")) for p in copies[0].glob("step_*") if (p / "rank_0.state").exists()]
+            if held and list(copies[0].glob(".incoming-*")):
+                break
+            os.killpg(job.agents[1].pid, signal.SIGCONT)
+            time.sleep(0.02)
+        os.killpg(job.agents[1].pid, signal.SIGKILL)
+        job.agents[1].wait()
+        next_to(job, lambda: [] if list(copies[0].glob(".incoming-*")) else [True])  # the torn copy is dropped
+        assert [p.name for p in copies[0].iterdir()] == [f"step_{held[0]}"]
+        job.start(1)
+        assert_recovered(job, job.wait(), reference)
+        assert [e["resume_tier"] for e in job.events(1) if e["event"] == "attempt_start"][-1] == "peer"
+        assert job.resumed(1)[-1] == job.resumed(0)[-1] == held[0]
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+def next_to(job: Job, found: Callable[[], list], timeout: float = 120) -> list:
+    """What ``found`` returns once it is not empty, while node 0's agent runs."""
+    deadline = time.monotonic() + timeout
+    while not (result := found()):
+        assert time.monotonic() < deadline and job.agents[0].poll() is None, job.output(0)[-3000:]
+        time.sleep(0.01)
+    return result
 
 
 def shm_env(tmp_path: Path, nnodes: int) -> dict[int, dict[str, str]]:

@@ -319,3 +319,24 @@ def test_a_receiver_removes_what_one_killed_midway_left(tiers):
     (left / "rank_0.state").write_bytes(b"half")
     with peer.Receiver(keeper, KEY, 1, job=JOB):
         assert not left.exists()
+
+
+def test_a_keeper_takes_only_copies_of_steps_it_holds_itself_and_keeps_those(tiers):
+    """A copy of node 0's step 4 resumes together with node 1's own step 4: node 1's receiver pins
+    its own step 4 while it keeps the copy (its trainer's saves do not prune it), refuses a copy of
+    a step it no longer holds (the older copy stays), and moves the pin with the next copy."""
+    own, keeper = tiers
+    for step in (3, 4):
+        save_step(keeper, step)
+    with peer.Receiver(keeper, KEY, 1, job=JOB, keeps_own=True) as receiver:
+        peer.send(save_step(own, 4), receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+        for step in (5, 6):
+            save_step(keeper, step)
+        assert memory.held(keeper) == [6, 4]  # step 4 pinned, 3 and 5 pruned as usual
+        with pytest.raises(peer.Refused, match="no longer holds its own step 5"):
+            peer.send(save_step(own, 5), receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+        assert receiver.copies() == {0: 4} and memory.pinned(keeper) == {4}
+        peer.send(save_step(own, 6), receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
+        assert receiver.copies() == {0: 6} and memory.pinned(keeper) == {6}
+        save_step(keeper, 7)
+        assert memory.held(keeper) == [7, 6]
