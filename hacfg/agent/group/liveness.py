@@ -64,6 +64,32 @@ class Liveness:
         return self.channel.take(key, self.number, node=rank, parse=int, store=store) if store.check([key]) else 0
 
 
+@contextlib.contextmanager
+def keeping_alive(channel: Channel, number: int) -> Iterator[None]:
+    """This node's keep-alives in round ``number`` while it does something long before its workers
+    start (fetching its memory step back): node 0 would take its silence for a lost node."""
+    done = threading.Event()
+    try:
+        store = channel.store.clone()  # a connection of its own: the main thread may call the store too
+    except network_errors():
+        yield  # the store is gone: the round fails without this node's keep-alives, as it would
+        return
+
+    def beat() -> None:
+        liveness = Liveness(channel, number)
+        with contextlib.suppress(*network_errors()):
+            while not done.wait(POLL):
+                liveness.beat(store, time.monotonic())
+
+    beating = threading.Thread(target=beat, daemon=True, name="hacfg-keepalive")
+    beating.start()
+    try:
+        yield
+    finally:
+        done.set()
+        beating.join(timeout=5)
+
+
 class RoundWatch:
     """While round ``number``'s workers run: this node's keep-alives, node 0's look at the others',
     and ``stop(reason)`` once the round ends elsewhere (after sending this node's evidence, when it

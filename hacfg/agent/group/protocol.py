@@ -57,7 +57,7 @@ from hacfg.agent.group.channel import Channel, GroupLost
 from hacfg.agent.group.copies import PeerCopies
 from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.group.handshake import Handshake
-from hacfg.agent.group.liveness import KEEPALIVE_TIMEOUT, POLL, Liveness, RoundWatch
+from hacfg.agent.group.liveness import KEEPALIVE_TIMEOUT, POLL, Liveness, RoundWatch, keeping_alive
 from hacfg.agent.group.peer import peer_key
 from hacfg.agent.group.rendezvous import WorkerStores
 from hacfg.agent.group.testimony import Testimony
@@ -267,7 +267,8 @@ class GroupRounds:
         """The plan's memory step in this node's tier (fetched back from its copy first when it lost
         it), else its checkpoint on the storage every node shares."""
         if plan.memory is not None and self.copies is not None:
-            found = self.copies.resume(plan.memory)
+            with keeping_alive(self.channel, plan.round):  # a fetch of gigabytes takes seconds
+                found = self.copies.resume(plan.memory)
             if found is not None:
                 return found
         return from_disk(plan)

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from kit.processes import free_port
+from kit.timing import at_most
 
 from hacfg import memory
 from hacfg.agent.group import peer
+from hacfg.agent.group.channel import Channel
 from hacfg.agent.group.copies import PeerCopies
 from hacfg.agent.group.decisions import Held, joined, memory_plan
 from hacfg.agent.group.discovery import GroupSpec
+from hacfg.agent.group.liveness import POLL, Liveness, keeping_alive
+from hacfg.agent.group.signing import Signer
 from hacfg.agent.rounds import MemoryPlan, Plan
 from hacfg.restart.policy import Budgets
 
@@ -136,3 +141,26 @@ def test_a_node_whose_keeper_is_gone_says_why_and_does_not_ask_again(shm):
         assert joined({"precheck": None, "memory": copies.holdings()})[1].unfetched == {10}
     finally:
         copies.close()
+
+
+def test_a_node_fetching_its_step_keeps_alive_so_node_0_does_not_take_it_for_lost():
+    """A fetch of gigabytes takes longer than node 0 waits for a silent node: the fetching node's
+    keep-alives go on through it, on a real store, signed, as node 0's liveness reads them."""
+    import torch.distributed
+
+    port, secret = free_port(), b"s" * 32
+    leader = Channel(GroupSpec(nnodes=2, rank=0, host="127.0.0.1", port=port, timeout=10), torch.distributed.TCPStore, print)
+    leader.connect()
+    node = Channel(GroupSpec(nnodes=2, rank=1, host="127.0.0.1", port=port, timeout=10), torch.distributed.TCPStore, print)
+    node.connect()
+    leader.signer, node.signer = Signer(secret, 0), Signer(secret, 1)
+    seen = Liveness(leader, 3)
+    with keeping_alive(node, 3):
+        first = seen._count(leader.store, 1)
+        deadline = time.monotonic() + at_most(10)
+        while seen._count(leader.store, 1) <= first:
+            assert time.monotonic() < deadline, "no keep-alive while fetching"
+            time.sleep(0.05)
+    counted = seen._count(leader.store, 1)
+    time.sleep(3 * POLL)
+    assert seen._count(leader.store, 1) == counted  # and none once it is done
