@@ -451,6 +451,7 @@ class Receiver:
         (the two resume together): pin it, and refuse the copy when it is gone already."""
         memory.pin(self.tier, {*self.copies().values(), step})
         if not memory.complete(memory.step_folder(self.tier, step)):
+            self._pin()  # as it was, before the sender hears why
             raise Refused(f"node {self.node} no longer holds its own step {step}, which a copy of it would resume with")
 
     def _pin(self) -> None:
