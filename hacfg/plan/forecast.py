@@ -87,7 +87,8 @@ class TierPrice:
 
 def tier_prices(costs: model.Costs, memory_save_time: float) -> list[TierPrice]:
     """Disk's price and memory's. Memory's optimum is priced at the job's whole failure rate, the
-    node losses among them (which resume from disk) included: its interval errs short."""
+    node losses among them included (which resume from a peer's copy, at the copy interval, or
+    from disk): its interval errs short."""
 
     def price(tier: str, save: float, resumes: str) -> TierPrice:
         daly = model.daly_interval(save, costs.mtbf)
@@ -95,7 +96,7 @@ def tier_prices(costs: model.Costs, memory_save_time: float) -> list[TierPrice]:
 
     return [
         price("disk", costs.save_time, "every failure, a node's loss included"),
-        price("memory", memory_save_time, "a crash, a kill or a hang of the trainer; not a node's loss"),
+        price("memory", memory_save_time, "a crash, kill or hang of the trainer; a node's loss from its peer's copy"),
     ]
 
 

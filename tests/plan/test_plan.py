@@ -93,7 +93,7 @@ def test_a_memory_save_time_prices_both_tiers_side_by_side(cli, long_run):
     assert memory["lost_per_failure"] == pytest.approx((memory["daly"] + 0.4) / 2)
     assert memory["lost_per_failure"] < disk["lost_per_failure"] / 20
     text = cli("plan", long_run, "--memory-save-time", "400ms").out
-    assert re.search(r"\n  memory save 400ms: optimum every \d+m\d*s? \(Daly\).*not a node's loss\n", text), text
+    assert re.search(r"\n  memory save 400ms: optimum every \d+m\d*s? \(Daly\).*a node's loss from its peer's copy\n", text), text
     assert "checkpoint tiers" not in cli("plan", long_run).out
     refused = cli("plan", long_run, "--memory-save-time", "soon")
     assert refused.code == 2 and "--memory-save-time: 'soon' is not a duration" in refused.err

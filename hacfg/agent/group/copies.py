@@ -5,7 +5,8 @@ Each node's agent receives the previous node's copies (:class:`~hacfg.agent.grou
 and sends its own to the next node (:class:`~hacfg.agent.group.peer.Sender`), around a ring. Only
 the steps at the group's copy interval are sent, and every tier keeps the two newest of those
 (:data:`hacfg.memory.COPY_POINTS`), so the step a lost node's copy holds is one every other node
-still holds too: the one its peer keeps, or the one that was on its way. Each node tells the leader
+still holds too: the one its peer keeps, or the one that was on its way. A keeper takes a copy only
+of a step it holds itself, and pins it while it keeps the copy. Each node tells the leader
 in its join what it holds (:meth:`PeerCopies.holdings`); the leader picks the step
 (:func:`~hacfg.agent.group.decisions.memory_plan`), and a node whose tier lacks it fetches it back
 from the node keeping its copy before its workers start (:meth:`PeerCopies.resume`).
