@@ -28,6 +28,9 @@ from hacfg.agent.rounds import MemoryPlan
 # Seconds between the sender's looks for a newer step to copy: a copy point must go out before the
 # tier keeps two newer ones, so each look is far quicker than the copy interval's steps.
 LOOK_EVERY = 0.2
+# A tier holds its newest step, two copy points and a pinned one; its trainer can make more folders,
+# and a join says no more than this many, newest first.
+HELD_SAID = 8
 
 
 class PeerCopies:
@@ -51,9 +54,9 @@ class PeerCopies:
         whose copy it keeps, and where its receiver listens. Call it with no save in flight: what
         saves killed midway left is removed first."""
         memory.tidy(self.tier, self.copy_every)
-        copies = {str(owner): step for owner, step in self.receiver.copies().items()}
+        copies = {str(owner): step for owner, step in self.receiver.copies().items() if owner < self.spec.nnodes}
         return {
-            "steps": memory.held(self.tier),
+            "steps": memory.held(self.tier)[:HELD_SAID],
             "copies": copies,
             "address": list(self.receiver.address),
             "unfetched": sorted(self.unfetched),

@@ -164,3 +164,19 @@ def test_a_node_fetching_its_step_keeps_alive_so_node_0_does_not_take_it_for_los
     counted = seen._count(leader.store, 1)
     time.sleep(3 * POLL)
     assert seen._count(leader.store, 1) == counted  # and none once it is done
+
+
+def test_a_join_says_no_more_than_a_tier_can_hold_whatever_its_trainer_made(shm):
+    for step in range(1, 40):
+        (shm / f"step_{step}").mkdir()
+        memory.save_file(shm / f"step_{step}", step, {"w": torch.zeros(1)}, rank=0)
+    for owner in (1, 7, 900):
+        (shm / f"peer-{owner}" / "step_3").mkdir(parents=True)
+        memory.save_file(shm / f"peer-{owner}" / "step_3", 3, {"w": torch.zeros(1)}, rank=0)
+    copies = PeerCopies(shm, b"k" * 32, GroupSpec(nnodes=2, rank=0, host="127.0.0.1", port=free_port()), "job", 5, print)
+    try:
+        memory.pin(shm, set(range(1, 40)))  # as the trainer can, and no prune removes them
+        said = copies.holdings()
+    finally:
+        copies.close()
+    assert said["steps"] == [39, 38, 37, 36, 35, 34, 33, 32] and said["copies"] == {"1": 3}
