@@ -202,6 +202,13 @@ def plan_round(number: int, budgets: Budgets, policy: Policy) -> Plan:
     )
 
 
+def interrupted_plan(state: NodeState, policy: Policy) -> Plan:
+    """The plan of a round whose agent stopped in it, to judge it by: its counters, and the newest
+    checkpoint as the one it resumed (so only a newer one would be progress)."""
+    found = checkpoints.newest_complete(policy.checkpoint_path)
+    return Plan(round=state.round, budgets=state.budgets, resume_position=found.position if found else None)
+
+
 def verdict_for(plan: Plan, outcomes: list[Outcome], policy: Policy, *, ended_by: int | None = None) -> Verdict:
     """The round's verdict from every node's outcome: the failure that is not a consequence of
     another is the cause, the one of node ``ended_by`` (whose report ended the round) before the
@@ -343,10 +350,9 @@ class SingleNodeRounds:
         """The last agent stopped mid-attempt (a pod restart): an environment fault, counted as one."""
         if not (state.running and self.policy.max_restarts):
             return None
-        found = checkpoints.newest_complete(self.policy.checkpoint_path)
-        plan = Plan(round=state.round, budgets=state.budgets, resume_position=found.position if found else None)
         reason = "the previous agent stopped during an attempt"
-        return self._local(verdict_for(plan, [Outcome(0, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], self.policy))
+        outcome = Outcome(0, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)
+        return self._local(verdict_for(interrupted_plan(state, self.policy), [outcome], self.policy))
 
     def begin(self, state: NodeState, precheck_failure: str | None = None) -> Plan | Verdict:
         if precheck_failure:

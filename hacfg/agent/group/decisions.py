@@ -24,12 +24,9 @@ def merged(hellos: list[NodeState], own: NodeState) -> tuple[NodeState, int, lis
     return state, newest.round if interrupted else newest.round + 1, interrupted
 
 
-def interrupted_verdict(
-    state: NodeState, rank: int, resume_position: tuple[int, ...] | None, policy: Policy
-) -> Verdict:
+def interrupted_verdict(plan: Plan, rank: int, policy: Policy) -> Verdict:
     """The verdict of a round the store's restart interrupted: node ``rank``'s agent stopped in it."""
-    plan = Plan(round=state.round, budgets=state.budgets, resume_position=resume_position)
-    reason = f"the agent of node {rank} stopped during round {state.round} (the group's store restarted)"
+    reason = f"the agent of node {rank} stopped during round {plan.round} (the group's store restarted)"
     return verdict_for(plan, [Outcome(rank, Ending.ENVIRONMENT, reason, RETRY_ELSEWHERE)], policy)
 
 

@@ -6,15 +6,18 @@ run, and sees the round end elsewhere."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from hacfg.agent.culprit.analysis import NodeEvidence
+from hacfg.agent.group import decisions
 from hacfg.agent.group.channel import Channel, GroupLost
 from hacfg.agent.group.testimony import Testimony
 from hacfg.agent.group.transport import network_errors
+from hacfg.agent.rounds import Outcome
 
 POLL = 0.1  # seconds between looks at the round's stop key: how fast a failure elsewhere is seen
 
@@ -160,3 +163,22 @@ class RoundWatch:
                     stop("lost the group's store (node 0's agent stopped)")
                 return
 
+
+def outcomes(channel: Channel, number: int, wait: float) -> list[Outcome]:
+    """Every node's report of round ``number``, waited for up to ``wait`` seconds; a node that
+    neither reports nor keeps alive is recorded as lost."""
+    keys = [f"r{number}/out/{rank}" for rank in range(channel.spec.nnodes)]
+    deadline = time.monotonic() + wait
+    liveness = Liveness(channel, number)
+    while not channel.store.check(keys) and time.monotonic() < deadline:
+        channel.check_abort(channel.store)
+        silent = [liveness.silent(channel.store, rank) for rank in channel.missing(keys)]  # each one's clock
+        if silent and all(silent):
+            break
+        channel.wait(keys, POLL)  # returns as soon as the last report is in
+    return [
+        channel.take(key, number, node=rank, parse=functools.partial(decisions.outcome_of, rank))
+        if channel.store.check([key])
+        else decisions.unreported(rank, number)
+        for rank, key in enumerate(keys)
+    ]

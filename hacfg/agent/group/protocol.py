@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,7 +56,7 @@ from hacfg.agent.group.channel import Channel, GroupLost
 from hacfg.agent.group.copies import PeerCopies
 from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.group.handshake import Handshake
-from hacfg.agent.group.liveness import KEEPALIVE_TIMEOUT, POLL, Liveness, RoundWatch, keeping_alive
+from hacfg.agent.group.liveness import KEEPALIVE_TIMEOUT, RoundWatch, keeping_alive, outcomes
 from hacfg.agent.group.peer import peer_key
 from hacfg.agent.group.rendezvous import WorkerStores
 from hacfg.agent.group.testimony import Testimony
@@ -68,6 +67,7 @@ from hacfg.agent.rounds import (
     Plan,
     Verdict,
     from_disk,
+    interrupted_plan,
     plan_round,
     precheck_verdict,
     verdict_for,
@@ -169,7 +169,8 @@ class GroupRounds:
         self.state, current, interrupted = decisions.merged(hellos, self.state)
         channel.put("current", current, current)
         if interrupted:
-            verdict = decisions.interrupted_verdict(self.state, interrupted[0], self._newest_position(), self.policy)
+            plan = interrupted_plan(self.state, self.policy)
+            verdict = decisions.interrupted_verdict(plan, interrupted[0], self.policy)
             channel.put(f"r{verdict.round}/decision", verdict.round, verdict.to_json())
         channel.put("ready", 0, 1)
 
@@ -266,12 +267,10 @@ class GroupRounds:
     def resume(self, plan: Plan) -> Resume:
         """The plan's memory step in this node's tier (fetched back from its copy first when it lost
         it), else its checkpoint on the storage every node shares."""
-        if plan.memory is not None and self.copies is not None:
-            with keeping_alive(self.channel, plan.round):  # a fetch of gigabytes takes seconds
-                found = self.copies.resume(plan.memory)
-            if found is not None:
-                return found
-        return from_disk(plan)
+        if plan.memory is None or self.copies is None:
+            return from_disk(plan)
+        with keeping_alive(self.channel, plan.round):  # a fetch of gigabytes takes seconds
+            return self.copies.resume(plan.memory) or from_disk(plan)
 
     @contextlib.contextmanager
     def watch(self, stop: Callable[[str], None], witness: Callable[[], NodeEvidence]) -> Iterator[None]:
@@ -328,7 +327,8 @@ class GroupRounds:
             channel.stop_round(channel.store, number, self.spec.rank, outcome.reason)
         channel.put(f"{prefix}/out/{self.spec.rank}", number, outcome.to_json())
         if self.spec.leader:
-            verdict = verdict_for(self.plan, self._outcomes(number), self.policy, ended_by=channel.ended_by(number))
+            ended = outcomes(channel, number, self.policy.grace + KEEPALIVE_TIMEOUT + 10)
+            verdict = verdict_for(self.plan, ended, self.policy, ended_by=channel.ended_by(number))
             if verdict.cause == Ending.HANG:
                 reports, refused = self.testimony.evidence(number)
                 verdict = with_culprit(verdict, reports, self.spec.nnodes, refused)
@@ -336,25 +336,6 @@ class GroupRounds:
             self._linger(verdict)
             return verdict
         return self._decision(number)
-
-    def _outcomes(self, number: int) -> list[Outcome]:
-        """Every node's report; a node that neither reports nor keeps alive is recorded as lost."""
-        channel = self.channel
-        keys = [f"r{number}/out/{rank}" for rank in range(self.spec.nnodes)]
-        deadline = time.monotonic() + self.policy.grace + KEEPALIVE_TIMEOUT + 10
-        liveness = Liveness(channel, number)
-        while not channel.store.check(keys) and time.monotonic() < deadline:
-            channel.check_abort(channel.store)
-            silent = [liveness.silent(channel.store, rank) for rank in channel.missing(keys)]  # each one's clock
-            if silent and all(silent):
-                break
-            channel.wait(keys, POLL)  # returns as soon as the last report is in
-        return [
-            channel.take(key, number, node=rank, parse=functools.partial(decisions.outcome_of, rank))
-            if channel.store.check([key])
-            else decisions.unreported(rank, number)
-            for rank, key in enumerate(keys)
-        ]
 
     def _decision(self, number: int) -> Verdict:
         key = f"r{number}/decision"
@@ -389,9 +370,3 @@ class GroupRounds:
             self.workers.close()
         if self.copies is not None:
             self.copies.close()
-
-    def _newest_position(self) -> tuple[int, ...] | None:
-        from hacfg.agent import checkpoints
-
-        found = checkpoints.newest_complete(self.policy.checkpoint_path)
-        return found.position if found else None
