@@ -23,7 +23,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from hacfg.scenario.names import PLATFORMS, SEVERITIES, Platform, Severity
 from hacfg.scenario.source import InputError, LogicalPath, Span, did_you_mean, dotted, lookup, read
@@ -167,14 +167,18 @@ def read_settings(path: Path) -> Settings:
     return _settings(_SettingsFile.read(path, pyproject=path.name == "pyproject.toml"), folder)
 
 
-class _SettingsFile(NamedTuple):
+class _SettingsFile:
     """The ``[tool.hacfg]`` table of one file (or a ``.hacfg.toml``'s top level), and where each of
     its values is written, for errors at ``file:line:col``."""
 
-    path: str
-    text: str
-    table: dict[str, Any]
-    prefix: LogicalPath  # where the table is in the file: ("tool", "hacfg"), () for a top level, or
+    __slots__ = ("path", "prefix", "table", "text")
+
+    def __init__(self, path: str, text: str, table: dict[str, Any], prefix: LogicalPath) -> None:
+        self.path = path
+        self.text = text
+        self.table = table
+        self.prefix = prefix  # where the table is in the file: ("tool", "hacfg"), () for a top level, or
+
     # () with an empty table for a pyproject.toml that has no [tool.hacfg]
 
     @classmethod
@@ -202,8 +206,8 @@ class _SettingsFile(NamedTuple):
         if "hacfg" in tool:
             if not isinstance(tool["hacfg"], dict):
                 raise found.error(("tool", "hacfg"), "tool.hacfg: expected a table, [tool.hacfg]")
-            return found._replace(table=tool["hacfg"], prefix=("tool", "hacfg"))
-        return found if not pyproject else found._replace(table={})
+            return cls(found.path, text, tool["hacfg"], ("tool", "hacfg"))
+        return found if not pyproject else cls(found.path, text, {}, ())
 
     def error(self, key: LogicalPath, message: str) -> InputError:
         """``message`` at the line that writes ``key`` (a path in the file), else at the file."""
