@@ -8,7 +8,7 @@ only repeats the scenario, so that whether a rule is enabled changes nothing els
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.source import LogicalPath, lookup
@@ -31,16 +31,13 @@ _OWNED: dict[LogicalPath, dict[str, str]] = {
 }
 
 
-class Override:
+class Override(NamedTuple):
     """A passthrough value that replaces what a scenario key means on the platform."""
 
-    __slots__ = ("at", "means", "owner", "value")
-
-    def __init__(self, at: LogicalPath, value: Any, owner: str, means: str) -> None:
-        self.at = at  # in the scenario file: ("passthrough", "metadata", "annotations", KEY)
-        self.value = value  # as passthrough writes it
-        self.owner = owner  # the scenario key that means it, e.g. "restart.max"
-        self.means = means  # what the owner says, spelled as the platform reads it
+    at: LogicalPath  # in the scenario file: ("passthrough", "metadata", "annotations", KEY)
+    value: Any  # as passthrough writes it
+    owner: str  # the scenario key that means it, e.g. "restart.max"
+    means: str  # what the owner says, spelled as the platform reads it
 
     @property
     def key(self) -> str:
