@@ -4,6 +4,7 @@
 ``--plot``, ``--metrics-file``) as an editor would: through a symlink to the file it points to, keeping
 that file's hard links, mode and owner, and refusing a read-only file unless forced.
 :func:`atomic_write` replaces a path hacfg owns, never following a link there.
+:func:`write_cache` keeps what one run remembers for the next, where losing it only costs time.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import marshal
 import os
 import stat
 from pathlib import Path
@@ -153,3 +155,30 @@ def _sync_folder(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def cache_path(name: str) -> Path:
+    """The file ``name`` in hacfg's cache folder: ``$XDG_CACHE_HOME/hacfg``, else ``~/.cache/hacfg``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hacfg" / name
+
+
+def read_cache(path: Path) -> Any:
+    """What :func:`write_cache` stored at ``path``; None when there is none or it cannot be read. In
+    :mod:`marshal`'s format, which the interpreter reads without importing anything (:mod:`json`
+    costs a cold lint about 1 ms); a file is per interpreter version, like bytecode."""
+    try:
+        return marshal.loads(path.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+
+
+def write_cache(path: Path, content: Any) -> None:
+    """Store ``content`` at ``path`` whole, or not at all: a read-only home only costs the next run
+    the work the file would have saved. Not synced: a cache lost in a crash is merely cold."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_bytes(marshal.dumps(content))
+        os.replace(temporary, path)
+    except (OSError, ValueError):
+        pass

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from hacfg.lint.settings import Settings
 from hacfg.scenario import modelarts as ma
@@ -91,26 +91,41 @@ SCENARIO_KEYS = frozenset(
 )
 
 
-class Linted(NamedTuple):
+class Linted:
     """A document to lint, and the kind of file it is."""
 
-    document: Document
-    kind: Kind
+    __slots__ = ("document", "kind")
+
+    def __init__(self, document: Document, kind: Kind) -> None:
+        self.document = document
+        self.kind = kind
 
 
-class Found(NamedTuple):
+class Found:
     """A file to lint: its path as the user spelled it, the documents read while choosing it, and
     those to lint with their kinds."""
 
-    path: Path
-    documents: tuple[Document, ...] = ()  # none when it could not be parsed: linting reports why
-    linted: tuple[Linted, ...] = ()
-    base: bool = False
+    __slots__ = ("base", "documents", "linted", "path")
+
+    def __init__(
+        self,
+        path: Path,
+        documents: tuple[Document, ...] = (),
+        linted: tuple[Linted, ...] = (),
+        base: bool = False,
+    ) -> None:
+        self.path = path
+        self.documents = documents  # none when it could not be parsed: linting reports why
+        self.linted = linted
+        self.base = base
 
 
-class Discovery(NamedTuple):
-    files: list[Found]
-    notes: list[str]  # files named but skipped, and why
+class Discovery:
+    __slots__ = ("files", "notes")
+
+    def __init__(self, files: list[Found], notes: list[str]) -> None:
+        self.files = files
+        self.notes = notes  # files named but skipped, and why
 
 
 def is_request_body(data: Any) -> bool:
@@ -193,7 +208,7 @@ def discover(
                 chosen[key] = picked
     bases = _bases(chosen)
     files = sorted(
-        (f._replace(base=key in bases) for key, f in chosen.items()),
+        (Found(f.path, f.documents, f.linted, base=key in bases) for key, f in chosen.items()),
         key=lambda f: os.path.normpath(f.path),
     )
     return Discovery(files, notes)

@@ -183,10 +183,13 @@ class Finding(NamedTuple):
         }
 
 
-class RuleSource(NamedTuple):
-    rule: Rule
-    plugin: str
-    distribution: str
+class RuleSource:
+    __slots__ = ("distribution", "plugin", "rule")
+
+    def __init__(self, rule: Rule, plugin: str, distribution: str) -> None:
+        self.rule = rule
+        self.plugin = plugin
+        self.distribution = distribution
 
 
 def registry() -> dict[str, RuleSource]:
@@ -332,14 +335,23 @@ def _streamed(data: Any) -> bool:
     return data is None or is_request_body(data) or (isinstance(data, dict) and "apiVersion" in data)
 
 
-class _Passthrough(NamedTuple):
+class _Passthrough:
     """The request body ``hacfg build`` makes of a scenario, with its ``passthrough:`` and without: what
     a rule finds only in the first, passthrough brought about."""
 
-    merged: JobContext  # positions from passthrough, as the platform reads it: beside what the scenario writes
-    alone: JobContext  # the scenario's own body
-    origins: dict[LogicalPath, LogicalPath]  # body path -> the scenario key it was built from
-    agreeing: set[LogicalPath]  # in the scenario file: owned keys passthrough writes as the scenario means them
+    __slots__ = ("agreeing", "alone", "merged", "origins")
+
+    def __init__(
+        self,
+        merged: JobContext,
+        alone: JobContext,
+        origins: dict[LogicalPath, LogicalPath],
+        agreeing: set[LogicalPath],
+    ) -> None:
+        self.merged = merged  # positions from passthrough, as the platform reads it: beside what the scenario writes
+        self.alone = alone  # the scenario's own body
+        self.origins = origins  # body path -> the scenario key it was built from
+        self.agreeing = agreeing  # in the scenario file: owned keys passthrough writes as the scenario means them
 
     @classmethod
     def of(cls, ctx: ScenarioContext) -> _Passthrough:
@@ -603,17 +615,31 @@ def _base_text(path: str) -> str:
 _SUPPRESSION = r"(?:^|\s)#\s*hacfg:\s*(disable|disable-file)\s*=\s*([A-Za-z0-9_, ]+?)\s*(?:--\s*(.*?))?\s*$"
 
 
-class _Suppression(NamedTuple):
-    line: int  # the line it silences (0: the whole file)
-    comment_line: int
-    column: int
-    ids: tuple[str, ...]
-    reason: str
-    used: set[str]  # the rules it silenced
+class _Suppression:
+    __slots__ = ("column", "comment_line", "ids", "line", "reason", "used")
+
+    def __init__(
+        self,
+        line: int,
+        comment_line: int,
+        column: int,
+        ids: tuple[str, ...],
+        reason: str,
+        used: set[str],
+    ) -> None:
+        self.line = line  # the line it silences (0: the whole file)
+        self.comment_line = comment_line
+        self.column = column
+        self.ids = ids
+        self.reason = reason
+        self.used = used  # the rules it silenced
 
 
-class Suppressions(NamedTuple):
-    items: list[_Suppression]
+class Suppressions:
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[_Suppression]) -> None:
+        self.items = items
 
     def match(self, finding: Finding) -> str | None:
         """The reason of the first suppression that silences ``finding``, else None."""

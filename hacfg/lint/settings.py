@@ -21,10 +21,13 @@ import fnmatch
 import functools
 import os
 import re
+import stat
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
+from hacfg.fsutil import cache_path, read_cache, write_cache
 from hacfg.scenario.names import PLATFORMS, SEVERITIES, Platform, Severity
 from hacfg.scenario.source import InputError, LogicalPath, Span, did_you_mean, dotted, lookup, read
 
@@ -146,16 +149,64 @@ def _matches(rule_id: str, selector: str) -> bool:
 def find_settings(start: Path | None = None) -> Settings:
     """Settings from the nearest ``.hacfg.toml`` or ``pyproject.toml`` with ``[tool.hacfg]``."""
     folder = (start or Path.cwd()).resolve()
+    passed_by = _PassedBy()
     for candidate in (folder, *folder.parents):
         dotfile = candidate / ".hacfg.toml"
         if dotfile.is_file():
             return _settings(_SettingsFile.read(dotfile, pyproject=False), candidate)
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file():
+        stamp = _PassedBy.stamp(pyproject)
+        if stamp is not None and not passed_by.knows(pyproject, stamp):
             found = _SettingsFile.read(pyproject, pyproject=True)
             if found.prefix:
                 return _settings(found, candidate)
+            passed_by.remember(pyproject, stamp)
     return Settings()
+
+
+class _PassedBy:
+    """The pyproject.toml files that parse and hold no ``[tool.hacfg]``, remembered between runs:
+    most projects' have none, and reading one costs a cold lint about 2.5 ms (tomllib's import,
+    then the parse). A file is known by its device, inode, size, modification and change times,
+    as git's index knows it, and is read again once any of them differs. One changed in the last
+    two seconds is not remembered: a second change within its file system's timestamp
+    granularity could leave them all the same."""
+
+    FILE = "pyproject-passed-by.marshal"
+    KEPT = 64  # files, the most recently passed by
+    SETTLED_NS = 2_000_000_000  # FAT's timestamps are two seconds apart; most file systems' far less
+
+    def __init__(self) -> None:
+        self._known: dict[str, list[int]] | None = None  # read when first asked
+
+    @staticmethod
+    def stamp(path: Path) -> list[int] | None:
+        """What identifies this version of the file; None when no regular file is there."""
+        try:
+            found = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(found.st_mode):
+            return None
+        return [found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns]
+
+    def knows(self, path: Path, stamp: list[int]) -> bool:
+        return self._files().get(str(path)) == stamp
+
+    def remember(self, path: Path, stamp: list[int]) -> None:
+        """Remember the file as it was before it was read (``stamp``): a change since is a new version."""
+        if time.time_ns() - stamp[-1] < self.SETTLED_NS:  # its change time
+            return
+        files = self._files()
+        files.pop(str(path), None)
+        files[str(path)] = stamp
+        write_cache(cache_path(self.FILE), dict(list(files.items())[-self.KEPT :]))
+
+    def _files(self) -> dict[str, list[int]]:
+        if self._known is None:
+            stored = read_cache(cache_path(self.FILE))
+            self._known = stored if isinstance(stored, dict) else {}
+        return self._known
 
 
 def read_settings(path: Path) -> Settings:
@@ -167,14 +218,18 @@ def read_settings(path: Path) -> Settings:
     return _settings(_SettingsFile.read(path, pyproject=path.name == "pyproject.toml"), folder)
 
 
-class _SettingsFile(NamedTuple):
+class _SettingsFile:
     """The ``[tool.hacfg]`` table of one file (or a ``.hacfg.toml``'s top level), and where each of
     its values is written, for errors at ``file:line:col``."""
 
-    path: str
-    text: str
-    table: dict[str, Any]
-    prefix: LogicalPath  # where the table is in the file: ("tool", "hacfg"), () for a top level, or
+    __slots__ = ("path", "prefix", "table", "text")
+
+    def __init__(self, path: str, text: str, table: dict[str, Any], prefix: LogicalPath) -> None:
+        self.path = path
+        self.text = text
+        self.table = table
+        self.prefix = prefix  # where the table is in the file: ("tool", "hacfg"), () for a top level, or
+
     # () with an empty table for a pyproject.toml that has no [tool.hacfg]
 
     @classmethod
@@ -202,8 +257,8 @@ class _SettingsFile(NamedTuple):
         if "hacfg" in tool:
             if not isinstance(tool["hacfg"], dict):
                 raise found.error(("tool", "hacfg"), "tool.hacfg: expected a table, [tool.hacfg]")
-            return found._replace(table=tool["hacfg"], prefix=("tool", "hacfg"))
-        return found if not pyproject else found._replace(table={})
+            return cls(found.path, text, tool["hacfg"], ("tool", "hacfg"))
+        return found if not pyproject else cls(found.path, text, {}, ())
 
     def error(self, key: LogicalPath, message: str) -> InputError:
         """``message`` at the line that writes ``key`` (a path in the file), else at the file."""

@@ -2,23 +2,23 @@
 
 Importing :mod:`importlib.metadata` and reading every distribution's metadata takes longer
 than linting a file, and the answer only changes when a distribution is installed, removed
-or edited. So the scan's result is kept in the user's cache directory, with a fingerprint of
-what it was read from: the search path, and each ``*.dist-info``/``*.egg-info`` there with the
-modification time and size of its ``entry_points.txt``. Taking the fingerprint is a directory
-listing per path entry; any difference, and the scan runs again. The file is in :mod:`marshal`'s
-format, which the interpreter reads without importing anything (:mod:`json` costs a cold lint
-about 1 ms); the file is per interpreter, and one it cannot read only costs a scan.
+or edited. So the scan's result is kept in the user's cache directory (:func:`hacfg.fsutil.write_cache`),
+with a fingerprint of what it was read from: the search path, and each ``*.dist-info``/``*.egg-info``
+there with the modification time and size of its ``entry_points.txt``. Taking the fingerprint is a
+directory listing per path entry; any difference, and the scan runs again. The file is per
+interpreter, and one it cannot read only costs a scan.
 """
 
 from __future__ import annotations
 
 import binascii  # its crc32 is zlib's, and PyYAML has imported it already
 import importlib
-import marshal
 import os
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from hacfg.fsutil import cache_path, read_cache, write_cache
 
 FORMAT = 2  # of the cache file
 
@@ -46,14 +46,14 @@ def entry_points(group: str) -> list[EntryPoint]:
     if fingerprint is None:
         return _scan(group)
     cache = _cache_file(group, fingerprint)
+    stored = read_cache(cache)
     try:
-        stored = marshal.loads(cache.read_bytes())
         if stored["format"] == FORMAT and stored["fingerprint"] == fingerprint:
             return [EntryPoint(**entry) for entry in stored["entry_points"]]
-    except (OSError, ValueError, EOFError, KeyError, TypeError):
+    except (KeyError, TypeError):
         pass  # none yet, or unreadable: scan
     found = _scan(group)
-    _store(cache, {"format": FORMAT, "fingerprint": fingerprint, "entry_points": [e._asdict() for e in found]})
+    write_cache(cache, {"format": FORMAT, "fingerprint": fingerprint, "entry_points": [e._asdict() for e in found]})
     return found
 
 
@@ -107,18 +107,7 @@ def _fingerprint() -> list[Any] | None:
 def _cache_file(group: str, fingerprint: list[Any]) -> Path:
     """One file per interpreter and the path entries that hold distributions: a script's own
     folder, first on the path and different for every job, holds none and makes no new file."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hacfg"
     places = dict.fromkeys(str(seen[0]) for seen in fingerprint)
     path_key = binascii.crc32("\0".join([sys.executable, *places]).encode())
-    return root / f"entry-points-{group}-{path_key:08x}.marshal"
+    return cache_path(f"entry-points-{group}-{path_key:08x}.marshal")
 
-
-def _store(cache: Path, content: dict[str, Any]) -> None:
-    """Write atomically, or not at all: a read-only home only costs the next run a scan."""
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cache.with_name(f".{cache.name}.{os.getpid()}")
-        temporary.write_bytes(marshal.dumps(content))
-        os.replace(temporary, cache)
-    except OSError:
-        pass

@@ -16,7 +16,7 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from types import FunctionType, MethodType, ModuleType
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pluggy
 
@@ -28,19 +28,25 @@ BUILTIN_DISTRIBUTION = "hacfg"
 AUTOLOAD_SWITCH = "HACFG_DISABLE_PLUGIN_AUTOLOAD"
 
 
-class PluginInfo(NamedTuple):
-    name: str
-    module: str
-    distribution: str
-    version: str = ""
+class PluginInfo:
+    __slots__ = ("distribution", "module", "name", "version")
+
+    def __init__(self, name: str, module: str, distribution: str, version: str = "") -> None:
+        self.name = name
+        self.module = module
+        self.distribution = distribution
+        self.version = version
 
 
-class _Deferred(NamedTuple):
+class _Deferred:
     """One of hacfg's own plugins, not imported until one of ``hooks`` is called."""
 
-    entry_point: EntryPoint
-    info: PluginInfo
-    hooks: frozenset[str]
+    __slots__ = ("entry_point", "hooks", "info")
+
+    def __init__(self, entry_point: EntryPoint, info: PluginInfo, hooks: frozenset[str]) -> None:
+        self.entry_point = entry_point
+        self.info = info
+        self.hooks = hooks
 
 
 PROVIDES: dict[str, tuple[str, Callable[[Any], object] | None]] = {
@@ -58,13 +64,16 @@ PROVIDES: dict[str, tuple[str, Callable[[Any], object] | None]] = {
 T = TypeVar("T")
 
 
-class PluginFailure(NamedTuple):
+class PluginFailure:
     """A plugin that could not be loaded, or raised inside a hook."""
 
-    plugin: str
-    hook: str
-    error: str
-    builtin: bool = False  # one of hacfg's own
+    __slots__ = ("builtin", "error", "hook", "plugin")
+
+    def __init__(self, plugin: str, hook: str, error: str, builtin: bool = False) -> None:
+        self.plugin = plugin
+        self.hook = hook
+        self.error = error
+        self.builtin = builtin  # one of hacfg's own
 
     def __str__(self) -> str:
         where = "failed to load" if self.hook == "load" else f"raised in {self.hook}"
@@ -75,12 +84,15 @@ class BuiltinPluginError(Exception):
     """One of hacfg's own plugins is missing or broken: an installation problem, not the user's input."""
 
 
-class Provided(NamedTuple, Generic[T]):
+class Provided(Generic[T]):
     """One uniquely named thing a plugin provides (a rule, preset or target), and whose it is."""
 
-    item: T
-    plugin: str
-    distribution: str
+    __slots__ = ("distribution", "item", "plugin")
+
+    def __init__(self, item: T, plugin: str, distribution: str) -> None:
+        self.item = item
+        self.plugin = plugin
+        self.distribution = distribution
 
 
 class Manager:

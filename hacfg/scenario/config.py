@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from hacfg.scenario import fastcheck
 from hacfg.scenario.model import HAConfig
@@ -67,13 +67,16 @@ class ConfigInvalid(Exception):
         self.errors = list(errors)
 
 
-class Loaded(NamedTuple):
+class Loaded:
     """A validated config, the merged document it came from (for positions), and what was read
     differently from how it was written."""
 
-    config: HAConfig
-    document: Document
-    notes: tuple[str, ...] = ()
+    __slots__ = ("config", "document", "notes")
+
+    def __init__(self, config: HAConfig, document: Document, notes: tuple[str, ...] = ()) -> None:
+        self.config = config
+        self.document = document
+        self.notes = notes
 
 
 def load_config(path: str | Path, presets: Presets, *, platform: str | None = None) -> Loaded:
@@ -142,12 +145,15 @@ def validate(document: Document, *, platform: str | None = None) -> Loaded:
     return Loaded(config=config, document=document, notes=notes)
 
 
-class Salvaged(NamedTuple):
+class Salvaged:
     """The valid part of an invalid scenario file, and where it is not to be judged: an unknown key,
     and the whole section of a bad value (without it, that section would be judged by its default)."""
 
-    loaded: Loaded
-    unjudged: tuple[LogicalPath, ...]
+    __slots__ = ("loaded", "unjudged")
+
+    def __init__(self, loaded: Loaded, unjudged: tuple[LogicalPath, ...]) -> None:
+        self.loaded = loaded
+        self.unjudged = unjudged
 
 
 def salvage(document: Document, invalid: ConfigInvalid, *, platform: str | None = None) -> Salvaged | None:

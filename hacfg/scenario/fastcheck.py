@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 Node = dict[str, Any]  # one node of the pruned core schema
 
@@ -22,13 +22,16 @@ class Declined(Exception):
     """This document is not plainly valid: pydantic must judge it."""
 
 
-class Info(NamedTuple):
+class Info:
     """What a validator with info sees (pydantic's ``ValidationInfo``, as far as a valid document needs)."""
 
-    context: Any
-    data: dict[str, Any]
-    field_name: str | None
-    mode: str = "python"
+    __slots__ = ("context", "data", "field_name", "mode")
+
+    def __init__(self, context: Any, data: dict[str, Any], field_name: str | None, mode: str = "python") -> None:
+        self.context = context
+        self.data = data
+        self.field_name = field_name
+        self.mode = mode
 
 
 def validate(schema: Node, value: Any, context: Any = None) -> Any | None:
@@ -55,10 +58,13 @@ def _section(node: Node | None) -> Node | None:
     return node
 
 
-class _Place(NamedTuple):
-    context: Any
-    data: dict[str, Any]  # the fields of the enclosing section validated so far
-    field_name: str | None
+class _Place:
+    __slots__ = ("context", "data", "field_name")
+
+    def __init__(self, context: Any, data: dict[str, Any], field_name: str | None) -> None:
+        self.context = context
+        self.data = data  # the fields of the enclosing section validated so far
+        self.field_name = field_name
 
 
 def _check(node: Node, value: Any, place: _Place) -> Any:

@@ -14,7 +14,7 @@ import functools
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from hacfg.scenario import modelarts as ma
 from hacfg.scenario.source import Document, LogicalPath, Span, closest, dotted, lookup
@@ -35,12 +35,15 @@ def schema() -> dict[str, Any]:
     return loaded
 
 
-class Unknown(NamedTuple):
+class Unknown:
     """A key the request model has not: misspelled (``suggestion``), or set only by the platform."""
 
-    at: LogicalPath  # in the file: the body's path, under ``within``
-    suggestion: str | None
-    read_only: bool
+    __slots__ = ("at", "read_only", "suggestion")
+
+    def __init__(self, at: LogicalPath, suggestion: str | None, read_only: bool) -> None:
+        self.at = at  # in the file: the body's path, under ``within``
+        self.suggestion = suggestion
+        self.read_only = read_only
 
     @property
     def misspelled(self) -> bool:
@@ -70,13 +73,16 @@ def unknown_keys(body: Any, within: LogicalPath = ()) -> Iterator[Unknown]:
             yield Unknown((*within, *at), None if read_only else closest(str(at[-1]), names), read_only)
 
 
-class Undocumented(NamedTuple):
+class Undocumented:
     """A value of a field whose values the SDK lists, not among them: its client sends it, and the
     platform may refuse it, or take a value newer than the SDK (``log_export_config.version``)."""
 
-    at: LogicalPath
-    value: str
-    documented: tuple[str, ...]
+    __slots__ = ("at", "documented", "value")
+
+    def __init__(self, at: LogicalPath, value: str, documented: tuple[str, ...]) -> None:
+        self.at = at
+        self.value = value
+        self.documented = documented
 
     @property
     def message(self) -> str:

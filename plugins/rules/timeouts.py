@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from hacfg.plugin import (
     Fix,
@@ -52,14 +52,24 @@ _SWITCH_WORDS = {
 }
 
 
-class _Variable(NamedTuple):
+class _Variable:
     """A timeout or switch the environment may set, and how it is read."""
 
-    name: str
-    reads: str  # what a readable value looks like, for the message
-    pattern: str | None = None  # a number; None: a switch
-    unit: timedelta = timedelta(seconds=1)
-    levels: range | None = None  # the values a numbered mode takes
+    __slots__ = ("levels", "name", "pattern", "reads", "unit")
+
+    def __init__(
+        self,
+        name: str,
+        reads: str,
+        pattern: str | None = None,
+        unit: timedelta = timedelta(seconds=1),
+        levels: range | None = None,
+    ) -> None:
+        self.name = name
+        self.reads = reads  # what a readable value looks like, for the message
+        self.pattern = pattern  # a number; None: a switch
+        self.unit = unit
+        self.levels = levels  # the values a numbered mode takes
 
 
 _VARIABLES = {
@@ -97,11 +107,14 @@ def _read(variable: _Variable, value: Any) -> timedelta | int | bool | None:
     return float(text) * variable.unit
 
 
-class _Environment(NamedTuple):
+class _Environment:
     """The job's environment, read for timeouts: each variable's value and where the file writes it."""
 
-    values: Mapping[Any, Any]
-    base: LogicalPath
+    __slots__ = ("base", "values")
+
+    def __init__(self, values: Mapping[Any, Any], base: LogicalPath) -> None:
+        self.values = values
+        self.base = base
 
     def at(self, name: str) -> LogicalPath:
         return (*self.base, name)
@@ -111,24 +124,30 @@ class _Environment(NamedTuple):
         return _read(_VARIABLES[name], self.values[name]) if name in self.values else None
 
 
-class _Judge(NamedTuple):
+class _Judge:
     """Who would call the stuck job a hang, after how long, and where the file says so."""
 
-    who: str  # with its time: "the agent's hang timeout (30m)"
-    acts: str  # what it would have done: "can name the culprit"
-    timeout: timedelta
-    at: LogicalPath
-    cost: str  # what it costs when something else fires first
-    shorten: str  # the other way out, in the file's words
+    __slots__ = ("acts", "at", "cost", "shorten", "timeout", "who")
+
+    def __init__(self, who: str, acts: str, timeout: timedelta, at: LogicalPath, cost: str, shorten: str) -> None:
+        self.who = who  # with its time: "the agent's hang timeout (30m)"
+        self.acts = acts  # what it would have done: "can name the culprit"
+        self.timeout = timeout
+        self.at = at
+        self.cost = cost  # what it costs when something else fires first
+        self.shorten = shorten  # the other way out, in the file's words
 
 
-class _Watchdog(NamedTuple):
+class _Watchdog:
     """A collective library's timer that ends a stuck process by itself."""
 
-    who: str
-    timeout: timedelta
-    at: LogicalPath | None  # None: a default, not in the file
-    fix: str
+    __slots__ = ("at", "fix", "timeout", "who")
+
+    def __init__(self, who: str, timeout: timedelta, at: LogicalPath | None, fix: str) -> None:
+        self.who = who
+        self.timeout = timeout
+        self.at = at  # None: a default, not in the file
+        self.fix = fix
 
 
 def _watchdogs(env: _Environment, accelerator: str | None) -> Iterator[_Watchdog]:

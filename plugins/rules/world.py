@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from hacfg.plugin import JobContext, LogicalPath, Problem, Rule, ScenarioContext, hookimpl, rule
 from hacfg.plugin import modelarts as ma
@@ -82,12 +82,15 @@ def ranks_disagree_with_nodes_in_body(ctx: JobContext) -> Iterator[Problem]:
     )
 
 
-class Size(NamedTuple):
+class Size:
     """A job's size: its nodes, each node's cards when known, and what says how many (a flavor id)."""
 
-    nodes: int
-    cards: int | None
-    cards_from: str
+    __slots__ = ("cards", "cards_from", "nodes")
+
+    def __init__(self, nodes: int, cards: int | None, cards_from: str) -> None:
+        self.nodes = nodes
+        self.cards = cards
+        self.cards_from = cards_from
 
     def disagreements(
         self, environment: Mapping[Any, Any], env_at: LogicalPath, command: str | None, command_at: LogicalPath

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from kit.bodies import BAD_BODY
 from kit.cli import run_hacfg
 from kit.paths import REPO
+
+from hacfg.lint.settings import _PassedBy
 
 
 def test_text_output_and_exit_1(cli, project):
@@ -290,6 +294,37 @@ def test_rules_chosen_on_the_command_line_go_over_the_settings(cli, project):
     assert rules("--select", "HA007,ha015", "--ignore", "HA007") == ["HA015"]
     unknown = cli("lint", "--ignore", "HA0O7")
     assert (unknown.code, unknown.err.startswith("hacfg: error: --ignore: unknown rule 'HA0O7'; did you mean")) == (2, True)
+
+
+PASSED_BY_PROBE = """
+import json, sys
+from hacfg.cli.main import main
+code = main(["lint", "-f", "json", "job.json"])
+print(json.dumps({"code": code, "tomllib": "tomllib" in sys.modules}))
+"""
+
+
+def test_a_pyproject_without_settings_is_read_once_and_again_when_it_changes(tmp_path):
+    """Most projects' pyproject.toml has no [tool.hacfg]: the next lint passes it by without parsing
+    it, and reads it again once it changes, broken or with settings."""
+    (tmp_path / "job.json").write_text(BAD_BODY)
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "demo"\n')
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def lint() -> dict:
+        ran = subprocess.run([sys.executable, "-c", PASSED_BY_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True)
+        return json.loads(ran.stdout.splitlines()[-1])
+
+    while time.time_ns() - pyproject.stat().st_ctime_ns < _PassedBy.SETTLED_NS:  # a file changed since is never remembered
+        time.sleep(0.05)
+    assert lint() == {"code": 1, "tomllib": True}
+    assert lint() == {"code": 1, "tomllib": False}
+    pyproject.write_text('[project\nname = "demo"\n')
+    broken = run_hacfg("lint", "job.json", cwd=tmp_path, env=env)
+    assert (broken.code, broken.err) == (2, f"{pyproject}:1:9: invalid TOML: Expected ']' at the end of a table declaration\n")
+    pyproject.write_text('[tool.hacfg]\nfail-on = "info"\nignore = ["HA007", "HA015"]\n')
+    assert lint() == {"code": 0, "tomllib": True}
 
 
 def test_config_names_the_settings_file(cli, project):
