@@ -154,7 +154,7 @@ def save_memory(step: int, state: Mapping[str, Any], fallback: str | Path) -> Pa
             except memory.TierFull as err:
                 _say_once(f"[hacfg] memory checkpoints do not fit: {err}; saving to {fallback} instead")
         else:
-            _say_once(f"[hacfg] no memory tier (not under the agent); saving to {fallback}")
+            _say_once(f"[hacfg] no memory tier (no hacfg agent, or one agent per card); saving to {fallback}")
     return save_state(fallback, step, state)
 
 

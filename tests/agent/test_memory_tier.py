@@ -160,6 +160,16 @@ def test_shared_memory_too_small_says_so_once_and_saves_to_disk(tmp_path):
     assert "Traceback" not in err
 
 
+def test_without_an_agent_memory_saves_go_to_disk_with_one_line(tmp_path):
+    trainer = [sys.executable, str(CHILDREN / "memory_trainer.py"), "3", str(tmp_path / "final.pt"), "0", str(tmp_path / "ckpt")]
+    env = {key: value for key, value in os.environ.items() if key != memory.DIR_ENV}
+    done = subprocess.run(trainer, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("[hacfg]")]
+    assert said == [f"[hacfg] no memory tier (no hacfg agent, or one agent per card); saving to {tmp_path / 'ckpt'}"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step_1", "step_2", "step_3"]
+
+
 def test_a_newer_step_in_memory_is_progress_that_ends_a_streak_of_failures(shm, tmp_path):
     # Each attempt saves one step to memory, then fails as a user error: four in a row would spend
     # the three unconditional restarts allowed in a row, unless each saved step counts as progress.
