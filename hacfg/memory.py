@@ -143,13 +143,15 @@ def _claim(handle: int, size: int, folder: Path) -> mmap.mmap:
         needed = f"the state needs {size / 1e9:.2f} GB"
         raise TierFull(f"{folder.parent} has {(free + held) / 1e9:.2f} GB free, {needed}")
     os.ftruncate(handle, size)
-    if os.fstat(handle).st_blocks * 512 < size:  # a spare's pages are there already
-        try:
-            os.posix_fallocate(handle, 0, size)  # room now, not a SIGBUS halfway through the copy
-        except OSError as err:
-            raise TierFull(f"{folder.parent} has no room for {size / 1e9:.2f} GB: {err.strerror}") from err
-    # the page table filled in one go: faulting in each page at first touch costs more than the copy
-    return mmap.mmap(handle, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+    if os.fstat(handle).st_blocks * 512 >= size:
+        # a spare's pages, all there: the page table filled in one go costs less than a fault per page
+        return mmap.mmap(handle, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE)
+    try:
+        os.posix_fallocate(handle, 0, size)  # room now, not a SIGBUS halfway through the copy
+    except OSError as err:
+        raise TierFull(f"{folder.parent} has no room for {size / 1e9:.2f} GB: {err.strerror}") from err
+    # new pages are zeroed at their first touch: the copy's threads fault them in faster than one populate
+    return mmap.mmap(handle, size, flags=mmap.MAP_SHARED)
 
 
 def _fill(
