@@ -173,10 +173,10 @@ def _fill(
 class _Kept:
     """The state files this process saved into, left open and mapped for its next saves. A rank's
     next save fills its spare, the file it filled the time before, so the two it filled last are
-    kept: mapping 1 GB populated and unmapping it again costs about half the copy of 1 GB, and a
-    save into a kept file is the copy alone. A kept file removed meanwhile is released at the
-    rank's next save (its memory goes back to the tier before the room is counted), and a forked
-    child (a data loader's worker) releases what it inherited."""
+    kept: mapping 1 GB populated and unmapping it again cost about half the copy of 1 GB, and a
+    save into a kept file is the copy alone. A kept file removed meanwhile is released at the next
+    save (its memory goes back to the tier before the room is counted), and a forked child (a data
+    loader's worker) releases what it inherited."""
 
     PER_SPARE = 2
 
