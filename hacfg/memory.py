@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import io
 import json
 import mmap
@@ -27,6 +28,7 @@ import pickle
 import re
 import shutil
 import struct
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -163,11 +165,49 @@ def _fill(
     mapped[: len(head)] = head
     whole = torch.frombuffer(mapped, dtype=torch.uint8)
     try:
-        for tensor, place in zip(tensors, layout, strict=True):
-            at = start + place["offset"]
-            whole[at : at + place["nbytes"]].copy_(tensor.detach().reshape(-1).view(torch.uint8))
+        into = whole.data_ptr() + start
+        pieces = [
+            (into + place["offset"], tensor.detach().reshape(-1).view(torch.uint8).data_ptr(), place["nbytes"])
+            for tensor, place in zip(tensors, layout, strict=True)
+            if place["nbytes"]
+        ]
+        _copy(pieces, torch.get_num_threads())
     finally:
         del whole  # the mapping cannot close while a tensor views it
+
+
+_SHARE = 16 << 20  # bytes below which one more thread costs more than it copies
+
+
+def _copy(pieces: list[tuple[int, int, int]], threads: int) -> None:
+    """memmove each ``(to, from, nbytes)``, the bytes shared evenly between up to ``threads``
+    threads. glibc's memcpy streams a large copy past the cache, which torch's ``copy_`` does not:
+    on two threads it copies 1 GB in about two thirds of ``copy_``'s time."""
+    total = sum(nbytes for *_, nbytes in pieces)
+    share = -(-total // max(1, min(threads, total // _SHARE)))
+    lots: list[list[tuple[int, int, int]]] = [[]]
+    room = share
+    for to, source, nbytes in pieces:
+        while nbytes:
+            if not room:
+                lots.append([])
+                room = share
+            step = min(nbytes, room)
+            lots[-1].append((to, source, step))
+            to, source, nbytes, room = to + step, source + step, nbytes - step, room - step
+    helpers = [threading.Thread(target=_memmoves, args=(lot,)) for lot in lots[1:]]
+    for helper in helpers:
+        helper.start()
+    try:
+        _memmoves(lots[0])
+    finally:
+        for helper in helpers:  # the mapping must outlive every write into it
+            helper.join()
+
+
+def _memmoves(lot: list[tuple[int, int, int]]) -> None:
+    for to, source, nbytes in lot:
+        ctypes.memmove(to, source, nbytes)  # the GIL is released for the copy
 
 
 class _Kept:

@@ -69,6 +69,26 @@ def test_a_step_is_complete_once_every_rank_of_the_node_saved_and_then_the_older
     assert memory.load(memory.rank_file(shm / "step_3", 0))["step"] == 3
 
 
+def test_a_state_of_many_tensors_copied_on_several_threads_comes_back_bit_identical(shm):
+    generator = torch.Generator().manual_seed(3)
+    state = {
+        "big": torch.randn(5_000_001, generator=generator, dtype=torch.float64),  # split between threads
+        "odd": torch.randint(-128, 127, (3, 1_234_567), generator=generator, dtype=torch.int8),
+        "half": torch.randn(2_345_679, generator=generator).to(torch.bfloat16),
+        "flags": torch.rand(999_999, generator=generator) > 0.5,
+        "column": torch.randn(4_000, 3_001, generator=generator)[:, 7],  # not contiguous
+        "scalar": torch.tensor(2.5),
+    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        folder = memory.save(shm, 1, state, rank=0, ranks=1)
+    finally:
+        torch.set_num_threads(threads)
+    loaded = memory.load(memory.rank_file(folder, 0))
+    assert all(torch.equal(loaded[name], tensor) and loaded[name].dtype == tensor.dtype for name, tensor in state.items())
+
+
 def held(folder: Path) -> list[str]:
     """The files under ``folder`` this process holds open or mapped shared: what its saves keep."""
     fields = [line.split(maxsplit=5) for line in Path("/proc/self/maps").read_text().splitlines()]
