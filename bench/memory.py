@@ -19,6 +19,7 @@ alone, which needs no disk: python bench/memory.py save)
 
 from __future__ import annotations
 
+import ctypes
 import json
 import mmap
 import os
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -92,9 +94,10 @@ torch.save({"model": model.state_dict(), "ballast": ballast}, out)
 
 def save_block(nbytes: int) -> dict[str, list[float]]:
     """Seconds per GB, ROUNDS times, each round in turn (a busy moment of the shared machine falls on
-    all three alike): ``memory.save`` of ``nbytes`` of state to a tier of its own, a step after the
-    other as a trainer saves (the two first, with no spare yet, left out); a memcpy into touched
-    memory; a copy into a fresh /dev/shm file, the page faults a save without its spare would pay."""
+    all alike): ``memory.save`` of ``nbytes`` of state to a tier of its own, a step after the other
+    as a trainer saves (the two first, with no spare yet, left out); glibc's memcpy into touched
+    memory, the bytes shared between torch's threads; torch's ``copy_`` into touched memory; a
+    copy into a fresh /dev/shm file, the page faults a save without its spare would pay."""
     import torch
 
     from hacfg import memory
@@ -102,7 +105,13 @@ def save_block(nbytes: int) -> dict[str, list[float]]:
     source = torch.ones(nbytes, dtype=torch.uint8)
     target = torch.zeros(nbytes, dtype=torch.uint8)
     gb = nbytes / 1e9
-    found: dict[str, list[float]] = {"save": [], "memcpy": [], "fresh": []}
+    found: dict[str, list[float]] = {"save": [], "memcpy": [], "copy_": [], "fresh": []}
+    threads = torch.get_num_threads()
+    share = nbytes // threads
+
+    def memcpy(part: int) -> None:
+        ctypes.memmove(target.data_ptr() + part * share, source.data_ptr() + part * share, share)
+
     scratch = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="hacfg-bench-"))
     (scratch / "tier").mkdir()
     try:
@@ -112,8 +121,16 @@ def save_block(nbytes: int) -> dict[str, list[float]]:
             if step > 0:
                 found["save"].append((time.perf_counter() - began) / gb)
                 began = time.perf_counter()
-                target.copy_(source)
+                helpers = [threading.Thread(target=memcpy, args=(part,)) for part in range(1, threads)]
+                for helper in helpers:
+                    helper.start()
+                memcpy(0)
+                for helper in helpers:
+                    helper.join()
                 found["memcpy"].append((time.perf_counter() - began) / gb)
+                began = time.perf_counter()
+                target.copy_(source)
+                found["copy_"].append((time.perf_counter() - began) / gb)
                 path = scratch / f"fresh{step}"
                 began = time.perf_counter()
                 handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -206,6 +223,7 @@ def print_save_block() -> None:
     print(f"save block, {STATE_MB} MB of state, {ROUNDS} rounds each in turn with its floors; shared machine "
           f"({os.cpu_count()} cores, others working): s/GB p50 (min to max)")
     for name, what in (("save", "memory.save"), ("memcpy", "floor: memcpy into touched memory"),
+                       ("copy_", "torch's copy_ into touched memory"),
                        ("fresh", "floor: copy into a fresh /dev/shm file")):
         values = found[name]
         print(f"  {what:40} {statistics.median(values):.3f} ({min(values):.3f} to {max(values):.3f})")
