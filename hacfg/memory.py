@@ -166,9 +166,10 @@ def _fill(
     whole = torch.frombuffer(mapped, dtype=torch.uint8)
     try:
         into = whole.data_ptr() + start
+        flat = [tensor.detach().reshape(-1).view(torch.uint8) for tensor in tensors]  # alive while copied
         pieces = [
-            (into + place["offset"], tensor.detach().reshape(-1).view(torch.uint8).data_ptr(), place["nbytes"])
-            for tensor, place in zip(tensors, layout, strict=True)
+            (into + place["offset"], source.data_ptr(), place["nbytes"])
+            for source, place in zip(flat, layout, strict=True)
             if place["nbytes"]
         ]
         _copy(pieces, torch.get_num_threads())
