@@ -1,8 +1,9 @@
 """The memory tier, measured side by side in one run on this machine:
 
-- save block per GB: ``save_memory`` of STATE_MB of state, against two floors measured here, a
-  plain memcpy into memory already touched and a copy into a fresh shared-memory file (the same
-  page faults a save pays);
+- save block per GB: ``memory.save`` of STATE_MB of state, round by round in turn with two floors
+  measured here, a plain memcpy into memory already touched and a copy into a fresh shared-memory
+  file (the page faults a save without its spare would pay); and ``save_memory``'s block in each
+  trained step;
 - fault (SIGKILL of the trainer) to the next completed step, p50 and p95 over FAULTS faults,
   itemised (detect and stop, decide, start, load, first step): hacfg resuming from memory, hacfg
   resuming from disk (``save_state`` every step), and torchrun with ``torch.save``/``torch.load``;
@@ -12,11 +13,13 @@ One rank on one node (not the two emulated nodes of the goal), warm restarts: as
 each attempt, once its first step is timed, waits until the agent's next warm interpreter is ready. Every file goes to
 one temporary folder, removed at the end; disk saves keep only the newest two steps.
 
-Run: python bench/memory.py   (BENCH_MEMORY_STATE_MB=256, BENCH_MEMORY_FAULTS=20)
+Run: python bench/memory.py   (BENCH_MEMORY_STATE_MB=256, BENCH_MEMORY_FAULTS=20; the save block
+alone, which needs no disk: python bench/memory.py save)
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import mmap
 import os
@@ -27,11 +30,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 STATE_MB = int(os.environ.get("BENCH_MEMORY_STATE_MB", "256"))
 FAULTS = int(os.environ.get("BENCH_MEMORY_FAULTS", "20"))
+ROUNDS = 10  # of the save block and its floors
 STEPS_PER_ATTEMPT = 3  # completed steps before each kill
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,32 +92,59 @@ torch.save({"model": model.state_dict(), "ballast": ballast}, out)
 """
 
 
-def floors(tmp: Path, nbytes: int) -> tuple[float, float]:
-    """Seconds per GB: a memcpy into touched memory, and a copy into a fresh /dev/shm file."""
+def save_block(nbytes: int) -> dict[str, list[float]]:
+    """Seconds per GB, ROUNDS times, each round in turn (a busy moment of the shared machine falls on
+    all alike): ``memory.save`` of ``nbytes`` of state to a tier of its own, a step after the other
+    as a trainer saves (the two first, with no spare yet, left out); glibc's memcpy into touched
+    memory, the bytes shared between torch's threads; torch's ``copy_`` into touched memory; a
+    copy into a fresh /dev/shm file, the page faults a save without its spare would pay."""
     import torch
+
+    from hacfg import memory
 
     source = torch.ones(nbytes, dtype=torch.uint8)
     target = torch.zeros(nbytes, dtype=torch.uint8)
-    memcpy = []
-    for _ in range(5):
-        began = time.perf_counter()
-        target.copy_(source)
-        memcpy.append(time.perf_counter() - began)
-    fresh = []
-    for attempt in range(5):
-        path = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="hacfg-bench-")) / f"floor{attempt}"
-        began = time.perf_counter()
-        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.posix_fallocate(handle, 0, nbytes)
-        with mmap.mmap(handle, nbytes) as mapped:
-            view = torch.frombuffer(mapped, dtype=torch.uint8)
-            view.copy_(source)
-            del view
-        fresh.append(time.perf_counter() - began)
-        os.close(handle)
-        shutil.rmtree(path.parent)
     gb = nbytes / 1e9
-    return statistics.median(memcpy) / gb, statistics.median(fresh) / gb
+    found: dict[str, list[float]] = {"save": [], "memcpy": [], "copy_": [], "fresh": []}
+    threads = torch.get_num_threads()
+    share = nbytes // threads
+
+    def memcpy(part: int) -> None:
+        ctypes.memmove(target.data_ptr() + part * share, source.data_ptr() + part * share, share)
+
+    scratch = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="hacfg-bench-"))
+    (scratch / "tier").mkdir()
+    try:
+        for step in range(-1, ROUNDS + 1):
+            began = time.perf_counter()
+            memory.save(scratch / "tier", step + 2, {"state": source, "step": step + 2}, rank=0, ranks=1)
+            if step > 0:
+                found["save"].append((time.perf_counter() - began) / gb)
+                began = time.perf_counter()
+                helpers = [threading.Thread(target=memcpy, args=(part,)) for part in range(1, threads)]
+                for helper in helpers:
+                    helper.start()
+                memcpy(0)
+                for helper in helpers:
+                    helper.join()
+                found["memcpy"].append((time.perf_counter() - began) / gb)
+                began = time.perf_counter()
+                target.copy_(source)
+                found["copy_"].append((time.perf_counter() - began) / gb)
+                path = scratch / f"fresh{step}"
+                began = time.perf_counter()
+                handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                os.posix_fallocate(handle, 0, nbytes)
+                with mmap.mmap(handle, nbytes) as mapped:
+                    view = torch.frombuffer(mapped, dtype=torch.uint8)
+                    view.copy_(source)
+                    del view
+                found["fresh"].append((time.perf_counter() - began) / gb)
+                os.close(handle)
+                path.unlink()
+    finally:
+        shutil.rmtree(scratch)
+    return found
 
 
 def run(tmp: Path, how: str, steps: int, faults: int, seed: int) -> dict:
@@ -186,9 +218,25 @@ def items(fault: dict) -> dict[str, float]:
     return found
 
 
+def print_save_block() -> None:
+    found = save_block(STATE_MB << 20)
+    print(f"save block, {STATE_MB} MB of state, {ROUNDS} rounds each in turn with its floors; shared machine "
+          f"({os.cpu_count()} cores, others working): s/GB p50 (min to max)")
+    for name, what in (("save", "memory.save"), ("memcpy", "floor: memcpy into touched memory"),
+                       ("copy_", "torch's copy_ into touched memory"),
+                       ("fresh", "floor: copy into a fresh /dev/shm file")):
+        values = found[name]
+        print(f"  {what:40} {statistics.median(values):.3f} ({min(values):.3f} to {max(values):.3f})")
+    ratios = [save / memcpy for save, memcpy in zip(found["save"], found["memcpy"], strict=True)]
+    print(f"  save over memcpy, round by round: p50 {statistics.median(ratios):.2f}x")
+
+
 def main() -> None:
     import torch
 
+    print_save_block()
+    if sys.argv[1:] == ["save"]:
+        return
     disk_before = shutil.disk_usage("/")
     tmp = Path(tempfile.mkdtemp(prefix="hacfg-bench-memory-"))
     (tmp / "shm").mkdir()
@@ -196,7 +244,6 @@ def main() -> None:
     (tmp / "shm").rmdir()
     (tmp / "shm").symlink_to(shm)
     try:
-        memcpy, fresh = floors(tmp, STATE_MB << 20)
         steps = FAULTS * STEPS_PER_ATTEMPT + 10
         runs = {how: run(tmp, how, steps, FAULTS, 7) for how in ("memory", "disk", "torchrun")}
         reference = tmp / "reference"
@@ -206,9 +253,7 @@ def main() -> None:
                        env={**os.environ, "PYTHONPATH": str(REPO)})
         expected = torch.load(reference / "final.pt")
         gb = (STATE_MB << 20) / 1e9
-        print(f"state {STATE_MB} MB per rank, one rank, {FAULTS} SIGKILLs per run; shared machine "
-              f"({os.cpu_count()} cores, others working): figures vary from run to run")
-        print(f"floors: memcpy {memcpy:.3f} s/GB, copy into fresh /dev/shm {fresh:.3f} s/GB")
+        print(f"\nstate {STATE_MB} MB per rank, one rank, {FAULTS} SIGKILLs per run: figures vary from run to run")
         for how, found in runs.items():
             final = torch.load(found["out"])
             same = all(torch.equal(final[k][n], expected[k][n]) for k in ("model",) for n in expected[k]) and \

@@ -69,6 +69,59 @@ def test_a_step_is_complete_once_every_rank_of_the_node_saved_and_then_the_older
     assert memory.load(memory.rank_file(shm / "step_3", 0))["step"] == 3
 
 
+def test_a_state_of_many_tensors_copied_on_several_threads_comes_back_bit_identical(shm):
+    generator = torch.Generator().manual_seed(3)
+    state = {
+        "big": torch.randn(5_000_001, generator=generator, dtype=torch.float64),  # split between threads
+        "odd": torch.randint(-128, 127, (3, 1_234_567), generator=generator, dtype=torch.int8),
+        "half": torch.randn(2_345_679, generator=generator).to(torch.bfloat16),
+        "flags": torch.rand(999_999, generator=generator) > 0.5,
+        "column": torch.randn(4_000, 3_001, generator=generator)[:, 7],  # not contiguous
+        "scalar": torch.tensor(2.5),
+    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        folder = memory.save(shm, 1, state, rank=0, ranks=1)
+    finally:
+        torch.set_num_threads(threads)
+    loaded = memory.load(memory.rank_file(folder, 0))
+    assert all(torch.equal(loaded[name], tensor) and loaded[name].dtype == tensor.dtype for name, tensor in state.items())
+
+
+def held(folder: Path) -> list[str]:
+    """The files under ``folder`` this process holds open or mapped shared: what its saves keep."""
+    fields = [line.split(maxsplit=5) for line in Path("/proc/self/maps").read_text().splitlines()]
+    files = {found[5] for found in fields if len(found) == 6 and found[1].endswith("s")}
+    files |= {os.readlink(fd) for fd in Path("/proc/self/fd").iterdir() if fd.is_symlink()}
+    return sorted(name for name in files if name.startswith(f"{folder}/"))
+
+
+def test_a_rank_keeps_its_two_files_mapped_and_fills_them_in_turn(shm):
+    # Mapping a file populated and unmapping it again costs about half the copy: a rank's next
+    # save fills the file it filled the time before, kept mapped since.
+    for step, mb in [(1, 1), (2, 1), (3, 1), (4, 2), (5, 1)]:
+        state = {**a_state(step), "ballast": torch.full((mb << 18,), float(step))}
+        folder = memory.save(shm, step, state, rank=0, ranks=1)
+        assert torch.equal(memory.load(memory.rank_file(folder, 0))["ballast"], state["ballast"])
+        spare = [str(memory.spare(shm, 0))] if step > 1 else []
+        assert held(shm) == [*spare, str(memory.rank_file(folder, 0))]
+
+
+def test_a_kept_file_removed_is_let_go_at_the_next_save_and_a_forked_child_keeps_none(shm):
+    for step in (1, 2, 3):
+        memory.save(shm, step, a_state(step), rank=0, ranks=1)
+    memory.spare(shm, 0).unlink()  # the tier emptied, as when it needs the room
+    shutil.rmtree(shm / "step_3")
+    assert all(name.endswith(" (deleted)") for name in held(shm)) and len(held(shm)) == 2  # memory taken until ...
+    memory.save(shm, 4, a_state(4), rank=0, ranks=1)
+    assert held(shm) == [str(memory.rank_file(shm / "step_4", 0))]
+    child = os.fork()
+    if child == 0:  # a data loader's worker, say: it writes no checkpoint and keeps none alive
+        os._exit(0 if held(shm) == [] else 1)
+    assert os.waitpid(child, 0)[1] == 0
+
+
 def test_a_state_file_naming_a_class_is_refused_not_run(shm, tmp_path):
     folder = memory.save(shm, 1, {"step": 1}, rank=0, ranks=1)
     path = memory.rank_file(folder, 0)
