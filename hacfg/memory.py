@@ -14,8 +14,8 @@ them) finds the same step on every other node.
 A state file is the tensors' bytes laid out raw behind a small JSON header, with the plain objects
 around them (the dicts, lists, numbers of a ``state_dict``) pickled apart and read back by an
 unpickler that builds nothing but containers and scalars. Loading maps the file copy-on-write and
-makes each tensor with ``torch.frombuffer`` over the mapping: no copy, and the trainer's writes to
-a loaded tensor never reach the checkpoint.
+makes each tensor with ``torch.frombuffer`` over the mapping: no copy, the trainer's writes to a
+loaded tensor never reach the checkpoint, and no later save reuses a file a loaded tensor views.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import re
 import shutil
 import struct
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -121,6 +122,9 @@ def save_file(
     size = start + offset
     final = rank_file(folder, rank)
     staging = folder / f".rank_{rank}.{os.getpid()}.tmp"
+    if reuse is not None and _viewed(reuse):
+        reuse.unlink()  # tensors this process loaded still read its pages: a save into it would change them
+        reuse = None
     if reuse is not None:
         with contextlib.suppress(FileNotFoundError):
             os.rename(reuse, staging)
@@ -274,6 +278,19 @@ def _release(handle: int, mapping: mmap.mmap) -> None:
 
 _KEPT = _Kept()
 
+# The files this process loaded, by inode, while a tensor still views them: a private mapping sees the
+# file's pages until the trainer writes its own, so no save may reuse one of these as its spare.
+_LOADED: weakref.WeakValueDictionary[tuple[int, int], mmap.mmap] = weakref.WeakValueDictionary()
+
+
+def _viewed(path: Path) -> bool:
+    """Whether tensors this process loaded from the file at ``path`` are still alive."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (status.st_dev, status.st_ino) in _LOADED
+
 
 def _pickled(state: Mapping[str, Any], tensors: list[torch.Tensor]) -> bytes:
     """``state`` pickled with each tensor replaced by its index in ``tensors`` (where it is appended)."""
@@ -341,6 +358,8 @@ def load(path: Path) -> dict[str, Any]:
 
     with open(path, "rb") as handle:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+        status = os.fstat(handle.fileno())
+    _LOADED[status.st_dev, status.st_ino] = mapped
     at = len(MAGIC)
     if mapped[:at] != MAGIC:
         raise ValueError(f"{path} is not a hacfg state file")

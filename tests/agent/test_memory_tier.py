@@ -54,6 +54,20 @@ def test_a_state_comes_back_bit_identical_without_a_copy(shm):
     assert torch.equal(memory.load(memory.rank_file(folder, 0))["model"]["weight"], state["model"]["weight"])
 
 
+def test_a_loaded_state_stays_as_it_was_loaded_while_later_saves_reuse_the_tiers_files(shm):
+    """Loaded tensors view the file copy-on-write: pages the trainer has not written still read the
+    file. So the file they view is never the spare a later save fills: it is let go instead."""
+    memory.save(shm, 1, {"w": torch.ones(1 << 20)}, rank=0, ranks=1)
+    loaded = memory.load(memory.rank_file(shm / "step_1", 0))["w"]  # as a restarted trainer does
+    memory.save(shm, 2, {"w": torch.full((1 << 20,), 2.0)}, rank=0, ranks=1)  # step 1's file becomes the spare
+    memory.save(shm, 3, {"w": torch.full((1 << 21,), 3.0)}, rank=0, ranks=1)  # and would hold this save
+    assert torch.equal(loaded, torch.ones(1 << 20))
+    assert memory.load(memory.rank_file(shm / "step_3", 0))["w"].eq(3.0).all()
+    del loaded
+    memory.save(shm, 4, {"w": torch.full((1 << 20,), 4.0)}, rank=0, ranks=1)  # nothing views it now: reused as ever
+    assert memory.held(shm) == [4]
+
+
 def test_a_step_is_complete_once_every_rank_of_the_node_saved_and_then_the_older_one_goes(shm):
     memory.save(shm, 1, a_state(1), rank=0, ranks=2)
     memory.save(shm, 1, a_state(1), rank=1, ranks=2)
