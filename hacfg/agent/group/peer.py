@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hacfg import memory
 
@@ -49,6 +49,7 @@ HEADER_LIMIT = 1 << 20  # a header beyond this is not one an agent sent
 CHUNK = 1 << 20
 TIMEOUT = 30.0  # a peer silent this long mid-transfer is gone
 _LENGTH = struct.Struct(">I")
+T = TypeVar("T")
 _HIDDEN = ".incoming-"
 SIGNATURE = ".signature"  # in a kept copy's folder: what its owner sent it under, checked again at a fetch
 
@@ -353,6 +354,38 @@ def _exactly(link: socket.socket, count: int) -> bytes:
 # -- the two ends an agent runs -----------------------------------------------------------------
 
 
+BACKGROUND_NICE = 19  # a copy's threads: the lowest priority, so that on a busy node training goes first
+
+
+def yield_to_training() -> None:
+    """Give the calling thread the lowest CPU priority (on Linux a thread's nice value is its own):
+    a copy is seconds of hashing per GB, and on a node whose cores train it must take only what
+    training leaves. A fetch, which a recovery waits for, never runs so."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+
+
+def in_background(work: Callable[[], T]) -> T:
+    """``work()``'s result, run on a thread of its own that yields to training (a thread cannot
+    take its priority back once it gave it up)."""
+    done: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        yield_to_training()
+        try:
+            done.append(work())
+        except BaseException as err:  # handed to the caller as it is
+            failed.append(err)
+
+    worker = threading.Thread(target=run, name="hacfg-peer-copy", daemon=True)
+    worker.start()
+    worker.join()
+    if failed:
+        raise failed[0]
+    return done[0]
+
+
 class Receiver:
     """This node's keeper of other nodes' newest steps, and of their fetches back; a thread that
     serves one connection at a time. ``echo`` hears each transfer refused or failed."""
@@ -434,8 +467,10 @@ class Receiver:
             return
         admit = self._admit if self.keeps_own else None
         try:
-            received = _receive_step(
-                link, self.key, nonce, frame, ends, into, newer_than=held[0] if held else None, admit=admit
+            received = in_background(
+                lambda: _receive_step(
+                    link, self.key, nonce, frame, ends, into, newer_than=held[0] if held else None, admit=admit
+                )
             )
             if received is not None:
                 for _, older in memory.steps(into):
@@ -497,6 +532,7 @@ class Sender:
         self.close()
 
     def _run(self) -> None:
+        yield_to_training()
         while not self._stop.is_set():
             newest = memory.newest_complete(self.tier, self.every)
             if newest is not None and (self._tried is None or newest[0] > self._tried):

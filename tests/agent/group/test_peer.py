@@ -340,3 +340,21 @@ def test_a_keeper_takes_only_copies_of_steps_it_holds_itself_and_keeps_those(tie
         assert receiver.copies() == {0: 6} and memory.pinned(keeper) == {6}
         save_step(keeper, 7)
         assert memory.held(keeper) == [7, 6]
+
+
+def test_copies_yield_to_training_and_fetches_do_not(tiers, receiver):
+    """A copy is seconds of hashing per GB: its threads take the lowest CPU priority, so a busy
+    node trains first. A fetch, which a recovery waits for, is served at the usual one."""
+    own, _ = tiers
+
+    def priority() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert peer.in_background(priority) == peer.BACKGROUND_NICE
+    with pytest.raises(peer.Refused, match="as it is"):
+        peer.in_background(lambda: (_ for _ in ()).throw(peer.Refused("as it is")))
+    with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT) as sender:
+        save_step(own, 3)
+        wait_until(lambda: sender.sent == 3)
+        assert os.getpriority(os.PRIO_PROCESS, sender._thread.native_id) == peer.BACKGROUND_NICE
+    assert os.getpriority(os.PRIO_PROCESS, receiver._thread.native_id) == os.getpriority(os.PRIO_PROCESS, 0)
