@@ -9,7 +9,9 @@ which its next save fills without faulting a page in: the tier holds two copies 
 most, the newest complete step and, per rank, one being written or spare. In a group of nodes the
 agent names a copy interval (``HACFG_MEMORY_COPY_EVERY``): the two newest complete steps at that
 interval stay too, as every node's copy points, so that a lost node's copy on its peer (at one of
-them) finds the same step on every other node.
+them) finds the same step on every other node; and so does the complete step before the newest,
+since the nodes may be one step apart when a fault comes (one killed inside its save of a step
+the others completed).
 
 A state file is the tensors' bytes laid out raw behind a small JSON header, with the plain objects
 around them (the dicts, lists, numbers of a ``state_dict``) pickled apart and read back by an
@@ -430,10 +432,14 @@ def _complete(tier: Path | None, every: int | None) -> Iterator[tuple[int, Path]
 
 
 def prune(tier: Path, keep: int, copy_every: int | None = None) -> None:
-    """Remove every step folder older than ``keep`` but the newest :data:`COPY_POINTS` complete
-    ones at the interval ``copy_every`` and those pinned, its ranks' files kept as each rank's spare."""
-    points = {step for step, _ in itertools.islice(_complete(tier, copy_every), COPY_POINTS)} if copy_every else set()
-    kept = points | pinned(tier)
+    """Remove every step folder older than ``keep``, its ranks' files kept as each rank's spare, but
+    those pinned. In a group (``copy_every`` given) the newest :data:`COPY_POINTS` complete steps at
+    that interval stay, and so does the newest complete step before ``keep``: a node killed inside
+    its save of step N+1 holds N, and the others, which completed N+1 already, must still hold N too."""
+    kept = pinned(tier)
+    if copy_every:
+        kept.update(step for step, _ in itertools.islice(_complete(tier, copy_every), COPY_POINTS))
+        kept.update(itertools.islice((step for step, _ in _complete(tier, None) if step < keep), 1))
     for step, folder in steps(tier):
         if step < keep and step not in kept:
             _remove(tier, folder)

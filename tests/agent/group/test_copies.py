@@ -35,19 +35,35 @@ def shm() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_group_tier_keeps_its_two_newest_copy_points_besides_its_newest_step(shm):
+def test_a_group_tier_keeps_its_two_newest_copy_points_and_the_step_before_its_newest(shm):
     for step in range(1, 10):
         memory.save(shm, step, {"w": torch.full((4,), float(step))}, rank=0, ranks=1, copy_every=3)
-    assert memory.held(shm) == [9, 6]  # the newest is a copy point itself
+    assert memory.held(shm) == [9, 8, 6]  # the newest is a copy point itself
     memory.save(shm, 10, {"w": torch.zeros(4)}, rank=0, ranks=1, copy_every=3)
     memory.save(shm, 11, {"w": torch.zeros(4)}, rank=0, ranks=1, copy_every=3)
-    assert memory.held(shm) == [11, 9, 6]
+    assert memory.held(shm) == [11, 10, 9, 6]
     assert memory.newest_complete(shm, 3) == (9, shm / "step_9")
-    assert memory.tidy(shm, 3) == [] and memory.held(shm) == [11, 9, 6]
+    assert memory.tidy(shm, 3) == [] and memory.held(shm) == [11, 10, 9, 6]
     memory.save(shm, 12, {"w": torch.zeros(4)}, rank=0, ranks=1, copy_every=3)
-    assert memory.held(shm) == [12, 9]
+    assert memory.held(shm) == [12, 11, 9]
     memory.save(shm, 13, {"w": torch.zeros(4)}, rank=0, ranks=1)  # one node on its own: no copy points
     assert memory.held(shm) == [13]
+
+
+def test_a_node_killed_inside_its_save_resumes_with_the_others_from_the_step_before(tmp_path):
+    """Both nodes completed step 11; node 1 completed 12 too, node 0 was killed inside its save of
+    it (a hidden file in step_12): every node resumes 11, not the older copy point (10) or disk."""
+    tiers = [tmp_path / "node0", tmp_path / "node1"]
+    for tier in tiers:
+        tier.mkdir()
+        for step in range(1, 12):
+            memory.save(tier, step, {"w": torch.full((4,), float(step))}, rank=0, ranks=1, copy_every=5)
+    memory.save(tiers[1], 12, {"w": torch.zeros(4)}, rank=0, ranks=1, copy_every=5)
+    (tiers[0] / "step_12").mkdir()
+    (tiers[0] / "step_12" / ".rank_0.4242.tmp").write_bytes(b"torn")
+    memory.tidy(tiers[0], 5)
+    plan, doubt = memory_plan([held(set(memory.held(tier)), node=node) for node, tier in enumerate(tiers)], None, 5)
+    assert (plan.step, plan.fetch, doubt) == (11, (), None)
 
 
 def held(steps: set[int], copies: dict[int, int] | None = None, node: int = 0) -> Held:
