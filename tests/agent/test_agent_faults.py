@@ -12,7 +12,7 @@ import time
 import pytest
 from kit.agents import agent_argv, read_events
 from kit.paths import CHILDREN, REPO
-from kit.processes import children_of
+from kit.processes import children_of, ending
 from kit.timing import at_most
 
 pytestmark = pytest.mark.slow  # a hundred kills, clock jumps, broken disks
@@ -31,23 +31,23 @@ def open_fds(pid: int) -> int:
 def test_a_hundred_random_kills_exact_counters_no_zombie_no_leaked_fd(tmp_path):
     rng = random.Random(7)
     argv = [*agent_argv(tmp_path / "state", "--max-restarts", "100"), sys.executable, str(CHILDREN / "pid_then_wait.py"), "101"]
-    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    fds, previous = [], None
-    for attempt in range(1, 102):
-        line = agent.stdout.readline()
-        assert line.split()[2:] == ["attempt", str(attempt)], line
-        pid = int(line.split()[1])
-        # the last one was reaped; besides this one (the 101st exits as soon as it has printed, and
-        # may be a zombie here), the agent's children are its warm interpreters (the next may be
-        # between fork and exec, still named as the agent)
-        others = {child: state for child, state in children_of(agent.pid) if child != pid}
-        assert previous not in others and "Z" not in others.values(), others
-        previous = pid
-        if attempt <= 100:  # the last one ends by itself, closing its pipes as it goes
-            fds.append(open_fds(agent.pid))
-            subprocess.run(["sleep", f"{rng.uniform(0, 0.03):.3f}"])
-            os.kill(pid, signal.SIGKILL)
-    assert agent.wait(timeout=60) == 0
+    with ending(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) as agent:
+        fds, previous = [], None
+        for attempt in range(1, 102):
+            line = agent.stdout.readline()
+            assert line.split()[2:] == ["attempt", str(attempt)], line
+            pid = int(line.split()[1])
+            # the last one was reaped; besides this one (the 101st exits as soon as it has printed, and
+            # may be a zombie here), the agent's children are its warm interpreters (the next may be
+            # between fork and exec, still named as the agent)
+            others = {child: state for child, state in children_of(agent.pid) if child != pid}
+            assert previous not in others and "Z" not in others.values(), others
+            previous = pid
+            if attempt <= 100:  # the last one ends by itself, closing its pipes as it goes
+                fds.append(open_fds(agent.pid))
+                subprocess.run(["sleep", f"{rng.uniform(0, 0.03):.3f}"])
+                os.kill(pid, signal.SIGKILL)
+        assert agent.wait(timeout=60) == 0
     assert max(fds) == min(fds), f"file descriptors leaked: {fds[0]} -> {fds[-1]}"
     events = read_events(tmp_path / "state")
     decisions = [e for e in events if e["event"] == "decision"]

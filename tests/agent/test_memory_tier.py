@@ -18,6 +18,7 @@ import pytest
 import torch
 from kit.agents import agent_argv, read_events
 from kit.paths import CHILDREN
+from kit.processes import ending
 
 from hacfg import memory
 from hacfg.agent.checkpoints import ROOT_ENV, newest_tier
@@ -182,22 +183,22 @@ def uninterrupted(tmp_path: Path, steps: int, ballast_mb: int) -> dict:
 
 def test_a_sigkill_inside_the_copy_resumes_the_step_before_it_from_memory(shm, tmp_path):
     steps, ballast = 12, 256
-    agent = run_trainer(tmp_path, shm, steps, ballast)
-    assert agent.stdout is not None
-    pid, killed_in, modes = None, None, set()
-    for line in agent.stdout:
-        if line.startswith("pid "):
-            pid = int(line.split()[1])
-        elif line.startswith("step ") and int(line.split()[1]) >= 3 and pid is not None and killed_in is None:
-            # Kill the trainer while its next save is half copied: its staging file exists, unrenamed.
-            while not (staging := list(shm.glob("hacfg-*/step_*/.rank_0.*.tmp"))):
-                pass
-            os.kill(pid, signal.SIGKILL)
-            pid = None
-            modes.add(staging[0].parent.parent.stat().st_mode & 0o777)
-            if staging[0].exists():  # still unpublished once the trainer is dead: torn
-                killed_in = int(staging[0].parent.name.removeprefix("step_"))
-    assert agent.wait(timeout=120) == 0, agent.stderr.read() if agent.stderr else ""
+    with ending(run_trainer(tmp_path, shm, steps, ballast)) as agent:
+        assert agent.stdout is not None
+        pid, killed_in, modes = None, None, set()
+        for line in agent.stdout:
+            if line.startswith("pid "):
+                pid = int(line.split()[1])
+            elif line.startswith("step ") and int(line.split()[1]) >= 3 and pid is not None and killed_in is None:
+                # Kill the trainer while its next save is half copied: its staging file exists, unrenamed.
+                while not (staging := list(shm.glob("hacfg-*/step_*/.rank_0.*.tmp"))):
+                    pass
+                os.kill(pid, signal.SIGKILL)
+                pid = None
+                modes.add(staging[0].parent.parent.stat().st_mode & 0o777)
+                if staging[0].exists():  # still unpublished once the trainer is dead: torn
+                    killed_in = int(staging[0].parent.name.removeprefix("step_"))
+        assert agent.wait(timeout=120) == 0, agent.stderr.read() if agent.stderr else ""
     assert killed_in is not None, "every kill came after the save was published"
     starts = [e for e in read_events(tmp_path / "state") if e["event"] == "attempt_start"]
     tiers = [(e["resume_tier"], e["resume_from"] and Path(e["resume_from"]).name) for e in starts]

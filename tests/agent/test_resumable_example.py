@@ -14,6 +14,7 @@ import time
 import pytest
 from kit.agents import read_events
 from kit.paths import REPO
+from kit.processes import ending
 from pytest import approx
 
 from hacfg.agent.records.goodput import when
@@ -32,7 +33,7 @@ PRECHECKS_PASS = {
 def run_with_faults(tmp_path, script: str, faults: list[str], train_args: list[str], *, seed: int = 1234, hang_timeout: str = "1s",
                     grace: float = 1, delay: tuple[float, float] = (0, 0.05)):
     """Run ``script`` under the agent; ``delay`` seconds after each attempt's first checkpoint, inject
-    the next fault. Returns the agent, its events, what was injected (fault, step, wall time) and
+    the next fault. Returns how the agent ended (its code, its stderr), its events, what was injected (fault, step, wall time) and
     the command's output lines with the wall time each was read."""
     config = tmp_path / "ha.yaml"
     config.write_text(
@@ -41,22 +42,22 @@ def run_with_faults(tmp_path, script: str, faults: list[str], train_args: list[s
     )
     argv = [sys.executable, "-m", "hacfg", "agent", "--config", str(config), "--hang-timeout", hang_timeout, "--initial-hang-timeout", "30s",
             "--grace", str(grace), "--", sys.executable, str(EXAMPLE / script), "--checkpoints", str(tmp_path / "ckpt"), *train_args]
-    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **PRECHECKS_PASS, "PYTHONPATH": str(REPO)})
-    rng = random.Random(seed)
-    pending, pid, injected, lines = list(faults), None, [], []
-    for line in agent.stdout:
-        lines.append((time.time(), line))
-        if line.startswith("pid "):
-            pid = int(line.split()[1])
-        elif line.endswith("saved\n") and pending and pid is not None:
-            time.sleep(rng.uniform(*delay))  # somewhere inside the next few steps
-            fault = pending.pop(0)
-            os.kill(pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
-            injected.append((fault, int(line.split()[1]), time.time()))
-            pid = None
-    agent.wait(timeout=120)
+    with ending(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **PRECHECKS_PASS, "PYTHONPATH": str(REPO)})) as agent:
+        rng = random.Random(seed)
+        pending, pid, injected, lines = list(faults), None, [], []
+        for line in agent.stdout:
+            lines.append((time.time(), line))
+            if line.startswith("pid "):
+                pid = int(line.split()[1])
+            elif line.endswith("saved\n") and pending and pid is not None:
+                time.sleep(rng.uniform(*delay))  # somewhere inside the next few steps
+                fault = pending.pop(0)
+                os.kill(pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+                injected.append((fault, int(line.split()[1]), time.time()))
+                pid = None
+        _, err = agent.communicate(timeout=120)
     events = read_events(tmp_path / "ckpt" / ".hacfg" / "node-0")
-    return agent, events, injected, lines
+    return subprocess.CompletedProcess(argv, agent.returncode, stderr=err), events, injected, lines
 
 
 TRAIN = ["--steps", "200", "--every", "20", "--step-time", "0.02"]  # a checkpoint every ~0.4 s
@@ -78,7 +79,7 @@ def faulty_run(tmp_path_factory):
 
 def test_numpy_training_survives_a_kill_and_a_hang_bit_identical(faulty_run):
     tmp_path, agent, events, injected, _ = faulty_run
-    assert agent.returncode == 0, agent.stderr.read()
+    assert agent.returncode == 0, agent.stderr
     assert [fault for fault, _, _ in injected] == ["kill", "hang"]
     assert (tmp_path / "final.npy").read_bytes() == (tmp_path / "reference.npy").read_bytes()  # bit-identical weights
 
@@ -106,7 +107,7 @@ def test_torch_training_survives_a_kill_bit_identical(tmp_path):
     final = tmp_path / "final.pt"
     # torch's own exit can take more than a second on a busy machine: a longer hang timeout than the numpy run's
     agent, events, injected, _ = run_with_faults(tmp_path, "train_torch.py", ["kill"], [*args, "--out", str(final)], hang_timeout="5s")
-    assert agent.returncode == 0, agent.stderr.read()
+    assert agent.returncode == 0, agent.stderr
     assert injected and torch.equal(torch.load(final)["weight"], torch.load(reference)["weight"])
     assert [e["cause"] for e in events if e["event"] == "attempt_exit"] == ["environment", "success"]
     # saved to memory every step, to disk every 20: the step after the kill comes from memory

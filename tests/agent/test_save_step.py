@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kit.agents import agent_argv
 from kit.paths import CHILDREN
+from kit.processes import ending
 
 from hacfg.agent.checkpoints import newest_complete
 from hacfg.checkpoint import save_step, tidy
@@ -38,10 +39,10 @@ def test_two_writers_of_one_step_never_mix_their_files(tmp_path):
     # Two processes save step 5 at once (each node's local rank 0 saving to shared storage), their
     # writes interleaved: a's model, then b's whole save, then a's optimizer.
     root = tmp_path / "ckpt"
-    a = writer(root, 5, "a", "--wait", tmp_path / "b.optimizer")
-    wait_for(tmp_path / "a.model")
-    b = writer(root, 5, "b", "--wait", tmp_path / "a.model")
-    assert [a.wait(timeout=60), b.wait(timeout=60)] == [0, 0], a.stderr.read() + b.stderr.read()
+    with ending(writer(root, 5, "a", "--wait", tmp_path / "b.optimizer")) as a:
+        wait_for(tmp_path / "a.model")
+        with ending(writer(root, 5, "b", "--wait", tmp_path / "a.model")) as b:
+            assert [a.wait(timeout=60), b.wait(timeout=60)] == [0, 0], a.stderr.read() + b.stderr.read()
     final = root / "step_5"
     assert json.loads((final / ".complete").read_text())["save_s"] >= 0
     assert contents(final) in ({"model.pt": "a", "optimizer.pt": "a"}, {"model.pt": "b", "optimizer.pt": "b"})
@@ -52,8 +53,8 @@ def test_two_writers_of_one_step_never_mix_their_files(tmp_path):
 def test_a_resave_killed_while_publishing_leaves_the_complete_copy(tmp_path):
     root = tmp_path / "ckpt"
     save_step(root, 5, lambda folder: (folder / "model.pt").write_text("old"))
-    dying = writer(root, 5, "new", "--die-publishing")
-    assert dying.wait(timeout=60) == -signal.SIGKILL, dying.stderr.read()
+    with ending(writer(root, 5, "new", "--die-publishing")) as dying:
+        assert dying.wait(timeout=60) == -signal.SIGKILL, dying.stderr.read()
     found = newest_complete(root)
     assert (found.step, contents(found.path)) == (5, {"model.pt": "old"})
     assert step_of(found.path.name) == 5  # as the events' time accounting reads a resume path

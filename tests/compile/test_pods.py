@@ -42,7 +42,7 @@ import pytest
 import yaml
 from kit.agents import rank_table
 from kit.paths import REPO
-from kit.processes import children_of
+from kit.processes import children_of, end
 
 from hacfg.scenario.kubernetes import quantity_bytes
 
@@ -467,8 +467,7 @@ class Cluster:
             running.process.kill()
             running.process.wait()
         self.running.clear()
-        self.netns.kill()
-        self.netns.wait()
+        end(self.netns)  # its stdout pipe closed too
 
     def logs(self) -> str:
         return "\n".join(f"--- {r.pod.name} ({r.code})\n{r.log.read_text(errors='replace')[-3000:]}" for r in self.finished)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kit.paths import REPO
-from kit.processes import free_port, kill_agents, wait_agents
+from kit.processes import free_port, kill_agents, start_logged, wait_agents
 
 TRAIN = REPO / "examples" / "resumable-training" / "train_ddp.py"
 READY_THEN = REPO / "tests" / "children" / "warm" / "ready_then.py"
@@ -69,7 +69,7 @@ class Job:
         env.pop("RANK", None)
         log = self.root / f"node{rank}-{len(self.logs.get(rank, []))}.log"
         self.logs.setdefault(rank, []).append(log)
-        self.agents[rank] = subprocess.Popen([*self.wrap.get(rank, []), *self.command(rank)], stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.agents[rank] = start_logged([*self.wrap.get(rank, []), *self.command(rank)], log, env=env, start_new_session=True)
 
     def run(self, timeout: float = 240) -> dict[int, int]:
         for rank in range(self.nnodes):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,3 +72,25 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def start_logged(argv: list[str], log: Path, **options: Any) -> subprocess.Popen:
+    """``argv`` started with its stdout and stderr in ``log``; the child holds the file, the test does not."""
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, **options)
+
+
+def end(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` if it still runs, reap it and close the pipes the test held to it."""
+    proc.kill()
+    with proc:  # Popen's exit closes its pipes and waits
+        pass
+
+
+@contextlib.contextmanager
+def ending(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """``proc``, ended (killed if still running, reaped, its pipes closed) when the block leaves, failed or not."""
+    try:
+        yield proc
+    finally:
+        end(proc)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -316,7 +317,16 @@ class Wire:
         self.proc = subprocess.Popen([sys.executable, "-m", "hacfg", "server"], cwd=root, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.replies: queue.Queue[dict] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def close(self) -> None:
+        """End the server if it still runs, let the reader reach the end of its stdout, then close the pipes."""
+        self.proc.kill()
+        self.proc.wait()
+        self.reader.join(timeout=30)
+        with self.proc:  # Popen's exit closes its pipes
+            pass
 
     def _read(self) -> None:
         out = self.proc.stdout
@@ -349,9 +359,16 @@ def frame(message: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
+@pytest.fixture
+def wire(tmp_path) -> Iterator[Wire]:
+    """A server on a raw wire, closed after the test, failed or not."""
+    opened = Wire(tmp_path)
+    yield opened
+    opened.close()
+
+
 @pytest.mark.slow
-def test_framing_errors_are_answered_and_skipped_and_shutdown_is_always_honoured(tmp_path):
-    wire = Wire(tmp_path)
+def test_framing_errors_are_answered_and_skipped_and_shutdown_is_always_honoured(tmp_path, wire):
     wire.send(wire.request(1, "initialize", {"capabilities": {}, "processId": None, "rootUri": None}))
     assert wire.reply()["id"] == 1
     notification = b'{"jsonrpc": "2.0", "method": "initialized", "params": {}}'
@@ -383,17 +400,15 @@ def test_framing_errors_are_answered_and_skipped_and_shutdown_is_always_honoured
 
 
 @pytest.mark.slow
-def test_exit_without_shutdown_exits_1_as_the_protocol_says(tmp_path):
-    wire = Wire(tmp_path)
+def test_exit_without_shutdown_exits_1_as_the_protocol_says(wire):
     wire.send(frame({"jsonrpc": "2.0", "method": "exit"}))
     assert wire.proc.wait(30) == 1
 
 
 @pytest.mark.slow
-def test_malformed_params_are_answered_without_a_traceback(tmp_path):
+def test_malformed_params_are_answered_without_a_traceback(tmp_path, wire):
     """What a broken client sends inside well-framed messages: each request gets -32602, notifications
     are dropped, the server goes on, and its stderr stays empty."""
-    wire = Wire(tmp_path)
     wire.send(wire.request(1, "initialize", {"capabilities": {}, "processId": None, "rootUri": None}))
     assert wire.reply()["id"] == 1
     uri = (tmp_path / "ha.yaml").as_uri()

@@ -323,8 +323,10 @@ class Supervisor:
         return Limit(base, "hang.timeout" if steady else "initial")
 
     def _pump(self, source: IO[bytes], target: int, wake: int) -> None:
-        """Relay one stream, keeping its tail and noting the time; wake the watcher at its end."""
-        relay(source.fileno(), target, lambda chunk: self._keep(target, chunk), TAIL_BYTES)
+        """Relay one stream, keeping its tail and noting the time; wake the watcher at its end. The stream
+        is closed there: an agent restarting its command holds no pipe of an attempt gone."""
+        with source:
+            relay(source.fileno(), target, lambda chunk: self._keep(target, chunk), TAIL_BYTES)
         with contextlib.suppress(OSError):
             os.write(wake, b"\0")
 

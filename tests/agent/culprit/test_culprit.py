@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from kit.paths import CHILDREN, REPO
-from kit.processes import free_port
+from kit.processes import end, free_port
 
 from hacfg.agent.culprit import hook, inquiry
 from hacfg.agent.culprit.analysis import Attribution, NodeEvidence, RankEvidence, attribute
@@ -239,7 +239,11 @@ def armed_child(tmp_path, code):
     folder = inquiry.folder_for(tmp_path / "state", 1)
     env = inquiry.armed({**os.environ, "RANK": "0"}, folder)
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True, stdout=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    except BaseException:
+        end(proc)
+        raise
     return proc, folder
 
 
@@ -263,8 +267,7 @@ def asked(tmp_path, start, then=""):
         answer = inquiry.ask(folder, [proc.pid], time.monotonic() + 30)[proc.pid]
         found = inquiry.collect(proc.pid, folder, node=0, step=None)
     finally:
-        proc.kill()
-        proc.wait()
+        end(proc)
     (only,) = found.ranks
     return arrived, answer, only
 
@@ -291,8 +294,7 @@ def test_an_answer_written_over_by_another_process_is_seen_and_not_believed(tmp_
         finally:
             os.close(forger)
     finally:
-        proc.kill()
-        proc.wait()
+        end(proc)
     assert isinstance(honest, dict) and honest["pid"] == proc.pid and honest["rank"] == 0
     (rank,) = doubted.ranks
     assert rank.collectives is None and rank.doubt == (
@@ -414,8 +416,7 @@ def test_the_hook_dumps_a_busy_loop_that_holds_the_gil(tmp_path):
     try:
         found = inquiry.collect(proc.pid, folder, node=0, step=None)
     finally:
-        proc.kill()
-        proc.wait()
+        end(proc)
     (only,) = found.ranks
     assert (only.rank, only.pid, only.state) == (0, proc.pid, "running") and only.stack[0] == "spin (<string>:3)"
     assert only.collectives is None  # no torch.distributed in this process: no counts, not zero counts
@@ -429,8 +430,7 @@ def test_a_stopped_process_is_seen_stopped_and_not_signalled(tmp_path):
         found = inquiry.collect(proc.pid, folder, node=0, step=None)
         assert os.waitpid(proc.pid, os.WNOHANG) == (0, 0)  # still there: nothing sent it a fatal signal
     finally:
-        proc.kill()
-        proc.wait()
+        end(proc)
     assert [(r.pid, r.state, r.stack) for r in found.ranks] == [(proc.pid, "stopped", ())]
 
 
@@ -444,8 +444,7 @@ def test_py_spy_gives_a_stopped_rank_the_stack_it_cannot_write(tmp_path):
     try:
         found = inquiry.collect(proc.pid, folder, node=0, step=None, py_spy=py_spy)
     finally:
-        proc.kill()
-        proc.wait()
+        end(proc)
     (only,) = found.ranks
     assert only.state == "stopped" and only.stack[-1] == "<module> (<string>:5)" and only.stack_by == "py-spy"
     assert only.stack[0] in ("wait (<string>:3)", "wait (<string>:4)")  # stopped in its print, or after
@@ -468,8 +467,7 @@ def test_an_unarmed_process_is_left_alone(tmp_path):
         assert inquiry.collect(proc.pid, folder, node=0, step=None).ranks == ()
         assert proc.poll() is None
     finally:
-        proc.kill()
-        proc.wait()
+        end(proc)
 
 
 def test_a_worker_a_launcher_started_in_a_session_of_its_own_is_asked_too(tmp_path):
@@ -484,15 +482,16 @@ def test_a_worker_a_launcher_started_in_a_session_of_its_own_is_asked_too(tmp_pa
     )
     env = inquiry.armed({k: v for k, v in os.environ.items() if k != "RANK"}, folder)
     proc = subprocess.Popen([sys.executable, "-c", launcher], env=env, start_new_session=True, stdout=subprocess.PIPE)
-    assert proc.stdout is not None
-    worker_pid = int(proc.stdout.readline())
-    assert proc.stdout.readline() == b"ready\n"  # the worker's, through the launcher's stdout
+    worker_pid = None
     try:
+        assert proc.stdout is not None
+        worker_pid = int(proc.stdout.readline())
+        assert proc.stdout.readline() == b"ready\n"  # the worker's, through the launcher's stdout
         found = inquiry.collect(proc.pid, folder, node=0, step=None)
     finally:
-        os.kill(worker_pid, signal.SIGKILL)
-        proc.kill()
-        proc.wait()
+        if worker_pid is not None:
+            os.kill(worker_pid, signal.SIGKILL)
+        end(proc)
     (only,) = found.ranks  # the launcher armed itself too, but is no rank
     assert (only.rank, only.pid, only.stack[:1]) == (3, worker_pid, ("work (<string>:3)",))
 
@@ -538,8 +537,7 @@ def gloo_pair(tmp_path: Path, kind: str, *, wrap: tuple[str, ...] = (), named: b
             time.sleep(0.2)
     finally:
         for proc, _ in procs:
-            proc.kill()
-            proc.wait()
+            end(proc)
     return result
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from kit.paths import REPO
-from kit.processes import free_port
+from kit.processes import free_port, start_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(find_spec("torch") is None, reason="torch is not installed")]
 SCRIPT = 'echo "rank $NODE_RANK resume=$HACFG_RESUME_FROM"; sleep "$RUN_FOR"; echo "rank $NODE_RANK finished"'
@@ -49,7 +49,7 @@ class TwoNodes:
                 "--rdzv-endpoint", f"127.0.0.1:{self.port}", "--rdzv-timeout", "30", "--checkpoint-path", str(self.ckpt),
                 "--no-precheck", "--max-restarts", "3", "--grace", "2", "--", "sh", "-c", SCRIPT]
         env = {**os.environ, "PYTHONPATH": str(REPO), "NODE_RANK": str(rank), "RUN_FOR": str(self.run_for), **self.env}
-        self.agents[rank] = subprocess.Popen(argv, stdout=self.log(rank).open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.agents[rank] = start_logged(argv, self.log(rank), env=env, start_new_session=True)
 
     def log(self, rank: int) -> Path:
         return self.root / f"node{rank}.log"

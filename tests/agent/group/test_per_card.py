@@ -23,7 +23,7 @@ import pytest
 from kit.agents import rank_table
 from kit.cli import run_hacfg
 from kit.paths import REPO
-from kit.processes import free_port, kill_agents, left_running, wait_agents
+from kit.processes import ending, free_port, kill_agents, left_running, start_logged, wait_agents
 
 from hacfg.agent.group.cards import CardEnd, node_outcome
 from hacfg.agent.rounds import Outcome
@@ -64,8 +64,7 @@ class Engine:
     def start(self, rank: int) -> None:
         log = self.root / f"rank{rank}-{len(self.logs.get(rank, []))}.log"
         self.logs.setdefault(rank, []).append(log)
-        self.agents[rank] = subprocess.Popen(self.boot(), stdout=log.open("wb"), stderr=subprocess.STDOUT, env=self.env(rank),
-                                             start_new_session=True)
+        self.agents[rank] = start_logged(self.boot(), log, env=self.env(rank), start_new_session=True)
 
     def run(self) -> None:
         for rank in range(self.nodes * self.cards):
@@ -238,15 +237,14 @@ def test_a_table_still_initializing_is_waited_for_then_the_job_runs(tmp_path):
     path = rank_table(tmp_path / "jobstart_hccl.json", nodes=1, cards=1, status="initializing")
     values = {"RANK_TABLE_FILE": str(path), "ASCEND_DEVICE_ID": "0", "RANK_ID": "0", "RANK_SIZE": "1"}
     log = tmp_path / "agent.log"
-    agent = subprocess.Popen([sys.executable, "-m", "hacfg", "agent", "--no-precheck", "--rdzv-timeout", "60",
-                              "--state-dir", str(tmp_path / "state"), "--", "true"],
-                             stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, **values})
-    deadline = time.monotonic() + 60
-    while f"[hacfg] RANK_TABLE_FILE {path} is initializing: waiting up to 60s" not in log.read_text():
-        assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.05)
-    rank_table(tmp_path / "completed.json", nodes=1, cards=1).replace(path)
-    assert agent.wait(timeout=60) == 0, log.read_text()
+    argv = [sys.executable, "-m", "hacfg", "agent", "--no-precheck", "--rdzv-timeout", "60", "--state-dir", str(tmp_path / "state"), "--", "true"]
+    with ending(start_logged(argv, log, env={**os.environ, **values})) as agent:
+        deadline = time.monotonic() + 60
+        while f"[hacfg] RANK_TABLE_FILE {path} is initializing: waiting up to 60s" not in log.read_text():
+            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        rank_table(tmp_path / "completed.json", nodes=1, cards=1).replace(path)
+        assert agent.wait(timeout=60) == 0, log.read_text()
 
 
 def test_a_table_that_stays_initializing_moves_the_job(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from kit.agents import agent_argv
+from kit.processes import start_logged
 
 from hacfg.agent.process.leftovers import RECORD, TREE_ENV, boot_id, end_leftovers, read_proc, tree_mark
 from hacfg.agent.records.sealed import file_key, seal
@@ -28,8 +29,7 @@ wait
 
 
 def start_agent(state: Path, script: str, log: Path, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([*agent_argv(state), "sh", "-c", script], stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            env={**os.environ, **env}, start_new_session=True)
+    return start_logged([*agent_argv(state), "sh", "-c", script], log, env={**os.environ, **env}, start_new_session=True)
 
 
 def wait_until(condition, timeout: float = 30.0) -> None:

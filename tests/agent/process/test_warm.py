@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from kit.paths import REPO
-from kit.processes import left_running
+from kit.processes import end, left_running
 
 from hacfg.agent.process import warm_server
 from hacfg.agent.process.warm import Entry, interpreter_env, python_entry
@@ -287,8 +287,7 @@ def test_an_agent_killed_by_sigkill_takes_its_warm_attempt_and_warm_interpreter_
         starts = [json.loads(line) for line in (state / "events.jsonl").read_text().splitlines() if '"attempt_start"' in line]
         assert [e["start"] for e in starts] == ["cold", "warm"]
     finally:
-        agent.kill()
-        agent.wait()
+        end(agent)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         try:

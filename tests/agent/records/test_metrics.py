@@ -11,10 +11,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 from kit.agents import agent, agent_argv
 from kit.paths import CHILDREN
+from kit.processes import ending
 from kit.timing import at_most
 from prometheus_client.parser import text_string_to_metric_families
 from pytest import approx
@@ -52,78 +54,80 @@ def scrape(url: str) -> dict[tuple[str, tuple], float]:
         return samples(response.read().decode())
 
 
-def serving(tmp_path, *options: str) -> tuple[subprocess.Popen, str]:
-    """An agent running tests/children/wait_for_term.py with --metrics-port, and its /metrics URL once it is ready."""
+@contextlib.contextmanager
+def serving(tmp_path, *options: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """An agent running tests/children/wait_for_term.py with --metrics-port, and its /metrics URL once it is
+    ready; ended, its pipes closed, when the block leaves."""
     argv = [*agent_argv(tmp_path / "state", "--metrics-port", "0", *options), sys.executable, str(CHILDREN / "wait_for_term.py")]
-    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = next(line.split()[-1] for line in agent.stderr if line.startswith("[hacfg] metrics on "))
-    assert agent.stdout.readline() == "ready\n"
-    return agent, url
+    with ending(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) as agent:
+        url = next(line.split()[-1] for line in agent.stderr if line.startswith("[hacfg] metrics on "))
+        assert agent.stdout.readline() == "ready\n"
+        yield agent, url
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("textfile", [False, True], ids=["port", "port-and-textfile"])
 def test_the_port_is_scraped_while_the_command_runs_and_once_more_after_it_ended(tmp_path, textfile):
     # the textfile's last write collects the final values too, and is no scrape
-    agent, url = serving(tmp_path, *(("--metrics-file", str(tmp_path / "hacfg.prom")) if textfile else ()))
-    try:
-        assert url.startswith("http://127.0.0.1:") and not url.startswith("http://127.0.0.1:0/")  # a bare port: this machine only
-        got = scrape(url)
-        assert got[("hacfg_attempt", ())] == 1 and got[("hacfg_attempt_running", ())] == 1
-        assert got[("hacfg_goodput_seconds", (("kind", "startup"),))] >= 0
-    finally:
-        agent.send_signal(signal.SIGTERM)
-    log, deadline = tmp_path / "state" / "events.jsonl", time.monotonic() + 20
-    while '"agent_exit"' not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert agent.poll() is None  # the agent has ended, and its final values wait for a scrape
-    while True:  # the log is written a moment before the metrics hear of it: a scrape then is not the final one
-        final = scrape(url)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            agent.wait(timeout=1)
-        if agent.poll() is not None or time.monotonic() > deadline:
-            break
-    assert final[("hacfg_attempt_running", ())] == 0 and final[("hacfg_decisions_total", (("action", "stop"),))] == 1
-    assert agent.returncode == 128 + signal.SIGTERM  # stopped as told; the server went with the agent
+    with serving(tmp_path, *(("--metrics-file", str(tmp_path / "hacfg.prom")) if textfile else ())) as (agent, url):
+        try:
+            assert url.startswith("http://127.0.0.1:") and not url.startswith("http://127.0.0.1:0/")  # a bare port: this machine only
+            got = scrape(url)
+            assert got[("hacfg_attempt", ())] == 1 and got[("hacfg_attempt_running", ())] == 1
+            assert got[("hacfg_goodput_seconds", (("kind", "startup"),))] >= 0
+        finally:
+            agent.send_signal(signal.SIGTERM)
+        log, deadline = tmp_path / "state" / "events.jsonl", time.monotonic() + 20
+        while '"agent_exit"' not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert agent.poll() is None  # the agent has ended, and its final values wait for a scrape
+        while True:  # the log is written a moment before the metrics hear of it: a scrape then is not the final one
+            final = scrape(url)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                agent.wait(timeout=1)
+            if agent.poll() is not None or time.monotonic() > deadline:
+                break
+        assert final[("hacfg_attempt_running", ())] == 0 and final[("hacfg_decisions_total", (("action", "stop"),))] == 1
+        assert agent.returncode == 128 + signal.SIGTERM  # stopped as told; the server went with the agent
 
 
 @pytest.mark.slow
 def test_with_no_scrape_the_final_values_linger_only_as_long_as_asked(tmp_path):
     linger = 1.0
-    agent, _ = serving(tmp_path, "--metrics-linger", f"{linger:g}s")
-    agent.send_signal(signal.SIGTERM)
-    started = time.monotonic()
-    agent.wait(timeout=20)
-    assert linger - 0.1 <= time.monotonic() - started < at_most(linger, starts=0)
+    with serving(tmp_path, "--metrics-linger", f"{linger:g}s") as (agent, _):
+        agent.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        agent.wait(timeout=20)
+        assert linger - 0.1 <= time.monotonic() - started < at_most(linger, starts=0)
 
 
 @pytest.mark.slow
 def test_every_cause_and_action_is_exported_at_zero_before_the_first_failure(tmp_path):
-    agent, url = serving(tmp_path, "--metrics-linger", "0s")
-    try:
-        got = scrape(url)
-    finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=20)
-    assert {labels[0][1]: value for (name, labels), value in got.items() if name == "hacfg_failures_total"} == {
-        "disk_full": 0, "environment": 0, "hang": 0, "peer": 0, "stopped": 0, "straggler": 0, "user": 0,
-    }
-    actions = {labels[0][1]: value for (name, labels), value in got.items() if name == "hacfg_decisions_total"}
-    assert actions == dict.fromkeys(["give_up", "job_reschedule", "pod_reschedule", "proc_restart", "stop", "success"], 0)
+    with serving(tmp_path, "--metrics-linger", "0s") as (agent, url):
+        try:
+            got = scrape(url)
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=20)
+        assert {labels[0][1]: value for (name, labels), value in got.items() if name == "hacfg_failures_total"} == {
+            "disk_full": 0, "environment": 0, "hang": 0, "peer": 0, "stopped": 0, "straggler": 0, "user": 0,
+        }
+        actions = {labels[0][1]: value for (name, labels), value in got.items() if name == "hacfg_decisions_total"}
+        assert actions == dict.fromkeys(["give_up", "job_reschedule", "pod_reschedule", "proc_restart", "stop", "success"], 0)
 
 
 @pytest.mark.slow
 def test_wall_time_and_ettr_move_between_events(tmp_path):
-    agent, url = serving(tmp_path, "--metrics-linger", "0s")
-    try:
-        first = scrape(url)
-        time.sleep(1.5)
-        second = scrape(url)
-    finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=20)
-    assert second[("hacfg_wall_seconds", ())] - first[("hacfg_wall_seconds", ())] >= 1.4
-    assert second[("hacfg_ettr_ratio", ())] > first[("hacfg_ettr_ratio", ())]  # the running attempt is productive so far
+    with serving(tmp_path, "--metrics-linger", "0s") as (agent, url):
+        try:
+            first = scrape(url)
+            time.sleep(1.5)
+            second = scrape(url)
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=20)
+        assert second[("hacfg_wall_seconds", ())] - first[("hacfg_wall_seconds", ())] >= 1.4
+        assert second[("hacfg_ettr_ratio", ())] > first[("hacfg_ettr_ratio", ())]  # the running attempt is productive so far
 
 
 def test_the_textfile_is_refreshed_between_events(tmp_path):

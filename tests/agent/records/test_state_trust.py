@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from kit.agents import agent_argv, read_events
+from kit.processes import end
 
 from hacfg.agent.records.sealed import file_key, seal
 from hacfg.agent.records.state import NodeState
@@ -223,8 +224,7 @@ def stop_once_it_says(state: Path, line: str, options: list[str], script: str, e
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=30) == 128 + signal.SIGTERM
     finally:
-        agent.kill()
-        agent.wait()
+        end(agent)
 
 
 def test_a_stopped_job_keeps_its_key_and_the_next_agent_takes_its_counters_over(tmp_path):
