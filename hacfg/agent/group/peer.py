@@ -36,6 +36,7 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -368,22 +369,8 @@ def yield_to_training() -> None:
 def in_background(work: Callable[[], T]) -> T:
     """``work()``'s result, run on a thread of its own that yields to training (a thread cannot
     take its priority back once it gave it up)."""
-    done: list[T] = []
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        yield_to_training()
-        try:
-            done.append(work())
-        except BaseException as err:  # handed to the caller as it is
-            failed.append(err)
-
-    worker = threading.Thread(target=run, name="hacfg-peer-copy", daemon=True)
-    worker.start()
-    worker.join()
-    if failed:
-        raise failed[0]
-    return done[0]
+    with ThreadPoolExecutor(1, thread_name_prefix="hacfg-peer-copy", initializer=yield_to_training) as pool:
+        return pool.submit(work).result()
 
 
 class Receiver:
