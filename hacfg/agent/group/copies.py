@@ -94,7 +94,7 @@ class PeerCopies:
         return None
 
     def _aim(self, plan: MemoryPlan) -> None:
-        address = plan.peers[self.next_node] if self.next_node < len(plan.peers) else None
+        address = plan.peers[self.next_node]  # one per node: the plan was refused otherwise
         if address is None or self.next_node == self.spec.rank:
             return
         if self.sender is None:

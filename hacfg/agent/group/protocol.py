@@ -262,6 +262,9 @@ class GroupRounds:
         if plan.resume_from is not None and not within(Path(plan.resume_from), self.policy.checkpoint_path):
             outside = f"it resumes from {plan.resume_from}, outside checkpoint.path {self.policy.checkpoint_path}"
             raise self.channel.reject(key, outside)
+        if plan.memory is not None and len(plan.memory.peers) != self.spec.nnodes:
+            named = f"it names {len(plan.memory.peers)} nodes' receivers of peer copies, not {self.spec.nnodes}"
+            raise self.channel.reject(key, named)
         return plan
 
     def resume(self, plan: Plan) -> Resume:

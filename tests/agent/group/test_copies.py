@@ -196,3 +196,25 @@ def test_a_join_says_no_more_than_a_tier_can_hold_whatever_its_trainer_made(shm)
     finally:
         copies.close()
     assert said["steps"] == [39, 38, 37, 36, 35, 34, 33, 32] and said["copies"] == {"1": 3}
+
+
+def test_a_plan_naming_another_number_of_receivers_than_the_group_has_is_rejected(tmp_path):
+    """Each node aims its copies at the next node's receiver from the plan: one that names fewer
+    (or more) receivers than the group has nodes is never acted on, and the group is told."""
+    import torch.distributed
+
+    from hacfg.agent.group.channel import GroupRejected
+    from hacfg.agent.group.protocol import GroupRounds
+    from hacfg.agent.group.signing import JobSecret
+    from hacfg.restart.policy import Policy
+
+    spec = GroupSpec(nnodes=2, rank=1, host="127.0.0.1", port=free_port(), timeout=10)
+    leader = Channel(GroupSpec(nnodes=2, rank=0, host="127.0.0.1", port=spec.port, timeout=10), torch.distributed.TCPStore, print)
+    leader.connect()
+    rounds = GroupRounds(spec, Policy(), torch.distributed.TCPStore, echo=print, secret=JobSecret({}, tmp_path, None, create=True, timeout=0))
+    rounds.channel.connect()
+    rounds.channel.signer = Signer(b"s" * 32, 1)
+    plan = Plan(round=2, budgets=Budgets(), memory=MemoryPlan(ADDRESSES[:1], 5, 10, ()))
+    with pytest.raises(GroupRejected, match="names 1 nodes' receivers of peer copies, not 2"):
+        rounds._plan(2, plan.to_json())
+    assert rounds._plan(2, Plan(round=2, budgets=Budgets(), memory=MemoryPlan(ADDRESSES[:2], 5)).to_json()).memory.peers == ADDRESSES[:2]
