@@ -128,6 +128,6 @@ def memory_plan(
     fetch = tuple(node for node, own in enumerate(tiers) if step is not None and step not in own.steps)
     doubt = None
     if step is None and all(newer):
-        listed = "; ".join(f"node {node}: {sorted(steps)}" for node, steps in enumerate(newer))
-        doubt = f"the nodes' memory tiers hold no step in common ({listed}): the round resumes from disk"
+        each = "; ".join(f"node {node}: {sorted(steps)}" for node, steps in enumerate(newer))
+        doubt = f"the nodes' memory tiers hold no step in common ({each}): the round resumes from disk"
     return MemoryPlan(peers, copy_every, step, fetch), doubt
