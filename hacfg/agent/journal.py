@@ -177,7 +177,7 @@ class Journal:
             slowdown=pace.slowdown,
             collectives=pace.collectives,
             period=pace.period,
-            best=pace.best,
+            before=pace.before,
             since=stamp(datetime.fromtimestamp(pace.since, UTC)),
             step=step,
             action=price.action,

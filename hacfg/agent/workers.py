@@ -218,7 +218,7 @@ class Workers:
         and to move the job, stop the round at its next complete checkpoint."""
         policy = self.options.policy
         price = straggler_price(
-            pace.slowdown, self._remaining(), policy.restart_time, pace.ranks, (pace.period, pace.best)
+            pace.slowdown, self._remaining(), policy.restart_time, pace.ranks, (pace.period, pace.before)
         )
         self.journal.straggler(plan, pace, reported_step(self.heartbeat, started), price)
         if price.action == StragglerAction.RESTART_ELSEWHERE:

@@ -252,10 +252,11 @@ def straggler_price(
     or when either number is unknown: never act on a guess. Nor on one rank's word: among fewer
     than :data:`QUORUM` ``ranks``, a rank's pace is measured against one other rank's clock
     stamps alone (a clock off by 80 ms, or a rank that lies, names its healthy peer), so a move
-    becomes a warning. Nor while the job's own ``pace`` has not worsened: ``(period, best)``, the
-    group's seconds from one collective to the next now and at its best, each timed on the ranks'
-    own clocks (:class:`hacfg.agent.culprit.straggler.Pace`), must be :data:`WORSENED`: a slowdown
-    that costs the job nothing is a skewed clock or a lie.
+    becomes a warning. Nor while the job's own ``pace`` has not worsened: ``(period, before)``, the
+    group's seconds from one collective to the next since the rank turned slow and before, each timed
+    on the ranks' own clocks (:class:`hacfg.agent.culprit.straggler.Pace`), must be :data:`WORSENED`:
+    a slowdown that costs the job nothing is a skewed clock or a lie, and one the rank showed from
+    the first collectives seen cannot be shown to cost anything.
     """
     price = _price(slowdown, remaining, restart_time)
     if price.action != StragglerAction.RESTART_ELSEWHERE:
@@ -264,18 +265,18 @@ def straggler_price(
         alone = f"with {ranks} ranks, each one's pace rests on the other's clock stamps alone"
         reason = f"{price.reason}; but {alone}: not moving on one rank's word"
         return StragglerPrice(StragglerAction.WARN, reason, price.cost)
-    period, best = pace or (0.0, 0.0)
-    if pace is not None and not best:
-        steady = "the job's own pace is not known long enough to tell whether it worsened"
+    period, before = pace or (0.0, 0.0)
+    if pace is not None and not before:
+        steady = "it was slow from the first collectives seen, so the job's pace before it is not known"
         return StragglerPrice(StragglerAction.WARN, f"{price.reason}; but {steady}: not moving", price.cost)
-    if pace is not None and period < WORSENED * best:
-        steady = f"the job's own pace has not worsened ({period:.3g}s a collective, {best:.3g}s at its best)"
+    if pace is not None and period < WORSENED * before:
+        steady = f"the job's own pace has not worsened ({period:.3g}s a collective, {before:.3g}s before it slowed)"
         return StragglerPrice(StragglerAction.WARN, f"{price.reason}; but {steady}: not moving", price.cost)
     return price
 
 
 QUORUM = 3  # ranks from which no one rank's stamps alone decide another's pace
-WORSENED = 1.25  # the group's period over its best from which a straggler has cost the job its pace
+WORSENED = 1.25  # the group's period since a rank turned slow over the one before: the straggler cost the job its pace
 
 
 def _price(slowdown: float, remaining: float | None, restart_time: float | None) -> StragglerPrice:

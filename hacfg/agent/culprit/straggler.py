@@ -16,12 +16,15 @@ over a full window.
 Arrivals are wall-clock times from each rank's own machine: a clock skew between nodes reads as
 compute (NTP keeps it to milliseconds), and a rank that reports its stamps 80 ms early makes its
 healthy peers look slow. So a slowdown names a rank, and moving the job takes more: the job's own
-pace must have worsened. A rank's ``period``, the time from one collective to the next, is timed on
-its own clock alone, where a skew cancels; in synchronous training it is the same for every rank,
-the slowest one's step. The group's period is the median of the ranks' (no one rank moves it among
-three), and a straggler that costs anything lengthens it: a :class:`Pace` carries the newest window's
-and the best the job showed over any ``PACE`` collectives since the attempt began, which
-:func:`hacfg.plan.model.straggler_price` weighs before a move.
+pace must have worsened when the rank turned slow. A rank's ``period``, the time from one
+collective to the next, is timed on its own clock alone, where a skew cancels; in synchronous
+training it is the same for every rank, the slowest one's step. The group's period is the median of
+the ranks' (no one rank moves it among three). A :class:`Pace` carries the group's period since the
+rank turned slow and over the ``PACE`` collectives before: a straggler that costs anything lengthens
+the one over the other, while a rank that looked slow from the first collectives seen (a skewed or
+lying clock, or a node slow from the start) has no pace before it to weigh, and a load on the whole
+machine that came before the rank was named slows both. :func:`hacfg.plan.model.straggler_price`
+weighs the two before a move.
 """
 
 from __future__ import annotations
@@ -47,10 +50,10 @@ class Pace:
     rank: int
     slowdown: float  # its compute over the others' median: 2.0 for twice as long
     collectives: int  # how many collectives the median is over
-    since: float = 0.0  # when the window began: the first of its collectives ended (seconds since the epoch)
+    since: float = 0.0  # when it turned slow, or if it is not, when its window began (seconds since the epoch)
     ranks: int = 0  # how many ranks it was compared among
-    period: float = 0.0  # the group's seconds from one collective to the next over the newest PACE, each rank's clock
-    best: float = 0.0  # the group's shortest such period over any PACE collectives this attempt (0: none yet)
+    period: float = 0.0  # the group's seconds from one collective to the next since then (newest PACE), own clocks
+    before: float = 0.0  # the group's such period over the PACE collectives before then (0: fewer were seen)
 
     @property
     def score(self) -> float:
@@ -58,9 +61,8 @@ class Pace:
         return round(min(1.0, 1 / self.slowdown), 3) if self.slowdown > 0 else 1.0
 
     def straggles(self) -> bool:
-        """Slow by the threshold over a whole window (one slow collective is a spike, not a straggler), once
-        the job's own pace is known to weigh it against."""
-        return self.collectives >= WINDOW and self.slowdown >= THRESHOLD and self.best > 0
+        """Slow by the threshold over a whole window: one slow collective is a spike, not a straggler."""
+        return self.collectives >= WINDOW and self.slowdown >= THRESHOLD
 
 
 class Pacer:
@@ -71,7 +73,6 @@ class Pacer:
         self.keep = keep  # collectives remembered; older ones are forgotten
         self.arrived: dict[tuple[str, int], dict[int, int]] = {}  # (group, seq) -> rank -> ns
         self.nodes: dict[int, int] = {}  # rank -> node
-        self.best = 0.0  # the group's best period so far, kept when its collectives are forgotten
 
     def add(self, node: int, arrivals: Arrivals) -> None:
         """One node's sample: per rank, the collectives it enqueued lately and when."""
@@ -89,28 +90,35 @@ class Pacer:
             return []
         ratios: dict[int, list[tuple[float, int]]] = {rank: [] for rank in ranks}  # (ratio, when the step began)
         timed: list[tuple[int, dict[int, int]]] = []  # (when a collective ended, each rank's time to the next)
-        for before, after in _consecutive(key for key, seen in sorted(self.arrived.items()) if len(seen) == len(ranks)):
-            ended = max(self.arrived[before].values())
-            compute = {rank: max(self.arrived[after][rank] - ended, 0) for rank in ranks}
-            timed.append((ended, {rank: self.arrived[after][rank] - self.arrived[before][rank] for rank in ranks}))
+        for last, then in _consecutive(key for key, seen in sorted(self.arrived.items()) if len(seen) == len(ranks)):
+            ended = max(self.arrived[last].values())
+            compute = {rank: max(self.arrived[then][rank] - ended, 0) for rank in ranks}
+            timed.append((ended, {rank: self.arrived[then][rank] - self.arrived[last][rank] for rank in ranks}))
             for rank in ranks:
                 others = statistics.median(c for r, c in compute.items() if r != rank)
                 if others > 0:
                     ratios[rank].append((min(compute[rank] / others, MOST), ended))
-        own = [periods for _, periods in sorted(timed, key=lambda pair: pair[0])]
-        windows = (own[at - PACE : at] for at in range(PACE, len(own) + 1))
-        shortest = min((pace for window in windows if (pace := _period(window, ranks)) > 0), default=0.0)
-        if shortest:
-            self.best = min(self.best, shortest) if self.best else shortest
-        period, best = round(_period(own[-PACE:], ranks), 4), round(self.best, 4)
+        timed.sort(key=lambda pair: pair[0])
         found = []
         for rank in ranks:
-            newest = ratios[rank][-self.window :]
-            if newest:
+            if newest := ratios[rank][-self.window :]:
                 slowdown = round(statistics.median(ratio for ratio, _ in newest), 3)
-                since = newest[0][1] / 1e9
-                found.append(Pace(self.nodes[rank], rank, slowdown, len(newest), since, len(ranks), period, best))
+                began = _turned_slow(ratios[rank], self.window) if slowdown >= THRESHOLD else newest[0][1]
+                since = [periods for ended, periods in timed if ended >= began][-PACE:]
+                prior = [periods for ended, periods in timed if ended < began][-PACE:]
+                period, before = _period(since, ranks), _period(prior, ranks) if len(prior) == PACE else 0.0
+                pace = Pace(self.nodes[rank], rank, slowdown, len(newest), began / 1e9, len(ranks), period, before)
+                found.append(pace)
         return found
+
+
+def _turned_slow(ratios: Sequence[tuple[float, int]], window: int) -> int:
+    """When the rank's newest run of slow windows began: the first collective of the oldest window, among
+    those every later one of which is slow too, whose median reaches the threshold."""
+    start = max(len(ratios) - window, 0)
+    while start > 0 and statistics.median(ratio for ratio, _ in ratios[start - 1 : start - 1 + window]) >= THRESHOLD:
+        start -= 1
+    return ratios[start][1]
 
 
 def _period(window: Sequence[Mapping[int, int]], ranks: Sequence[int]) -> float:
@@ -118,7 +126,7 @@ def _period(window: Sequence[Mapping[int, int]], ranks: Sequence[int]) -> float:
     (a step's several collectives and its compute averaged alike), the median of the ranks'."""
     if not window:
         return 0.0
-    return statistics.median(sum(periods[rank] for periods in window) / len(window) for rank in ranks) / 1e9
+    return round(statistics.median(sum(periods[rank] for periods in window) / len(window) for rank in ranks) / 1e9, 4)
 
 
 def _consecutive(keys: Iterable[tuple[str, int]]) -> Iterable[tuple[tuple[str, int], tuple[str, int]]]:
