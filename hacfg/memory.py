@@ -11,7 +11,9 @@ agent names a copy interval (``HACFG_MEMORY_COPY_EVERY``): the two newest comple
 interval stay too, as every node's copy points, so that a lost node's copy on its peer (at one of
 them) finds the same step on every other node; and so does the complete step before the newest,
 since the nodes may be one step apart when a fault comes (one killed inside its save of a step
-the others completed).
+the others completed). A copy point and the step before the newest are freed by the same save, so
+a rank keeps up to two spares (:data:`SPARES`): the tier's files go round instead of one of them
+being freed and faulted in again at each copy point.
 
 A state file is the tensors' bytes laid out raw behind a small JSON header, with the plain objects
 around them (the dicts, lists, numbers of a ``state_dict``) pickled apart and read back by an
@@ -85,16 +87,23 @@ def save(
     Raises :class:`TierFull` (leaving nothing) when the tier has no room for it."""
     folder = step_folder(tier, step)
     folder.mkdir(mode=0o700, exist_ok=True)
-    save_file(folder, step, state, rank=rank, ranks=ranks, reuse=spare(tier, rank))
+    slots = spares(tier, rank)
+    reuse = next((slot for slot in slots if slot.exists()), slots[0])
+    save_file(folder, step, state, rank=rank, ranks=ranks, reuse=reuse)
     if complete(folder):
         prune(tier, keep=step, copy_every=copy_every)
     return folder
 
 
-def spare(tier: Path, rank: int) -> Path:
-    """Where a rank's file of a pruned step waits to hold its next save: its pages are already
-    there, so that save copies at memory speed instead of faulting every page in again."""
-    return tier / f".spare_rank_{rank}"
+SPARES = 2  # a rank's spare files at most (see above)
+
+
+def spares(tier: Path, rank: int) -> list[Path]:
+    """Where a rank's files of pruned steps wait to hold its next saves: their pages are already
+    there, so that a save copies at memory speed instead of faulting every page in again. One is
+    enough alone; in a group the files rotate through the copy points, and a second spare keeps the
+    one freed at each copy point from being faulted in again at the next save."""
+    return [tier / f".spare_rank_{rank}{f'.{slot}' if slot else ''}" for slot in range(SPARES)]
 
 
 def save_file(
@@ -497,12 +506,14 @@ def _remove(tier: Path, folder: Path) -> None:
 
 
 def _spare(tier: Path, entry: Path) -> bool:
-    """Keep a rank's file, whole or half-written, as that rank's spare; False when it is neither."""
+    """Keep a rank's file, whole or half-written, as one of that rank's spares (in place of the first
+    when there are enough); False when it is neither."""
     match = RANK_NAME.fullmatch(entry.name) or _STAGING.fullmatch(entry.name)
     if match is None:
         return False
+    slots = spares(tier, int(match[1]))
     with contextlib.suppress(OSError):
-        os.rename(entry, spare(tier, int(match[1])))
+        os.rename(entry, next((slot for slot in slots if not slot.exists()), slots[0]))
     return True
 
 

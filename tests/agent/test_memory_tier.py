@@ -119,14 +119,14 @@ def test_a_rank_keeps_its_two_files_mapped_and_fills_them_in_turn(shm):
         state = {**a_state(step), "ballast": torch.full((mb << 18,), float(step))}
         folder = memory.save(shm, step, state, rank=0, ranks=1)
         assert torch.equal(memory.load(memory.rank_file(folder, 0))["ballast"], state["ballast"])
-        spare = [str(memory.spare(shm, 0))] if step > 1 else []
+        spare = [str(memory.spares(shm, 0)[0])] if step > 1 else []
         assert held(shm) == [*spare, str(memory.rank_file(folder, 0))]
 
 
 def test_a_kept_file_removed_is_let_go_at_the_next_save_and_a_forked_child_keeps_none(shm):
     for step in (1, 2, 3):
         memory.save(shm, step, a_state(step), rank=0, ranks=1)
-    memory.spare(shm, 0).unlink()  # the tier emptied, as when it needs the room
+    memory.spares(shm, 0)[0].unlink()  # the tier emptied, as when it needs the room
     shutil.rmtree(shm / "step_3")
     assert all(name.endswith(" (deleted)") for name in held(shm)) and len(held(shm)) == 2  # memory taken until ...
     memory.save(shm, 4, a_state(4), rank=0, ranks=1)
@@ -162,7 +162,7 @@ def test_the_newest_complete_step_wins_across_tiers_memory_on_a_tie(shm, tmp_pat
     (shm / "step_5" / ".rank_0.123.tmp").write_bytes(b"torn")
     assert newest_tier((4,), disk, shm).path == str(shm / "step_4")
     assert not (shm / "step_5").exists()
-    assert (shm / ".spare_rank_0").read_bytes() == b"torn"  # its memory holds the next save
+    assert (shm / ".spare_rank_0.1").read_bytes() == b"torn"  # its memory holds a save to come, beside step 3's
 
 
 def run_trainer(tmp_path: Path, shm: Path, steps: int, ballast_mb: int, *, env: dict | None = None):
@@ -270,3 +270,16 @@ def test_a_killed_agents_memory_is_removed_when_the_next_agent_of_its_job_and_no
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**env, ROOT_ENV: str(shm)})
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in shm.iterdir()) == [running.name]  # the agent's own is gone too: it ended
+
+
+def test_a_group_tier_faults_no_file_in_once_it_holds_its_two_copy_points(shm):
+    """Copy points every 10 steps: each one frees a file together with the step before the newest,
+    and two spares keep both, so once the tier holds its two copy points no save faults a file in."""
+    fresh = []
+    for step in range(1, 61):
+        had = any(slot.exists() for slot in memory.spares(shm, 0))
+        memory.save(shm, step, a_state(step), rank=0, ranks=1, copy_every=10)
+        if not had:
+            fresh.append(step)
+    assert fresh == [1, 2, 3, 13, 23]  # the newest, the one before, a spare, two copy points: then they go round
+    assert sorted(entry.name for entry in shm.iterdir()) == [".spare_rank_0", ".spare_rank_0.1", "step_50", "step_59", "step_60"]
