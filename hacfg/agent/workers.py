@@ -41,6 +41,13 @@ if TYPE_CHECKING:
     from hacfg.agent.options import RunOptions
 
 
+# torch's CPU allocator gives buffers of 2 MB or more transparent huge pages: a restarted rank makes
+# its state again, and 1 GB faults in 0.26 s instead of 4.5 s on a busy node whose kernel grants them
+# on request only, as most distributions' do. Set before the first import (a warm interpreter's
+# too), since torch reads it once; the job's own setting wins.
+HUGE_PAGES = {"THP_MEM_ALLOC_ENABLE": "1"}
+
+
 @dataclass
 class Workers:
     """What the workers of every round on this node share: the command, its rules, where it records."""
@@ -63,6 +70,7 @@ class Workers:
         policy, journal, budgets = self.options.policy, self.journal, plan.budgets
         started = time.time()
         env = {
+            **HUGE_PAGES,
             **without_secret(os.environ),
             **attempt_env(plan, self.heartbeat, policy),
             "HACFG_RESUME_FROM": resume.path or "",

@@ -356,3 +356,35 @@ def test_a_library_reading_sys_argv_at_import_sees_the_attempts(tmp_path):
     assert [e["start"] for e in attempt_events(found, "attempt_start")] == ["cold", "warm"]
     cold, warm = re.findall(r"argv (.*)", proc.stdout)
     assert warm == cold == repr(([str(script)], [PY, str(script)]))
+
+
+HUGE = """\
+import os, signal, sys, torch
+state = torch.ones(64 << 18)  # 64 MB
+rollup = open("/proc/self/smaps_rollup").read()
+huge = next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("AnonHugePages:"))
+print(f"attempt {os.environ['HACFG_ATTEMPT']} {os.environ.get('THP_MEM_ALLOC_ENABLE')} {huge}", file=sys.stderr)
+if os.environ["HACFG_ATTEMPT"] == "1":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("asked", [None, "0"], ids=["by-default", "job-says-no"])
+def test_a_ranks_large_buffers_get_huge_pages_cold_and_warm_unless_the_job_says_no(tmp_path, asked):
+    """A restarted rank makes its state again: its buffers of 2 MB or more get transparent huge
+    pages from torch's allocator, in a cold start and in one forked from the warm interpreter
+    (which imported torch before the attempt's environment), unless the job's environment says no."""
+    pytest.importorskip("torch")
+    if "[never]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text():
+        pytest.skip("this kernel grants no transparent huge pages")
+    script = tmp_path / "huge.py"
+    script.write_text(HUGE)
+    env = {key: value for key, value in os.environ.items() if key != "THP_MEM_ALLOC_ENABLE"}
+    proc, _, events = run_script(tmp_path, script, "--preload", "torch", env={**env, **({"THP_MEM_ALLOC_ENABLE": asked} if asked else {})})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [e["start"] for e in events if e["event"] == "attempt_start"] == ["cold", "warm"]
+    seen = [line.split()[1:] for line in proc.stderr.splitlines() if line.startswith("attempt ")]
+    assert [(attempt, flag) for attempt, flag, _ in seen] == [("1", asked or "1"), ("2", asked or "1")]
+    assert all((int(huge) >= 32 << 10) == (asked is None) for _, _, huge in seen), seen  # KB: half the buffer at least
