@@ -106,6 +106,13 @@ def spares(tier: Path, rank: int) -> list[Path]:
     return [tier / f".spare_rank_{rank}{f'.{slot}' if slot else ''}" for slot in range(SPARES)]
 
 
+def spare_of(tier: Path, name: str) -> Path:
+    """The first spare of the rank whose state file is called ``name``."""
+    if (match := RANK_NAME.fullmatch(name)) is None:
+        raise ValueError(f"{name} is no rank's state file")
+    return spares(tier, int(match[1]))[0]
+
+
 def save_file(
     folder: Path, step: int, state: Mapping[str, Any], *, rank: int, ranks: int = 1, reuse: Path | None = None
 ) -> Path:
@@ -451,7 +458,7 @@ def prune(tier: Path, keep: int, copy_every: int | None = None) -> None:
         kept.update(itertools.islice((step for step, _ in _complete(tier, None) if step < keep), 1))
     for step, folder in steps(tier):
         if step < keep and step not in kept:
-            _remove(tier, folder)
+            retire(tier, folder)
 
 
 def pinned(tier: Path) -> set[int]:
@@ -486,7 +493,7 @@ def tidy(tier: Path | None, copy_every: int | None = None) -> list[Path]:
     removed = []
     for _, folder in steps(tier):
         if not complete(folder):
-            _remove(tier, folder)
+            retire(tier, folder)
             removed.append(folder)
             continue
         for entry in _entries(folder):
@@ -499,7 +506,8 @@ def tidy(tier: Path | None, copy_every: int | None = None) -> list[Path]:
     return removed
 
 
-def _remove(tier: Path, folder: Path) -> None:
+def retire(tier: Path, folder: Path) -> None:
+    """Remove a step's folder, its ranks' files kept as their spares."""
     for entry in _entries(folder):
         _spare(tier, entry)
     shutil.rmtree(folder, ignore_errors=True)

@@ -4,8 +4,6 @@ torn when the sender is SIGKILLed or the link is cut midway."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import shutil
@@ -158,16 +156,22 @@ def test_a_copy_changed_on_the_keeping_node_is_never_fetched_back(tiers, receive
         shutil.rmtree(new, ignore_errors=True)
 
 
-def test_the_peer_keeps_only_the_newest_step_of_each_node(tiers, receiver):
+def test_the_peer_keeps_only_the_newest_step_of_each_node_and_fills_the_older_one_s_files_next(tiers, receiver):
     own, keeper = tiers
+    kept = peer.peer_folder(keeper, 0)
     with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT) as sender:
         save_step(own, 1)
         wait_until(lambda: sender.sent == 1)
+        first = [os.stat(kept / "step_1" / f"rank_{rank}.state").st_ino for rank in (0, 1)]
         save_step(own, 2)
         wait_until(lambda: sender.sent == 2)  # answered once the older copy is gone
-    assert receiver.held(0) == (2, peer.peer_folder(keeper, 0) / "step_2")
-    assert peer_entries(keeper) == ["step_2"]
-    assert_holds(peer.peer_folder(keeper, 0) / "step_2", 2)
+        assert receiver.held(0) == (2, kept / "step_2")
+        assert peer_entries(keeper) == [".spare_rank_0", ".spare_rank_1", "step_2"]  # step 1's files, to be filled
+        assert_holds(kept / "step_2", 2)
+        save_step(own, 3)
+        wait_until(lambda: sender.sent == 3)
+    assert [os.stat(kept / "step_3" / f"rank_{rank}.state").st_ino for rank in (0, 1)] == first
+    assert_holds(kept / "step_3", 3)
     # The keeper's own tier is untouched by what it keeps for others.
     assert memory.newest_complete(keeper) is None
 
@@ -242,7 +246,7 @@ def test_a_header_claiming_more_than_the_tier_has_free_is_refused_before_a_byte_
     head = json.dumps(fields).encode()
     with socket.create_connection(receiver.address, timeout=TIMEOUT) as link:
         nonce = link.recv(peer.NONCE_BYTES, socket.MSG_WAITALL)
-        link.sendall(struct.pack(">I", len(head)) + head + hmac.new(KEY, nonce + head, hashlib.sha256).digest())
+        link.sendall(struct.pack(">I", len(head)) + head + peer._mac(KEY, nonce, head).digest())
         assert b"GB free" in link.makefile("rb").readline()
     assert not any(peer.peer_folder(keeper, 0).iterdir())
 
@@ -277,6 +281,27 @@ def test_a_sender_killed_mid_copy_leaves_the_older_copy_and_no_partial_one(tiers
     assert_holds(peer.peer_folder(keeper, 0) / "step_1", 1)
 
 
+def test_a_spare_the_keeper_s_trainer_swapped_for_a_link_is_not_written_through(tiers, receiver):
+    """The keeper's tier is one its trainer can write: a spare replaced by a hard link or a symlink to
+    another file is dropped, and the copy goes to a new file; the linked files keep their bytes."""
+    own, keeper = tiers
+    kept = peer.peer_folder(keeper, 0)
+    hard, soft = keeper / "hard-target", keeper / "soft-target"
+    with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT) as sender:
+        for step in (1, 2):
+            save_step(own, step)
+            wait_until(lambda step=step: sender.sent == step)
+        for target, spare in ((hard, kept / ".spare_rank_0"), (soft, kept / ".spare_rank_1")):
+            target.write_bytes(b"not the agent's")
+            spare.unlink()
+        os.link(hard, kept / ".spare_rank_0")
+        (kept / ".spare_rank_1").symlink_to(soft)
+        save_step(own, 3)
+        wait_until(lambda: sender.sent == 3)
+    assert hard.read_bytes() == soft.read_bytes() == b"not the agent's" and os.stat(hard).st_nlink == 1
+    assert_holds(kept / "step_3", 3)
+
+
 def test_a_link_cut_mid_copy_leaves_the_older_copy_and_the_next_copy_is_whole(tiers, receiver, heard):
     own, keeper = tiers
     peer.send(save_step(own, 1), receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
@@ -292,7 +317,7 @@ def test_a_link_cut_mid_copy_leaves_the_older_copy_and_the_next_copy_is_whole(ti
     assert peer_entries(keeper) == ["step_1"]
     # Never resumed: the next transfer sends the step whole.
     peer.send(newer, receiver.address, KEY, TO_NODE_1, timeout=TIMEOUT)
-    assert peer_entries(keeper) == ["step_2"]
+    assert peer_entries(keeper) == [".spare_rank_0", ".spare_rank_1", "step_2"]
     assert_holds(peer.peer_folder(keeper, 0) / "step_2", 2, floats=16 << 20)
 
 
