@@ -17,7 +17,9 @@
 
 The trainer keeps the ranks in lockstep (a gloo all_reduce of its gradient each step) and carries
 STATE_MB of ballast per rank, identical on both ranks, so that disk and torchrun save one copy
-(rank 0's, as a data-parallel job does) while each node's memory tier holds its own. Warm restarts:
+(rank 0's, as a data-parallel job does) while each node's memory tier holds its own. A resumed
+trainer takes the ballast it loaded as it is, as ``load_state_dict(assign=True)`` takes a model's
+(``torch.load(mmap=True)`` under torchrun): mapped, copied page by page as the steps write. Warm restarts:
 as in bench/memory.py, each attempt, once its first step is timed, waits until its agent's next
 warm interpreter is ready. Each boundary of a recovery is taken on the later node, so the items add
 up to the total. Every file goes to one temporary folder and one /dev/shm folder, removed at the end.
@@ -94,17 +96,19 @@ torch.use_deterministic_algorithms(True)
 model = torch.nn.Linear(64, 1, bias=False, dtype=torch.float64)
 torch.nn.init.zeros_(model.weight)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-ballast = torch.zeros(state_mb * (1 << 20) // 4)
 start, began, state = 0, time.perf_counter(), None
 if how == "torchrun":
     done = sorted(root.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    state = torch.load(done[-1]) if done else None
+    state = torch.load(done[-1], mmap=True) if done else None
 elif (found := resume_dir()) is not None:
     state = load_state(found)  # rank 0's file: no RANK under the agent, and the ranks' states are the same
 if state is not None:
     model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
-    ballast.copy_(state["ballast"]); start = state["step"]
+    # the loaded tensor itself, as load_state_dict(assign=True) takes a model's: mapped, copied on write
+    ballast, start = state["ballast"], state["step"]
     del state
+else:
+    ballast = torch.zeros(state_mb * (1 << 20) // 4)
 print(f"loaded {time.time():.6f} {time.perf_counter() - began:.6f} step {start}", flush=True)
 
 
