@@ -27,9 +27,11 @@ of kind ``fetch`` carrying the asking node's nonce) answered by a transfer in th
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
+import math
 import mmap
 import os
 import secrets
@@ -38,6 +40,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -394,6 +397,38 @@ def _exactly(link: socket.socket, count: int) -> bytes:
 
 
 BACKGROUND_NICE = 19  # a copy's threads: the lowest priority, so that on a busy node training goes first
+COPY_SHARE = 0.02  # of the node's CPU time, the most its peer copies take, sent and kept together
+
+
+class Ledger:
+    """The CPU time this node's peer copies took, sending its own and keeping the previous node's,
+    paid for at :data:`COPY_SHARE` of the node's cores: the sender starts a copy only once the ones
+    before are paid for. A copy of 1 GB is about a CPU-second at each end (hashing, the socket); on
+    two busy cores that is a copy every 25 seconds or so, on a node of 64 cores nearly every copy
+    point. Nice 19 alone does not bound it: the kernel's side of a socket copy, and the memory bus,
+    know no priority. A fetch, which a recovery waits for, is neither paced nor charged."""
+
+    def __init__(self, share: float = COPY_SHARE, cores: int | None = None):
+        self.rate = share * (cores or len(os.sched_getaffinity(0)))  # CPU-seconds of copying per second
+        self.free_at = time.monotonic()  # when the copies so far are paid for
+        self._lock = threading.Lock()
+
+    def charge(self, seconds: float) -> None:
+        """A copy took ``seconds`` of CPU time."""
+        with self._lock:
+            self.free_at = max(self.free_at, time.monotonic()) + seconds / self.rate
+
+    def owed(self) -> float:
+        """Seconds until the copies so far are paid for."""
+        return max(0.0, self.free_at - time.monotonic())
+
+    def paid(self, work: Callable[[], T]) -> T:
+        """``work()``'s result, its thread's CPU time charged (a failed copy costs the same)."""
+        began = time.thread_time()
+        try:
+            return work()
+        finally:
+            self.charge(time.thread_time() - began)
 
 
 def yield_to_training() -> None:
@@ -426,9 +461,11 @@ class Receiver:
         port: int = 0,
         timeout: float = TIMEOUT,
         keeps_own: bool = False,
+        ledger: Ledger | None = None,  # None: copies are neither paced nor charged
         echo: Callable[[str], None] = lambda line: None,
     ):
         self.tier, self.key, self.node, self.job, self.timeout, self.echo = tier, key, node, job, timeout, echo
+        self.ledger = ledger if ledger is not None else Ledger(math.inf)  # charged with each copy kept
         self.keeps_own = keeps_own  # take only copies of steps this node holds too, and keep those (pins)
         self._listen = socket.create_server((host, port))
         self.address: tuple[str, int] = self._listen.getsockname()[:2]
@@ -492,11 +529,12 @@ class Receiver:
             return
         admit = self._admit if self.keeps_own else None
         try:
-            received = in_background(
-                lambda: _receive_step(
+            def keep() -> Path | None:
+                return _receive_step(
                     link, self.key, nonce, frame, ends, into, newer_than=held[0] if held else None, admit=admit
                 )
-            )
+
+            received = in_background(lambda: self.ledger.paid(keep))
             if received is not None:
                 for _, older in memory.steps(into):
                     if older != received:
@@ -523,8 +561,9 @@ class Receiver:
 class Sender:
     """Copies this node's newest complete memory step (of those at the interval ``every``, when
     given) to the receiver at ``address`` (the next node's; it may be changed while it runs) in a
-    thread, each time a newer one completes; it looks every ``interval`` seconds. ``echo`` hears
-    each copy that failed (the next newer step is tried in its turn)."""
+    thread, each time a newer one completes and the ``ledger`` (if any) says the copies before are
+    paid for; it looks every ``interval`` seconds. ``echo`` hears each copy that failed (the next
+    newer step is tried in its turn)."""
 
     def __init__(
         self,
@@ -536,10 +575,12 @@ class Sender:
         every: int | None = None,
         interval: float = 1.0,
         timeout: float = TIMEOUT,
+        ledger: Ledger | None = None,
         echo: Callable[[str], None] = lambda line: None,
     ):
         self.tier, self.address, self.key, self.ends, self.every = tier, address, key, ends, every
         self.interval, self.timeout, self.echo = interval, timeout, echo
+        self.ledger = ledger if ledger is not None else Ledger(math.inf)
         self.sent: int | None = None  # the newest step the receiver took from this sender
         self._tried: int | None = None
         self._stop = threading.Event()
@@ -559,13 +600,17 @@ class Sender:
     def _run(self) -> None:
         yield_to_training()
         while not self._stop.is_set():
-            newest = memory.newest_complete(self.tier, self.every)
+            owed = self.ledger.owed()
+            newest = None if owed else memory.newest_complete(self.tier, self.every)
             if newest is not None and (self._tried is None or newest[0] > self._tried):
                 self._tried = newest[0]
-                address = self.address
-                try:
-                    send(newest[1], address, self.key, self.ends, timeout=self.timeout)
-                    self.sent = newest[0]
-                except (Refused, OSError) as err:
-                    self.echo(f"hacfg: peer copy of step {newest[0]} to {address[0]}:{address[1]}: {err}")
-            self._stop.wait(self.interval)
+                self.ledger.paid(functools.partial(self._send, *newest))
+            self._stop.wait(max(self.interval, owed))
+
+    def _send(self, step: int, folder: Path) -> None:
+        address = self.address
+        try:
+            send(folder, address, self.key, self.ends, timeout=self.timeout)
+            self.sent = step
+        except (Refused, OSError) as err:
+            self.echo(f"hacfg: peer copy of step {step} to {address[0]}:{address[1]}: {err}")

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
@@ -383,3 +384,43 @@ def test_copies_yield_to_training_and_fetches_do_not(tiers, receiver):
         wait_until(lambda: sender.sent == 3)
         assert os.getpriority(os.PRIO_PROCESS, sender._thread.native_id) == peer.BACKGROUND_NICE
     assert os.getpriority(os.PRIO_PROCESS, receiver._thread.native_id) == os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_the_ledger_pays_for_copies_at_the_node_s_share_of_its_cores():
+    ledger = peer.Ledger(share=0.25, cores=4)  # a CPU-second of copying per second
+    assert ledger.owed() == 0
+    ledger.charge(2.0)
+    ledger.charge(1.0)  # a copy kept while another was owed: paid after it
+    assert 2.9 < ledger.owed() <= 3.0
+    assert peer.Ledger().rate == peer.COPY_SHARE * len(os.sched_getaffinity(0))
+
+
+def test_a_copy_waits_until_the_copies_before_are_paid_for_and_a_kept_one_is_charged_too(tiers, heard):
+    """Copies take their share of the node's CPU time, the keeper's side charged to the same ledger
+    as the sender's: once the ledger owes, the next copy point waits for it, then the newest goes."""
+    own, keeper = tiers
+
+    class Ledger(peer.Ledger):
+        charges: ClassVar[list[float]] = []
+
+        def charge(self, seconds: float) -> None:
+            self.charges.append(seconds)
+            super().charge(seconds)
+
+    ledger = Ledger(share=1.0, cores=1)
+    with (
+        peer.Receiver(keeper, KEY, 1, job=JOB, timeout=TIMEOUT, ledger=ledger, echo=heard) as receiver,
+        peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.02, timeout=TIMEOUT, ledger=ledger) as sender,
+    ):
+        save_step(own, 1)
+        wait_until(lambda: sender.sent == 1 and len(ledger.charges) == 2)
+        assert all(seconds > 0 for seconds in ledger.charges)  # the keeper's CPU time and the sender's
+        ledger.charge(1.0)  # as if that copy had taken a CPU-second
+        began = time.monotonic()
+        save_step(own, 2)
+        save_step(own, 3)
+        time.sleep(0.5)
+        assert sender.sent == 1 and receiver.held(0)[0] == 1  # owed: steps 2 and 3 wait
+        wait_until(lambda: sender.sent == 3)  # the newest once paid for; step 2 never went
+        assert time.monotonic() - began >= 0.9
+    assert_holds(peer.peer_folder(keeper, 0) / "step_3", 3)
