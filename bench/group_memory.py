@@ -9,8 +9,11 @@
   the platform would) to the next step completed on both nodes, from the copy the next node keeps,
   itemised with the fetch; the fetch's rate as a fraction of a plain loopback socket copy of the
   same bytes, measured in the same run (bench/peer.py's);
-- the steady cost of the background peer copy: steps per second with copies every N steps against
-  copies off (N beyond the run), in interleaved rounds, after a warm-up;
+- the steady cost of the background peer copy, paced by the agent to its share of the node's CPU
+  time: steps per second with copies against copies off (an interval beyond the run), in
+  interleaved rounds, after a warm-up that outlasts the tiers' growth to their two copy points; and
+  within each run with copies, the time the steps overlapping a copy took beyond the run's median
+  step outside copies, as a share of the run (a figure run-to-run noise does not move);
 - for every run, whether both ranks end with the weights of an uninterrupted run, and whether every
   recovery resumed the step every node had saved before the fault (one being saved when it came
   may be lost, no other).
@@ -25,14 +28,15 @@ warm interpreter is ready. Each boundary of a recovery is taken on the later nod
 up to the total. Every file goes to one temporary folder and one /dev/shm folder, removed at the end.
 
 Run: python bench/group_memory.py   (BENCH_GROUP_STATE_MB=1024, BENCH_GROUP_FAULTS=20,
-BENCH_GROUP_LOSSES=5, BENCH_GROUP_ROUNDS=3, BENCH_GROUP_COPY_EVERY: by default the smallest interval
-whose steps outlast two copies, and four times that; BENCH_GROUP_ONLY=torchrun: that part of the
-first section alone)
+BENCH_GROUP_LOSSES=5, BENCH_GROUP_ROUNDS=3, BENCH_GROUP_COPY_EVERY=10: the copy points,
+BENCH_GROUP_STEADY_STEPS=600; BENCH_GROUP_ONLY=torchrun: that part of the first section alone,
+BENCH_GROUP_ONLY=steady: the third section alone)
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -59,13 +63,15 @@ STATE_MB = int(os.environ.get("BENCH_GROUP_STATE_MB", "1024"))
 FAULTS = int(os.environ.get("BENCH_GROUP_FAULTS", "20"))
 LOSSES = int(os.environ.get("BENCH_GROUP_LOSSES", "5"))
 ROUNDS = int(os.environ.get("BENCH_GROUP_ROUNDS", "3"))
-COPY_EVERY = os.environ.get("BENCH_GROUP_COPY_EVERY", "")
+COPY_EVERY = int(os.environ.get("BENCH_GROUP_COPY_EVERY", "10"))
 ALL_HOWS = ("memory", "disk", "torchrun")
-HOWS = tuple(os.environ.get("BENCH_GROUP_ONLY", ",".join(ALL_HOWS)).split(","))  # one of them alone: section 1 only
+ONLY = os.environ.get("BENCH_GROUP_ONLY", "")
+HOWS = tuple(ONLY.split(",")) if ONLY and ONLY != "steady" else () if ONLY else ALL_HOWS
 NODES = 2
 STEPS_PER_ATTEMPT = 3  # steps completed on both nodes before each fault
 DISK_EVERY = 50  # the memory run's disk checkpoints
-STEADY_STEPS, WARMUP = 160, 40
+STEADY_STEPS = int(os.environ.get("BENCH_GROUP_STEADY_STEPS", "600"))
+WARMUP = 3 * COPY_EVERY + 10  # the tiers hold their two copy points by then, and fault no file in
 STALL = 120.0  # seconds without a line from any node: the run is stuck
 NEVER = 10**9  # a copy interval no run reaches: copies off
 REPO = Path(__file__).resolve().parents[1]
@@ -466,17 +472,56 @@ def loss_items(job: Job, loss: Loss) -> dict[str, float]:
     return {**found, "(load: the read and copy in)": max(x.load or 0 for x in a)}
 
 
-def steady_run(tmp: Path, shm: Path, name: str, copy_every: int) -> float:
-    """Steps per second of a 2-node job without faults after WARMUP steps (node 0's lines)."""
+class CopyWindows:
+    """When copies were arriving at either node's keeper (its hidden ``.incoming-`` folder there),
+    watched every few milliseconds."""
+
+    def __init__(self, shm: Path):
+        self.shm = shm
+        self.open: dict[Path, float] = {}
+        self.windows: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.stop.wait(0.003):
+            now, seen = time.time(), set(self.shm.glob("hacfg-*-node*-*/peer-*/.incoming-step_*"))
+            for folder in seen - self.open.keys():
+                self.open[folder] = now
+            for folder in self.open.keys() - seen:
+                self.windows.append((self.open.pop(folder), now))
+
+    def close(self) -> list[tuple[float, float]]:
+        self.stop.set()
+        self.thread.join()
+        return sorted(self.windows)
+
+
+@dataclass
+class Steady:
+    rate: float  # steps per second after WARMUP (node 0's lines)
+    copies: int  # copies kept by either node after WARMUP
+    cost: float  # the steps overlapping a copy: their time beyond the median step outside copies, over the whole
+
+
+def steady_run(tmp: Path, shm: Path, name: str, copy_every: int) -> Steady:
+    """A 2-node job without faults, its steps per second after WARMUP steps and what its copies cost."""
     job = Job(tmp / name, "memory", STEADY_STEPS, shm, ("--peer-copy-every", str(copy_every)), disk_every=NEVER)
+    watch = CopyWindows(shm)
     for node in range(NODES):
         job.start(node)
     job.follow(lambda: None)
     job.wait()
+    windows = watch.close()
     timed = [at for step, at in job.history[0] if step > WARMUP]
-    rate = (len(timed) - 1) / (timed[-1] - timed[0])
+    steps = list(itertools.pairwise(timed))
+    during = [b - a for a, b in steps if any(a < end and b > start for start, end in windows)]
+    outside = [b - a for a, b in steps if not any(a < end and b > start for start, end in windows)]
+    usual = statistics.median(outside)
     shutil.rmtree(job.root)
-    return rate
+    return Steady((len(timed) - 1) / (timed[-1] - timed[0]), sum(start > timed[0] for start, _ in windows),
+                  sum(max(0.0, took - usual) for took in during) / (timed[-1] - timed[0]))
 
 
 def reference(tmp: Path, steps: int) -> list[dict]:
@@ -535,6 +580,8 @@ def table(rows: list[dict[str, float]], indent: str = "  ") -> None:
 
 
 def main() -> None:
+    from hacfg.agent.group.peer import COPY_SHARE
+
     become_subreaper()
     disk_before = shutil.disk_usage("/")
     tmp = Path(tempfile.mkdtemp(prefix="hacfg-bench-group-"))
@@ -543,7 +590,8 @@ def main() -> None:
     try:
         print(f"state {STATE_MB} MB per rank, 2 emulated nodes on 127.0.0.1, one rank each; shared machine "
               f"({os.cpu_count()} cores, others working): figures vary from run to run", flush=True)
-        print(f"\n1. SIGKILL of one rank (the nodes in turn) to the next step completed on both nodes, {FAULTS} faults")
+        if HOWS:
+            print(f"\n1. SIGKILL of one rank (the nodes in turn) to the next step completed on both nodes, {FAULTS} faults")
         totals, step_time = {}, 0.0
         for how in HOWS:
             job, faults = faults_run(tmp, shm, how, ALL_HOWS.index(how))
@@ -563,21 +611,21 @@ def main() -> None:
                 table(rows)
             sys.stdout.flush()
             shutil.rmtree(job.root)
-        if set(HOWS) != set(ALL_HOWS):
+        if set(HOWS) == set(ALL_HOWS):
+            print(f"\nratio of p50 totals: memory {totals['memory'] / totals['torchrun']:.3f}x torchrun, "
+                  f"disk {totals['disk'] / totals['torchrun']:.3f}x torchrun; memory run's step {step_time * 1000:.0f} ms")
+        if HOWS and set(HOWS) != set(ALL_HOWS):
             return
-        print(f"\nratio of p50 totals: memory {totals['memory'] / totals['torchrun']:.3f}x torchrun, "
-              f"disk {totals['disk'] / totals['torchrun']:.3f}x torchrun; memory run's step {step_time * 1000:.0f} ms")
 
-        link = link_rate(shm)
-        copy_every = int(COPY_EVERY.split(",")[0]) if COPY_EVERY else 10
-        if LOSSES:
-            job, losses = losses_run(tmp, shm, copy_every)
+        if LOSSES and not ONLY:
+            link = link_rate(shm)
+            job, losses = losses_run(tmp, shm, COPY_EVERY)
             rows = [loss_items(job, loss) for loss in losses]
             fetch_rates = [loss.fetch.nbytes / 1e9 / (loss.fetch.ended - loss.fetch.began) for loss in losses
                      if loss.fetch.began and loss.fetch.ended]
             tiers = [tiers_of(job, loss.killed) for loss in losses]
             print(f"\n2. node loss (agent, workers and memory tier killed, the agent started again) to the next step "
-                  f"completed on both nodes, {len(losses)} losses, the nodes in turn, copies every {copy_every} steps")
+                  f"completed on both nodes, {len(losses)} losses, the nodes in turn, copy points every {COPY_EVERY} steps")
             print(f"  tiers resumed (node 0, node 1): {tiers}")
             print(f"  steps redone (saved before the loss - resumed): {[loss.done - (loss.attempts[0].from_step or 0) for loss in losses]}; "
                   f"resumed the copy held: {all(a.from_step == loss.copy for loss in losses for a in loss.attempts)}")
@@ -587,23 +635,23 @@ def main() -> None:
                       f"socket copy ({link:.2f} GB/s)")
             table(rows)
             sys.stdout.flush()
-            fetch_seconds = statistics.median(loss.fetch.ended - loss.fetch.began for loss in losses if loss.fetch.began and loss.fetch.ended)
             shutil.rmtree(job.root)
-        else:
-            fetch_seconds = STATE_MB / 1024 / link
-        fit = math.ceil(2 * fetch_seconds / step_time)  # the steps outlast two copies
-        intervals = [int(n) for n in COPY_EVERY.split(",")] if COPY_EVERY else [fit, 4 * fit]
-        print(f"\n3. steady steps per second, steps {WARMUP + 1}-{STEADY_STEPS}, {ROUNDS} interleaved rounds "
-              f"(a copy of {STATE_MB} MB took {fetch_seconds:.2f} s, a step {step_time * 1000:.0f} ms)")
-        configs = {"copies off": NEVER, **{f"copy every {n} steps": n for n in intervals}}
-        rates: dict[str, list[float]] = {name: [] for name in configs}
+        print(f"\n3. steady steps per second, steps {WARMUP + 1}-{STEADY_STEPS}, {ROUNDS} interleaved rounds, copy points "
+              f"every {COPY_EVERY} steps, copies paced to {COPY_SHARE:.0%} of the node's CPU time")
+        configs = {"copies off": NEVER, "copies on": COPY_EVERY}
+        runs: dict[str, list[Steady]] = {name: [] for name in configs}
         for round_ in range(ROUNDS):
             for name, every in configs.items():
-                rates[name].append(steady_run(tmp, shm, f"steady-{round_}-{every}", every))
-        off = statistics.median(rates["copies off"])
-        for name, found in rates.items():
-            rate = statistics.median(found)
-            print(f"  {name:22} {rate:6.2f} steps/s p50 ({min(found):.2f}-{max(found):.2f})   {100 * (off - rate) / off:+5.1f} % slower")
+                runs[name].append(steady_run(tmp, shm, f"steady-{round_}-{every}", every))
+                print(f"  round {round_ + 1} {name}: {runs[name][-1]}", flush=True)
+        off = statistics.median(run.rate for run in runs["copies off"])
+        for name, found in runs.items():
+            rate = statistics.median(run.rate for run in found)
+            rates = [run.rate for run in found]
+            print(f"  {name:12} {rate:6.2f} steps/s p50 ({min(rates):.2f}-{max(rates):.2f})   {100 * (off - rate) / off:+5.1f} % slower; "
+                  f"copies after the warm-up {statistics.median(run.copies for run in found):.0f} a run, their steps' time "
+                  f"beyond the usual {100 * statistics.median(run.cost for run in found):.2f} % of the run (each: "
+                  f"{', '.join(f'{100 * run.cost:.2f}' for run in found)})")
     finally:
         kill_descendants()
         shutil.rmtree(tmp, ignore_errors=True)
