@@ -427,7 +427,7 @@ def losses_run(tmp: Path, shm: Path, copy_every: int) -> tuple[Job, list[Loss]]:
     """A 2-node run in which one node's agent, its workers and its memory tier are lost LOSSES times
     (the nodes in turn), each node started again at once."""
     steps = LOSSES * (2 * copy_every + 3 * STEPS_PER_ATTEMPT) + 10
-    job = Job(tmp / "loss", "memory", steps, shm, ("--peer-copy-every", str(copy_every)))
+    job = Job(tmp / "loss", "memory", steps, shm, ("--peer-copy-every", str(copy_every), "--peer-copy-share", "1"))
     losses: list[Loss] = []
     pending: list = []
     resumed = [0]

@@ -2,9 +2,11 @@
 
 - the loopback link's rate: a plain socket copy of the same bytes, read from the same shared-memory
   files and received into a buffer (no signature, nothing written);
-- HMAC-SHA256 alone over the same bytes (each end of a transfer computes it once);
+- the signature alone over the same bytes (keyed BLAKE3 on one thread, as a copy signs; each end
+  of a transfer computes it once), and HMAC-SHA256, which it replaced, beside it;
 - ``peer.send``: a step of STATE_MB (two ranks' files) from one node's tier to another's receiver,
-  signed, written under a hidden name and renamed into place, as a fraction of the link's rate;
+  signed, written under a hidden name into the files of the copy before and renamed into place, as
+  a fraction of the link's rate (each send a newer step, as a job's copies are);
 - ``peer.fetch``: the same step back into an empty tier, as after a node loss, and whether it comes
   back bit-identical.
 
@@ -90,6 +92,12 @@ def plain_copy(files: list[Path]) -> None:
 
 
 def signature(files: list[Path]) -> None:
+    whole = peer._mac(KEY)
+    for path in files:
+        each_chunk(path, whole.update)
+
+
+def hmac_sha256(files: list[Path]) -> None:
     whole = hmac.new(KEY, b"", hashlib.sha256)
     for path in files:
         each_chunk(path, whole.update)
@@ -110,18 +118,21 @@ def main() -> None:
         files = rank_files(folder)
         gb = sum(path.stat().st_size for path in files) / 1e9
         with peer.Receiver(keeper, KEY, 1, job="bench") as receiver:
+            peer.send(folder, receiver.address, KEY, ENDS)  # the first copy: the next ones fill its files
+            sent = [1]
 
             def send() -> None:
-                shutil.rmtree(peer.peer_folder(keeper, 0), ignore_errors=True)  # each send a first copy
-                peer.send(folder, receiver.address, KEY, ENDS)
+                sent.append(sent[-1] + 1)
+                os.rename(memory.step_folder(own, sent[-2]), memory.step_folder(own, sent[-1]))  # a newer step
+                peer.send(memory.step_folder(own, sent[-1]), receiver.address, KEY, ENDS)
 
             def fetch() -> None:
                 shutil.rmtree(memory.step_folder(restored, 1), ignore_errors=True)
                 peer.fetch(restored, receiver.address, KEY, ENDS)
 
             rates = {}
-            for name, action in (("link", lambda: plain_copy(files)), ("hmac", lambda: signature(files)),
-                                 ("send", send), ("fetch", fetch)):
+            for name, action in (("link", lambda: plain_copy(files)), ("signature", lambda: signature(files)),
+                                 ("hmac", lambda: hmac_sha256(files)), ("send", send), ("fetch", fetch)):
                 rates[name] = gb / statistics.median(timed(action) for _ in range(REPEATS))
         back = memory.newest_complete(restored)
         same = back is not None and all(
@@ -131,6 +142,7 @@ def main() -> None:
         print(f"state {gb:.2f} GB in {RANKS} rank files; median of {REPEATS}; shared machine "
               f"({os.cpu_count()} cores, others working): figures vary from run to run")
         print(f"loopback link (plain socket copy)  {rates['link']:6.2f} GB/s")
+        print(f"keyed BLAKE3 alone, one thread     {rates['signature']:6.2f} GB/s")
         print(f"HMAC-SHA256 alone                  {rates['hmac']:6.2f} GB/s")
         for name in ("send", "fetch"):
             print(f"peer.{name:5}                      {rates[name]:6.2f} GB/s  = {rates[name] / rates['link']:.2f} of the link")

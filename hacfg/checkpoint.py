@@ -168,9 +168,11 @@ def save_state(root: str | Path, step: int, state: Mapping[str, Any]) -> Path:
     return save_step(root, step, write)
 
 
-def load_state(found: str | Path) -> dict[str, Any]:
-    """This rank's state from the checkpoint folder ``found`` (``resume_dir()``), on disk or in memory."""
-    return memory.load(memory.rank_file(Path(found), _rank()))
+def load_state(found: str | Path, *, mapped: bool = False) -> dict[str, Any]:
+    """This rank's state from the checkpoint folder ``found`` (``resume_dir()``), on disk or in memory:
+    copied into memory of its own, or ``mapped`` without a copy, for state the trainer reads and
+    does not write (:func:`hacfg.memory.load`)."""
+    return memory.load(memory.rank_file(Path(found), _rank()), mapped=mapped)
 
 
 def _rank() -> int:

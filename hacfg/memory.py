@@ -17,9 +17,10 @@ being freed and faulted in again at each copy point.
 
 A state file is the tensors' bytes laid out raw behind a small JSON header, with the plain objects
 around them (the dicts, lists, numbers of a ``state_dict``) pickled apart and read back by an
-unpickler that builds nothing but containers and scalars. Loading maps the file copy-on-write and
-makes each tensor with ``torch.frombuffer`` over the mapping: no copy, the trainer's writes to a
-loaded tensor never reach the checkpoint, and no later save reuses a file a loaded tensor views.
+unpickler that builds nothing but containers and scalars. Loading copies each tensor out of a
+mapping of the file into memory of its own (see :func:`load` for why), or maps it copy-on-write
+(``torch.frombuffer``) for a state that is read and not written; either way the trainer's writes
+never reach the checkpoint, and no later save reuses a file a mapped tensor still views.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import ctypes
 import io
 import itertools
 import json
+import math
 import mmap
 import os
 import pickle
@@ -57,6 +59,9 @@ _STEP = re.compile(r"step_(\d+)")
 RANK_NAME = re.compile(r"rank_(\d+)\.state")  # a rank's file of a step
 _STAGING = re.compile(r"\.rank_(\d+)\.\d+\.tmp")  # a rank's save before its rename
 HEADER_LIMIT = 64 << 20  # a header beyond this is not one hacfg wrote
+# madvise: the page table of a loaded file filled in one call, its pages still shared (no copy): a
+# trap per page costs a microsecond or more, and ten in a virtual machine
+_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 
 
 class TierFull(OSError):
@@ -88,7 +93,7 @@ def save(
     folder = step_folder(tier, step)
     folder.mkdir(mode=0o700, exist_ok=True)
     slots = spares(tier, rank)
-    reuse = next((slot for slot in slots if slot.exists()), slots[0])
+    reuse = next((slot for slot in slots if slot.exists() and not _viewed(slot)), slots[0])
     save_file(folder, step, state, rank=rank, ranks=ranks, reuse=reuse)
     if complete(folder):
         prune(tier, keep=step, copy_every=copy_every)
@@ -370,42 +375,86 @@ def header(path: Path) -> dict[str, Any]:
     return found
 
 
-def load(path: Path) -> dict[str, Any]:
-    """The state in the file at ``path``, its tensors viewing a private mapping of it."""
+def load(path: Path, *, mapped: bool = False) -> dict[str, Any]:
+    """The state in the file at ``path``, each tensor copied into memory of its own; or, ``mapped``,
+    viewing a private mapping of the file (no copy, each page copied as the trainer first writes it).
+
+    A trainer writes its whole state every step (the optimizer updates every weight and moment), so
+    a mapped state costs a trap and a copy per 4 KB page on the first step, about 10 us each in a
+    virtual machine: 2.6 s for 1 GB, against about 0.25 s to copy it into huge pages (which torch's
+    allocator takes under the agent, ``THP_MEM_ALLOC_ENABLE``) at load. A copied state also leaves
+    the file free to hold a later save. Map a state that is read and not written."""
+    with open(path, "rb") as handle:
+        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+        status = os.fstat(handle.fileno())
+    with contextlib.suppress(OSError):  # before Linux 5.14 each page is mapped at its first read
+        mapping.madvise(_POPULATE_READ)
+    try:
+        layout, skeleton, start = _layout(path, mapping)
+        if mapped:
+            tensors = _views(mapping, layout, start)
+            _LOADED[status.st_dev, status.st_ino] = mapping
+        else:
+            tensors = _copied(mapping, layout, start)
+            mapping.close()
+    except BaseException:
+        with contextlib.suppress(BufferError):  # a view the traceback holds: the mapping goes with it
+            mapping.close()
+        raise
+    state = _Unpickler(skeleton, tensors).load()
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} holds a {type(state).__name__}, not a state dict")
+    return state
+
+
+Layout = list[tuple["torch.dtype", list[int], int, int]]  # each tensor's dtype, shape, offset in the data, bytes
+
+
+def _views(mapping: mmap.mmap, layout: Layout, start: int) -> list[torch.Tensor]:
+    """Each tensor of ``layout`` viewing ``mapping``, its data from ``start`` on."""
     import torch
 
-    with open(path, "rb") as handle:
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
-        status = os.fstat(handle.fileno())
-    _LOADED[status.st_dev, status.st_ino] = mapped
+    whole = torch.frombuffer(mapping, dtype=torch.uint8) if len(mapping) else torch.empty(0, dtype=torch.uint8)
+    return [whole[start + at : start + at + nbytes].view(dtype).view(shape) for dtype, shape, at, nbytes in layout]
+
+
+def _copied(mapping: mmap.mmap, layout: Layout, start: int) -> list[torch.Tensor]:
+    """Each tensor of ``layout`` copied out of ``mapping`` into memory of its own (on the save's threads)."""
+    import torch
+
+    views = _views(mapping, layout, start)
+    tensors = [torch.empty(shape, dtype=dtype) for dtype, shape, _, _ in layout]
+    pieces = [(into.data_ptr(), view.data_ptr(), view.nbytes) for into, view in zip(tensors, views, strict=True)]
+    _copy([piece for piece in pieces if piece[2]], torch.get_num_threads())
+    return tensors
+
+
+def _layout(path: Path, mapping: mmap.mmap) -> tuple[Layout, bytes, int]:
+    """A state file's tensors (dtype, shape, offset from the data's start, bytes), its pickled objects,
+    and where its data starts; ValueError when the file is not one hacfg wrote whole."""
+    import torch
+
     at = len(MAGIC)
-    if mapped[:at] != MAGIC:
+    if mapping[:at] != MAGIC:
         raise ValueError(f"{path} is not a hacfg state file")
-    (length,) = _LENGTH.unpack(mapped[at : at + _LENGTH.size])
+    (length,) = _LENGTH.unpack(mapping[at : at + _LENGTH.size])
     at += _LENGTH.size
-    if length > min(HEADER_LIMIT, len(mapped)):
+    if length > min(HEADER_LIMIT, len(mapping)):
         raise ValueError(f"{path}: a header of {length} bytes")
-    found = json.loads(mapped[at : at + length])
+    found = json.loads(mapping[at : at + length])
     at += length
-    skeleton = mapped[at : at + int(found["objects"])]
+    skeleton = mapping[at : at + int(found["objects"])]
     start = -(-(at + len(skeleton)) // _ALIGN) * _ALIGN
-    tensors = []
+    layout = []
     for place in found["tensors"]:
         dtype = getattr(torch, str(place["dtype"]), None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"{path}: {place['dtype']!r} is not a torch dtype")
-        offset, nbytes = start + int(place["offset"]), int(place["nbytes"])
-        if offset + nbytes > len(mapped):
+        offset, nbytes, shape = int(place["offset"]), int(place["nbytes"]), [int(n) for n in place["shape"]]
+        if start + offset + nbytes > len(mapping) or nbytes != math.prod(shape) * dtype.itemsize:
             raise ValueError(f"{path} is shorter than its header says")
-        if nbytes:
-            flat = torch.frombuffer(mapped, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
-        else:
-            flat = torch.empty(0, dtype=dtype)
-        tensors.append(flat.view(place["shape"]))
-    state = _Unpickler(bytes(skeleton), tensors).load()
-    if not isinstance(state, dict):
-        raise ValueError(f"{path} holds a {type(state).__name__}, not a state dict")
-    return state
+        layout.append((dtype, shape, offset, nbytes))
+    return layout, skeleton, start
 
 
 # -- the tier's folders -------------------------------------------------------------------------

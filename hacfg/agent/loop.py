@@ -292,7 +292,7 @@ def run_agent(options: RunOptions, *, echo: Callable[[str], None] = _say) -> int
             workers_store = rendezvous.endpoint(env, list(options.command)) if spec.leader else None
             rounds = protocol.GroupRounds(
                 spec, policy, store_class, echo=echo, secret=secret, workers_store=workers_store,
-                copy_every=options.peer_copy_every,
+                copy_every=options.peer_copy_every, copy_share=options.peer_copy_share,
             )
     node_cards = None
     if card is not None and len(card.node_cards) > 1:

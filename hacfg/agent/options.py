@@ -32,6 +32,7 @@ class RunOptions:
     standalone: bool = False  # this node on its own, whatever the job's size
     config_nodes: int | None = None  # job.nodes of the scenario file; None without one
     peer_copy_every: int = 10  # in a group: the steps whose memory checkpoint goes to the next node
+    peer_copy_share: float = 0.02  # in a group: the most those copies may cost the training, as measured
     # Prometheus exposition.
     metrics_file: Path | None = None
     metrics_port: tuple[str, int] | None = None  # (host, port)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from hacfg.agent.options import RunOptions
     from hacfg.restart.policy import Policy
 
-Kind = Literal["count", "switch", "seconds", "duration", "durations", "path", "text"]
+Kind = Literal["count", "switch", "seconds", "share", "duration", "durations", "path", "text"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Setting:
     metavar: str | None = None
     default: Any = None  # the value when the flag is absent (None: the scenario's, or RunOptions' own)
     minimum: float | None = None
+    maximum: float | None = None
     parse: Callable[[Any], Any] | None = None  # the flag's value to the field's, beyond its kind
 
     @property
@@ -169,6 +170,12 @@ SETTINGS: tuple[Setting, ...] = (
         "count", metavar="N", default=10, minimum=1,
     ),
     Setting(
+        "--peer-copy-share",
+        "In a group, the most the peer copies may cost the training, a share of its time as measured "
+        "(default 0.02; 1: every copy point).",
+        "share", metavar="FRACTION", default=0.02, minimum=0.001, maximum=1,
+    ),
+    Setting(
         "--metrics-file", "Rewrite Prometheus metrics here after every event (node_exporter textfile).", "path"
     ),
     Setting(
@@ -200,6 +207,7 @@ _ANNOTATIONS: dict[Kind, Any] = {  # Optional: typer reads them at run time, and
     "count": Optional[int],
     "switch": Optional[bool],
     "seconds": Optional[float],
+    "share": Optional[float],
     "duration": Optional[str],
     "durations": Optional[list[str]],
     "path": Optional[Path],

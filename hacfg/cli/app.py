@@ -298,7 +298,8 @@ def _with_settings(body: _F) -> _F:
             setting.field,
             inspect.Parameter.KEYWORD_ONLY,
             default=typer.Option(
-                None, *setting.flag.split(" "), min=setting.minimum, metavar=setting.metavar, help=setting.help
+                None, *setting.flag.split(" "), min=setting.minimum, max=setting.maximum, metavar=setting.metavar,
+                help=setting.help,
             ),
             annotation=settings.annotation(setting),
         )

@@ -40,7 +40,7 @@ def test_settings_that_agree_make_options_handed_down_whole():
         RunOptions((), policy)
 
 
-RAW = {"count": "3", "seconds": "7", "duration": "90s", "durations": "eval=25m", "path": "/tmp/somewhere", "text": "json"}
+RAW = {"count": "3", "seconds": "7", "share": "0.5", "duration": "90s", "durations": "eval=25m", "path": "/tmp/somewhere", "text": "json"}
 TEXTS = {"--rdzv-endpoint": "node-0:29400", "--metrics-port": "9464"}
 
 
@@ -71,3 +71,9 @@ def test_a_setting_that_overrides_the_scenario_names_a_key_it_has_and_sets_the_p
         node = node["properties"][part]
         node = schema["$defs"][node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node
     assert setting.field in {field.name for field in dataclasses.fields(Policy)}
+
+
+@pytest.mark.parametrize("share", ["0", "1.5"])
+def test_a_peer_copy_share_outside_its_range_is_refused(cli, tmp_path, share):
+    result = cli("agent", "--state-dir", tmp_path / "state", "--peer-copy-share", share, "--", "true")
+    assert result.code == 2 and "--peer-copy-share" in result.err, result.err

@@ -41,10 +41,13 @@ def a_state(step: int) -> dict:
     return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "empty": torch.zeros(0)}
 
 
-def test_a_state_comes_back_bit_identical_without_a_copy(shm):
+@pytest.mark.parametrize("mapped", [False, True], ids=["copied", "mapped"])
+def test_a_state_comes_back_bit_identical_copied_or_mapped(shm, mapped):
     state = a_state(5)
     folder = memory.save(shm, 5, state, rank=0, ranks=1)
-    loaded = memory.load(memory.rank_file(folder, 0))
+    loaded = memory.load(memory.rank_file(folder, 0), mapped=mapped)
+    storage = loaded["model"]["weight"].untyped_storage().nbytes()
+    assert storage == (memory.rank_file(folder, 0).stat().st_size if mapped else loaded["model"]["weight"].nbytes)
     assert loaded["step"] == 5 and type(loaded["model"]) is type(state["model"])
     for name, tensor in state["model"].items():
         assert torch.equal(loaded["model"][name], tensor) and loaded["model"][name].dtype == tensor.dtype
@@ -55,11 +58,21 @@ def test_a_state_comes_back_bit_identical_without_a_copy(shm):
     assert torch.equal(memory.load(memory.rank_file(folder, 0))["model"]["weight"], state["model"]["weight"])
 
 
-def test_a_loaded_state_stays_as_it_was_loaded_while_later_saves_reuse_the_tiers_files(shm):
-    """Loaded tensors view the file copy-on-write: pages the trainer has not written still read the
+def test_a_copied_load_leaves_its_file_to_hold_a_later_save(shm):
+    memory.save(shm, 1, {"w": torch.ones(1 << 20)}, rank=0, ranks=1)
+    inode = memory.rank_file(shm / "step_1", 0).stat().st_ino
+    loaded = memory.load(memory.rank_file(shm / "step_1", 0))["w"]  # as a restarted trainer does
+    for step in (2, 3):
+        memory.save(shm, step, {"w": torch.full((1 << 20,), float(step))}, rank=0, ranks=1)
+    assert memory.rank_file(shm / "step_3", 0).stat().st_ino == inode  # no new file faulted in
+    assert torch.equal(loaded, torch.ones(1 << 20))
+
+
+def test_a_mapped_state_stays_as_it_was_loaded_while_later_saves_reuse_the_tiers_files(shm):
+    """Mapped tensors view the file copy-on-write: pages the trainer has not written still read the
     file. So the file they view is never the spare a later save fills: it is let go instead."""
     memory.save(shm, 1, {"w": torch.ones(1 << 20)}, rank=0, ranks=1)
-    loaded = memory.load(memory.rank_file(shm / "step_1", 0))["w"]  # as a restarted trainer does
+    loaded = memory.load(memory.rank_file(shm / "step_1", 0), mapped=True)["w"]
     memory.save(shm, 2, {"w": torch.full((1 << 20,), 2.0)}, rank=0, ranks=1)  # step 1's file becomes the spare
     memory.save(shm, 3, {"w": torch.full((1 << 21,), 3.0)}, rank=0, ranks=1)  # and would hold this save
     assert torch.equal(loaded, torch.ones(1 << 20))

@@ -5,9 +5,9 @@ Each node's agent receives the previous node's copies (:class:`~hacfg.agent.grou
 and sends its own to the next node (:class:`~hacfg.agent.group.peer.Sender`), around a ring. Only
 the steps at the group's copy interval are sent, and every tier keeps the two newest of those
 (:data:`hacfg.memory.COPY_POINTS`), so the step a lost node's copy holds is one every other node
-still holds too: the one its peer keeps, or the one that was on its way. Copies take at most their
-share of the node's CPU time (:class:`~hacfg.agent.group.peer.Ledger`): on a busy node the sender
-skips copy points until the copies before are paid for. Among two nodes the copy's step stays
+still holds too: the one its peer keeps, or the one that was on its way. Copies cost the training at
+most a small share of its time, as measured (:class:`~hacfg.agent.group.peer.Ledger`): on a busy
+node the sender skips copy points until the copies before are paid for. Among two nodes the copy's step stays
 common (the keeper pins it); among more, a third node may have let it go by then, and a lost
 node's round then resumes from disk. A keeper takes a copy only
 of a step it holds itself, and pins it while it keeps the copy. Each node tells the leader
@@ -41,14 +41,19 @@ class PeerCopies:
     """A node's receiver of the previous node's copies and sender of its own to the next node."""
 
     def __init__(
-        self, tier: Path, key: bytes, spec: GroupSpec, job: str, copy_every: int, echo: Callable[[str], None]
+        self,
+        tier: Path,
+        key: bytes,
+        spec: GroupSpec,
+        job: str,
+        copy_every: int,
+        copy_share: float,
+        echo: Callable[[str], None],
     ):
         self.tier, self.key, self.spec, self.job, self.copy_every, self.echo = tier, key, spec, job, copy_every, echo
+        self.ledger = peer.Ledger(copy_share)  # what the copies cost the training, paced to their share
         host = reachable_host(spec)
-        self.ledger = peer.Ledger()  # the node's share of CPU time for copies, sent and kept alike
-        self.receiver = peer.Receiver(
-            tier, key, spec.rank, job=job, host=host, keeps_own=True, ledger=self.ledger, echo=echo
-        )
+        self.receiver = peer.Receiver(tier, key, spec.rank, job=job, host=host, keeps_own=True, echo=echo)
         self.sender: peer.Sender | None = None
         self.unfetched: set[int] = set()  # steps whose copy this node failed to fetch back: never planned again
 

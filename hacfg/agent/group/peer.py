@@ -26,8 +26,8 @@ of kind ``fetch`` carrying the asking node's nonce) answered by a transfer in th
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import functools
 import hashlib
 import hmac
 import json
@@ -397,38 +397,68 @@ def _exactly(link: socket.socket, count: int) -> bytes:
 
 
 BACKGROUND_NICE = 19  # a copy's threads: the lowest priority, so that on a busy node training goes first
-COPY_SHARE = 0.02  # of the node's CPU time, the most its peer copies take, sent and kept together
+COPY_SHARE = 0.02  # of the training's time, the most its peer copies may cost it
 
 
 class Ledger:
-    """The CPU time this node's peer copies took, sending its own and keeping the previous node's,
-    paid for at :data:`COPY_SHARE` of the node's cores: the sender starts a copy only once the ones
-    before are paid for. A copy of 1 GB is about a CPU-second at each end (hashing, the socket); on
-    two busy cores that is a copy every 25 seconds or so, on a node of 64 cores nearly every copy
-    point. Nice 19 alone does not bound it: the kernel's side of a socket copy, and the memory bus,
-    know no priority. A fetch, which a recovery waits for, is neither paced nor charged."""
+    """What this node's peer copies cost its training, paid for at :data:`COPY_SHARE` of the time:
+    the sender starts a copy only once the ones before are paid for, skipping copy points meanwhile.
 
-    def __init__(self, share: float = COPY_SHARE, cores: int | None = None):
-        self.rate = share * (cores or len(os.sched_getaffinity(0)))  # CPU-seconds of copying per second
+    The cost is measured, not guessed from the copy's CPU time: a copy on a node whose cores train
+    slows every step it overlaps (and, in lockstep, the other nodes' too), while on a node with idle
+    cores it slows nothing. So the sender watches the tier's newest step: a copy of ``took`` seconds
+    during which the training completed ``during`` steps, where its usual pace before it was ``pace``
+    steps a second, cost ``took - during / pace`` seconds of training, and all of ``took`` when the
+    pace is not known. Nice 19 alone did not bound it: the kernel's side of a socket copy and the
+    memory bus know no priority. A fetch, which a recovery waits for, is neither paced nor charged."""
+
+    def __init__(self, share: float = COPY_SHARE):
+        self.share = share
         self.free_at = time.monotonic()  # when the copies so far are paid for
         self._lock = threading.Lock()
 
     def charge(self, seconds: float) -> None:
-        """A copy took ``seconds`` of CPU time."""
+        """A copy cost the training ``seconds``."""
         with self._lock:
-            self.free_at = max(self.free_at, time.monotonic()) + seconds / self.rate
+            self.free_at = max(self.free_at, time.monotonic()) + seconds / self.share
 
     def owed(self) -> float:
         """Seconds until the copies so far are paid for."""
         return max(0.0, self.free_at - time.monotonic())
 
-    def paid(self, work: Callable[[], T]) -> T:
-        """``work()``'s result, its thread's CPU time charged (a failed copy costs the same)."""
-        began = time.thread_time()
-        try:
-            return work()
-        finally:
-            self.charge(time.thread_time() - began)
+
+def lost_to_copy(took: float, during: int, pace: float | None) -> float:
+    """Seconds of training a copy of ``took`` seconds cost, the training having completed ``during``
+    steps meanwhile at a usual ``pace`` (steps a second; None: not known). Never more than the copy's
+    own time: a trainer that claims no steps at all costs its own copies that much, no more."""
+    if not pace:
+        return took
+    return min(took, max(0.0, took - during / pace))
+
+
+class Progress:
+    """The tier's newest complete step as the sender sees it over time (its own clock): the
+    training's usual pace before a copy. The step numbers are the trainer's: one that lies only
+    paces its own node's copies, between every copy point and one in :data:`COPY_SHARE` of its time."""
+
+    SPAN = 30.0  # seconds of looks a pace is taken over at most
+    FEWEST = 3  # steps a pace needs
+
+    def __init__(self) -> None:
+        self.looks: collections.deque[tuple[float, int]] = collections.deque()
+
+    def look(self, step: int | None, now: float) -> None:
+        if step is not None and (not self.looks or step > self.looks[-1][1]):
+            self.looks.append((now, step))
+        while self.looks and self.looks[0][0] < now - 2 * self.SPAN:
+            self.looks.popleft()
+
+    def pace(self, since: float, until: float) -> float | None:
+        """Steps a second between ``since`` and ``until`` (at most SPAN), if enough were seen."""
+        seen = [(at, step) for at, step in self.looks if max(since, until - self.SPAN) <= at <= until]
+        if len(seen) < 2 or seen[-1][1] - seen[0][1] < self.FEWEST or seen[-1][0] <= seen[0][0]:
+            return None
+        return (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0])
 
 
 def yield_to_training() -> None:
@@ -461,11 +491,9 @@ class Receiver:
         port: int = 0,
         timeout: float = TIMEOUT,
         keeps_own: bool = False,
-        ledger: Ledger | None = None,  # None: copies are neither paced nor charged
         echo: Callable[[str], None] = lambda line: None,
     ):
         self.tier, self.key, self.node, self.job, self.timeout, self.echo = tier, key, node, job, timeout, echo
-        self.ledger = ledger if ledger is not None else Ledger(math.inf)  # charged with each copy kept
         self.keeps_own = keeps_own  # take only copies of steps this node holds too, and keep those (pins)
         self._listen = socket.create_server((host, port))
         self.address: tuple[str, int] = self._listen.getsockname()[:2]
@@ -529,12 +557,11 @@ class Receiver:
             return
         admit = self._admit if self.keeps_own else None
         try:
-            def keep() -> Path | None:
-                return _receive_step(
+            received = in_background(
+                lambda: _receive_step(
                     link, self.key, nonce, frame, ends, into, newer_than=held[0] if held else None, admit=admit
                 )
-
-            received = in_background(lambda: self.ledger.paid(keep))
+            )
             if received is not None:
                 for _, older in memory.steps(into):
                     if older != received:
@@ -599,13 +626,23 @@ class Sender:
 
     def _run(self) -> None:
         yield_to_training()
+        progress, since = Progress(), time.monotonic()  # since: the end of the copy before
         while not self._stop.is_set():
-            owed = self.ledger.owed()
-            newest = None if owed else memory.newest_complete(self.tier, self.every)
+            progress.look(self._newest(), time.monotonic())
+            newest = None if self.ledger.owed() else memory.newest_complete(self.tier, self.every)
             if newest is not None and (self._tried is None or newest[0] > self._tried):
                 self._tried = newest[0]
-                self.ledger.paid(functools.partial(self._send, *newest))
-            self._stop.wait(max(self.interval, owed))
+                began, before = time.monotonic(), self._newest() or 0
+                self._send(*newest)
+                ended = time.monotonic()
+                during = (self._newest() or 0) - before
+                self.ledger.charge(lost_to_copy(ended - began, during, progress.pace(since, began)))
+                since = ended
+            self._stop.wait(self.interval)
+
+    def _newest(self) -> int | None:
+        newest = memory.newest_complete(self.tier)
+        return newest[0] if newest is not None else None
 
     def _send(self, step: int, folder: Path) -> None:
         address = self.address

@@ -57,7 +57,7 @@ from hacfg.agent.group.copies import PeerCopies
 from hacfg.agent.group.discovery import GroupSpec
 from hacfg.agent.group.handshake import Handshake
 from hacfg.agent.group.liveness import KEEPALIVE_TIMEOUT, RoundWatch, keeping_alive, outcomes
-from hacfg.agent.group.peer import peer_key
+from hacfg.agent.group.peer import COPY_SHARE, peer_key
 from hacfg.agent.group.rendezvous import WorkerStores
 from hacfg.agent.group.testimony import Testimony
 from hacfg.agent.group.transport import first_line, network_errors
@@ -93,9 +93,10 @@ class GroupRounds:
         secret: signing.JobSecret,
         workers_store: str | None = None,  # on node 0, the host where it serves the workers' store
         copy_every: int = 10,  # the steps whose memory checkpoint each node copies to the next
+        copy_share: float = COPY_SHARE,  # the most those copies may cost the training, as measured
     ):
         self.spec = spec
-        self.copy_every = copy_every
+        self.copy_every, self.copy_share = copy_every, copy_share
         self.tier: Path | None = None  # this node's memory tier, once the agent made it
         self.copies: PeerCopies | None = None
         self.policy = policy
@@ -129,7 +130,7 @@ class GroupRounds:
         self.channel.signer = signing.Signer(secret, self.spec.rank, job)
         if self.tier is not None and self.copies is None:
             key = peer_key(secret, job)
-            self.copies = PeerCopies(self.tier, key, self.spec, job, self.copy_every, self.echo)
+            self.copies = PeerCopies(self.tier, key, self.spec, job, self.copy_every, self.copy_share, self.echo)
         self._connect()
         return self._catch_up()
 

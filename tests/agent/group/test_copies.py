@@ -147,7 +147,7 @@ def test_a_node_whose_keeper_is_gone_says_why_and_does_not_ask_again(shm):
     spec = GroupSpec(nnodes=2, rank=1, host="127.0.0.1", port=free_port())
     key = peer.peer_key(b"s" * 32, "job")
     gone = ("127.0.0.1", free_port())
-    copies = PeerCopies(shm, key, spec, "job", 5, echo=lambda line: None)
+    copies = PeerCopies(shm, key, spec, "job", 5, 1.0, echo=lambda line: None)
     try:
         plan = MemoryPlan((gone, copies.receiver.address), 5, step=10, fetch=(1,))
         resume = copies.resume(plan)
@@ -189,7 +189,7 @@ def test_a_join_says_no_more_than_a_tier_can_hold_whatever_its_trainer_made(shm)
     for owner in (1, 7, 900):
         (shm / f"peer-{owner}" / "step_3").mkdir(parents=True)
         memory.save_file(shm / f"peer-{owner}" / "step_3", 3, {"w": torch.zeros(1)}, rank=0)
-    copies = PeerCopies(shm, b"k" * 32, GroupSpec(nnodes=2, rank=0, host="127.0.0.1", port=free_port()), "job", 5, print)
+    copies = PeerCopies(shm, b"k" * 32, GroupSpec(nnodes=2, rank=0, host="127.0.0.1", port=free_port()), "job", 5, 1.0, print)
     try:
         memory.pin(shm, set(range(1, 40)))  # as the trainer can, and no prune removes them
         said = copies.holdings()

@@ -330,7 +330,7 @@ def test_a_lost_node_resumes_from_its_copy_on_the_next_node(tmp_path, reference)
     """Node 1's agent is killed with its workers, and its memory tier with them (the new agent
     removes what the dead one left): node 0 keeps node 1's copy at one of the last two copy points,
     which node 0 still holds too, so both resume that step, node 1 fetching its state back."""
-    job = Job(tmp_path, 2, options=("--peer-copy-every", "2", "--grace", "2"), node_env=shm_env(tmp_path, 2),
+    job = Job(tmp_path, 2, options=("--peer-copy-every", "2", "--peer-copy-share", "1", "--grace", "2"), node_env=shm_env(tmp_path, 2),
               train=("--memory", "--every", "100", "--step-time", "0.3"))
     for rank in range(2):
         job.start(rank)
@@ -353,12 +353,14 @@ def test_a_node_lost_inside_its_peer_copy_resumes_from_the_copy_before(tmp_path,
     shm = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="hacfg-test-"))  # the state's real home: tmpfs
     try:
         env = {rank: {"HACFG_MEMORY_ROOT": str(shm)} for rank in range(2)}
-        job = Job(tmp_path, 2, options=("--peer-copy-every", "2", "--grace", "2"), node_env=env,
+        job = Job(tmp_path, 2, options=("--peer-copy-every", "2", "--peer-copy-share", "1", "--grace", "2"), node_env=env,
                   train=("--memory", "--ballast", "100", "--every", "100", "--step-time", "0.2"))
         for rank in range(2):
             job.start(rank)
         copies = next_to(job, lambda: list(shm.glob("hacfg-*-node0-*/peer-1")))
+        deadline = time.monotonic() + 120
         while True:  # freeze node 1 mid-copy: an older copy held, the next one on its way
+            assert time.monotonic() < deadline and job.agents[0].poll() is None, job.output(0)[-3000:]
             os.killpg(job.agents[1].pid, signal.SIGSTOP)
             held = [int(p.name.removeprefix("step_")) for p in copies[0].glob("step_*") if (p / "rank_0.state").exists()]
             if held and list(copies[0].glob(".incoming-*")):

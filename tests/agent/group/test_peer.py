@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import torch
@@ -386,41 +385,69 @@ def test_copies_yield_to_training_and_fetches_do_not(tiers, receiver):
     assert os.getpriority(os.PRIO_PROCESS, receiver._thread.native_id) == os.getpriority(os.PRIO_PROCESS, 0)
 
 
-def test_the_ledger_pays_for_copies_at_the_node_s_share_of_its_cores():
-    ledger = peer.Ledger(share=0.25, cores=4)  # a CPU-second of copying per second
+def test_the_ledger_pays_for_what_copies_cost_at_their_share_of_the_training_s_time():
+    ledger = peer.Ledger(share=0.5)
     assert ledger.owed() == 0
-    ledger.charge(2.0)
-    ledger.charge(1.0)  # a copy kept while another was owed: paid after it
+    ledger.charge(1.0)
+    ledger.charge(0.5)  # a copy while another was owed: paid after it
     assert 2.9 < ledger.owed() <= 3.0
-    assert peer.Ledger().rate == peer.COPY_SHARE * len(os.sched_getaffinity(0))
 
 
-def test_a_copy_waits_until_the_copies_before_are_paid_for_and_a_kept_one_is_charged_too(tiers, heard):
-    """Copies take their share of the node's CPU time, the keeper's side charged to the same ledger
-    as the sender's: once the ledger owes, the next copy point waits for it, then the newest goes."""
+@pytest.mark.parametrize(
+    ("took", "during", "pace", "lost"),
+    [
+        (2.0, 10, 5.0, 0.0),  # as many steps as usual: it cost nothing (idle cores)
+        (2.0, 5, 5.0, 1.0),  # half the usual: one second of training lost
+        (2.0, 0, 5.0, 2.0),  # training stood still the whole copy
+        (2.0, 20, 5.0, 0.0),  # faster than usual: nothing, never a credit
+        (2.0, 3, None, 2.0),  # the usual pace not known: all of it
+        (2.0, -4, 5.0, 2.0),  # a step number gone backwards: no more than the copy itself
+    ],
+)
+def test_a_copy_costs_the_steps_it_kept_the_training_from_and_never_more_than_itself(took, during, pace, lost):
+    assert peer.lost_to_copy(took, during, pace) == pytest.approx(lost)
+
+
+def test_the_usual_pace_is_taken_from_steps_seen_before_and_not_from_too_few():
+    progress = peer.Progress()
+    for at, step in [(0.0, 1), (0.5, 2), (1.0, 3), (1.0, 3), (1.5, 4), (2.0, 5), (2.0, 2)]:  # a repeat, a step back
+        progress.look(step, at)
+    assert progress.pace(0.0, 2.0) == pytest.approx(2.0)
+    assert progress.pace(1.2, 2.0) is None  # two steps: too few
+    assert progress.pace(0.0, 0.4) is None
+    progress.look(None, 2.5)  # nothing complete yet: no step
+    assert progress.pace(0.0, 2.5) == pytest.approx(2.0)
+
+
+def test_a_copy_waits_until_the_copies_before_are_paid_for_then_the_newest_goes(tiers, heard):
+    """Once the ledger owes, the next copy points wait for it, and the newest then goes. With no steps
+    seen before it, a copy is charged its whole time: the training's pace is not known."""
     own, keeper = tiers
 
     class Ledger(peer.Ledger):
-        charges: ClassVar[list[float]] = []
+        def __init__(self) -> None:
+            super().__init__(share=1.0)
+            self.charges: list[float] = []
 
         def charge(self, seconds: float) -> None:
             self.charges.append(seconds)
             super().charge(seconds)
 
-    ledger = Ledger(share=1.0, cores=1)
+    ledger = Ledger()
     with (
-        peer.Receiver(keeper, KEY, 1, job=JOB, timeout=TIMEOUT, ledger=ledger, echo=heard) as receiver,
+        peer.Receiver(keeper, KEY, 1, job=JOB, timeout=TIMEOUT, echo=heard) as receiver,
         peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.02, timeout=TIMEOUT, ledger=ledger) as sender,
     ):
         save_step(own, 1)
-        wait_until(lambda: sender.sent == 1 and len(ledger.charges) == 2)
-        assert all(seconds > 0 for seconds in ledger.charges)  # the keeper's CPU time and the sender's
-        ledger.charge(1.0)  # as if that copy had taken a CPU-second
         began = time.monotonic()
+        wait_until(lambda: sender.sent == 1 and ledger.charges)
+        assert 0 < ledger.charges[0] <= time.monotonic() - began  # the copy's own time
+        ledger.charge(1.0)  # as if it had cost a second of training
+        owed = time.monotonic()
         save_step(own, 2)
         save_step(own, 3)
         time.sleep(0.5)
         assert sender.sent == 1 and receiver.held(0)[0] == 1  # owed: steps 2 and 3 wait
         wait_until(lambda: sender.sent == 3)  # the newest once paid for; step 2 never went
-        assert time.monotonic() - began >= 0.9
+        assert time.monotonic() - owed >= 0.9
     assert_holds(peer.peer_folder(keeper, 0) / "step_3", 3)
