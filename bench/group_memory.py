@@ -21,8 +21,8 @@
 The trainer keeps the ranks in lockstep (a gloo all_reduce of its gradient each step) and carries
 STATE_MB of ballast per rank, identical on both ranks, so that disk and torchrun save one copy
 (rank 0's, as a data-parallel job does) while each node's memory tier holds its own. A resumed
-trainer takes the ballast it loaded as it is, as ``load_state_dict(assign=True)`` takes a model's
-(``torch.load(mmap=True)`` under torchrun): mapped, copied page by page as the steps write. Warm restarts:
+trainer takes the ballast it loaded as it is, as ``load_state_dict(assign=True)`` takes a model's,
+instead of making a fresh one to copy it into. Warm restarts:
 as in bench/memory.py, each attempt, once its first step is timed, waits until its agent's next
 warm interpreter is ready. Each boundary of a recovery is taken on the later node, so the items add
 up to the total. Every file goes to one temporary folder and one /dev/shm folder, removed at the end.
@@ -105,7 +105,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 start, began, state = 0, time.perf_counter(), None
 if how == "torchrun":
     done = sorted(root.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    state = torch.load(done[-1], mmap=True) if done else None
+    state = torch.load(done[-1]) if done else None
 elif (found := resume_dir()) is not None:
     state = load_state(found)  # rank 0's file: no RANK under the agent, and the ranks' states are the same
 if state is not None:
