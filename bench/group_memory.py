@@ -30,7 +30,8 @@ up to the total. Every file goes to one temporary folder and one /dev/shm folder
 Run: python bench/group_memory.py   (BENCH_GROUP_STATE_MB=1024, BENCH_GROUP_FAULTS=20,
 BENCH_GROUP_LOSSES=5, BENCH_GROUP_ROUNDS=3, BENCH_GROUP_COPY_EVERY=10: the copy points,
 BENCH_GROUP_STEADY_STEPS=600; BENCH_GROUP_ONLY=torchrun: that part of the first section alone,
-BENCH_GROUP_ONLY=steady: the third section alone)
+BENCH_GROUP_ONLY=steady: the third section alone; BENCH_GROUP_LOAD=mapped: the trainers load their
+state mapped, not copied)
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ if how == "torchrun":
     done = sorted(root.glob("step_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
     state = torch.load(done[-1]) if done else None
 elif (found := resume_dir()) is not None:
-    state = load_state(found)  # rank 0's file: no RANK under the agent, and the ranks' states are the same
+    # rank 0's file: no RANK under the agent, and the ranks' states are the same
+    state = load_state(found, mapped=os.environ.get("BENCH_GROUP_LOAD") == "mapped")
 if state is not None:
     model.load_state_dict(state["model"]); optimizer.load_state_dict(state["optimizer"])
     # the loaded tensor itself, as load_state_dict(assign=True) takes a model's: mapped, copied on write

@@ -162,6 +162,23 @@ def test_a_state_file_naming_a_class_is_refused_not_run(shm, tmp_path):
         memory.load(path)
 
 
+@pytest.mark.parametrize("mapped", [False, True], ids=["copied", "mapped"])
+@pytest.mark.parametrize(("field", "value"), [("shape", [1 << 30]), ("nbytes", 1 << 40), ("dtype", "Tensor")])
+def test_a_header_whose_tensor_does_not_fit_its_file_or_shape_is_refused(shm, mapped, field, value):
+    """The trainer writes these files: a tensor said larger than its bytes, or its bytes beyond the
+    file, or no dtype at all, is one ValueError, never a read past the mapping."""
+    path = memory.rank_file(memory.save(shm, 1, {"w": torch.ones(1024)}, rank=0, ranks=1), 0)
+    whole = path.read_bytes()
+    header = memory.header(path)
+    header["tensors"][0][field] = value
+    text = json.dumps(header).encode()
+    (length,) = memory._LENGTH.unpack(whole[len(memory.MAGIC) : len(memory.MAGIC) + memory._LENGTH.size])
+    rest = whole[len(memory.MAGIC) + memory._LENGTH.size + length :]
+    path.write_bytes(memory.MAGIC + memory._LENGTH.pack(len(text)) + text + rest)
+    with pytest.raises(ValueError, match="shorter than its header says|is not a torch dtype"):
+        memory.load(path, mapped=mapped)
+
+
 def test_the_newest_complete_step_wins_across_tiers_memory_on_a_tie(shm, tmp_path):
     save_step(tmp_path / "ckpt", 4, lambda folder: None)
     disk = str(tmp_path / "ckpt" / "step_4")
