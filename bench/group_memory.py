@@ -639,7 +639,7 @@ def main() -> None:
             sys.stdout.flush()
             shutil.rmtree(job.root)
         print(f"\n3. steady steps per second, steps {WARMUP + 1}-{STEADY_STEPS}, {ROUNDS} interleaved rounds, copy points "
-              f"every {COPY_EVERY} steps, copies paced to {COPY_SHARE:.0%} of the node's CPU time")
+              f"every {COPY_EVERY} steps, copies paced to cost the training at most {COPY_SHARE:.0%} of its time, as the agent measures")
         configs = {"copies off": NEVER, "copies on": COPY_EVERY}
         runs: dict[str, list[Steady]] = {name: [] for name in configs}
         for round_ in range(ROUNDS):
