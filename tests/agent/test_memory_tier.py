@@ -175,7 +175,7 @@ def test_a_header_whose_tensor_does_not_fit_its_file_or_shape_is_refused(shm, ma
     (length,) = memory._LENGTH.unpack(whole[len(memory.MAGIC) : len(memory.MAGIC) + memory._LENGTH.size])
     rest = whole[len(memory.MAGIC) + memory._LENGTH.size + length :]
     path.write_bytes(memory.MAGIC + memory._LENGTH.pack(len(text)) + text + rest)
-    with pytest.raises(ValueError, match="shorter than its header says|is not a torch dtype"):
+    with pytest.raises(ValueError, match=r"shorter than its header says|is not a torch dtype"):
         memory.load(path, mapped=mapped)
 
 
