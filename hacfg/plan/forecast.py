@@ -87,8 +87,8 @@ class TierPrice:
 
 def tier_prices(costs: model.Costs, memory_save_time: float) -> list[TierPrice]:
     """Disk's price and memory's. Memory's optimum is priced at the job's whole failure rate, the
-    node losses among them included (which resume from a peer's copy, at the copy interval, or
-    from disk): its interval errs short."""
+    node losses among them included (which resume from a peer's copy, as old as the copies' pacing
+    lets it grow, or from disk): its interval errs short, and a node's loss costs more than it says."""
 
     def price(tier: str, save: float, resumes: str) -> TierPrice:
         daly = model.daly_interval(save, costs.mtbf)
