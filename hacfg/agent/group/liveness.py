@@ -10,6 +10,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 from hacfg.agent.culprit.analysis import NodeEvidence
@@ -19,7 +20,7 @@ from hacfg.agent.group.testimony import Testimony
 from hacfg.agent.group.transport import network_errors
 from hacfg.agent.rounds import Outcome
 
-POLL = 0.1  # seconds between looks at the round's stop key: how fast a failure elsewhere is seen
+POLL = 0.1  # seconds between keep-alives and looks at the group (a stop elsewhere is waited on, seen at once)
 
 KEEPALIVE_EVERY = 1.0
 KEEPALIVE_TIMEOUT = 15.0  # a node silent this long is lost (torchrun: 3 missed 5 s heartbeats)
@@ -134,7 +135,7 @@ class RoundWatch:
         stop_key = f"r{number}/stop"
         liveness = Liveness(channel, number)
         stopped = False
-        while not done.wait(POLL):
+        while not (done.wait(POLL) if stopped else _until(store, stop_key, POLL, done)):
             try:
                 now = time.monotonic()
                 if liveness.beat(store, now):
@@ -162,6 +163,14 @@ class RoundWatch:
                 if not stopped:
                     stop("lost the group's store (node 0's agent stopped)")
                 return
+
+
+def _until(store: Any, key: str, seconds: float, done: threading.Event) -> bool:
+    """Wait up to ``seconds`` for ``key`` (back at once when the round stops elsewhere, where a look
+    every ``seconds`` would see it that much later); whether ``done`` is set by then."""
+    with contextlib.suppress(RuntimeError):  # DistStoreError: not yet; a lost store raises at the next look
+        store.wait([key], timedelta(seconds=seconds))
+    return done.is_set()
 
 
 def outcomes(channel: Channel, number: int, wait: float) -> list[Outcome]:

@@ -308,3 +308,24 @@ def test_the_store_listens_on_the_endpoints_address_where_it_is_this_machines(ho
     finally:
         if listen:
             listen.close()
+
+
+@pytest.mark.torch
+def test_a_round_stopped_elsewhere_is_seen_at_once_not_at_the_next_look(joined_pair, monkeypatch):
+    """Node 1 waits on the round's stop key between its keep-alives: with looks 5 s apart, node 0's
+    stop still reaches it within a fraction of that."""
+    import threading
+
+    from hacfg.agent.culprit.analysis import NodeEvidence
+    from hacfg.agent.group import liveness
+
+    leader, follower = joined_pair
+    monkeypatch.setattr(liveness, "POLL", 5.0)
+    heard, told = threading.Event(), []
+    with follower.watch(lambda reason: (told.append(reason), heard.set()), lambda: NodeEvidence(1, ())):
+        time.sleep(0.2)  # the watch is waiting on the key
+        began = time.monotonic()
+        leader.channel.stop_round(leader.channel.store, leader.plan.round, 0, "a worker of node 0 failed")
+        assert heard.wait(liveness.POLL / 2)
+        assert time.monotonic() - began < liveness.POLL / 5, told
+    assert told == [f"round {leader.plan.round} ended by node 0: a worker of node 0 failed"]
