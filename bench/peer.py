@@ -127,7 +127,8 @@ def main() -> None:
                 peer.send(memory.step_folder(own, sent[-1]), receiver.address, KEY, ENDS)
 
             def fetch() -> None:
-                shutil.rmtree(memory.step_folder(restored, 1), ignore_errors=True)
+                for folder in restored.iterdir():  # each fetch into an empty tier, as after a node loss
+                    shutil.rmtree(folder)
                 peer.fetch(restored, receiver.address, KEY, ENDS)
 
             rates = {}
