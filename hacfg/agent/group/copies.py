@@ -5,13 +5,12 @@ Each node's agent receives the previous node's copies (:class:`~hacfg.agent.grou
 and sends its own to the next node (:class:`~hacfg.agent.group.peer.Sender`), around a ring. Only
 the steps at the group's copy interval are sent, and every tier keeps the two newest of those
 (:data:`hacfg.memory.COPY_POINTS`), so the step a lost node's copy holds is one every other node
-still holds too: the one its peer keeps, or the one that was on its way. Copies cost the training at
-most a small share of its time, as measured (:class:`~hacfg.agent.group.peer.Ledger`): on a busy
-node the sender skips copy points until the copies before are paid for. Among two nodes the copy's step stays
-common (the keeper pins it); among more, a third node may have let it go by then, and a lost
-node's round then resumes from disk. A keeper takes a copy only
-of a step it holds itself, and pins it while it keeps the copy. Each node tells the leader
-in its join what it holds (:meth:`PeerCopies.holdings`); the leader picks the step
+still holds too: the one its peer keeps, or the one that was on its way. A keeper takes a copy only
+of a step it holds itself, and pins it while it keeps the copy. Copies cost the training at most a
+small share of its time, as measured (:class:`~hacfg.agent.group.peer.Ledger`): on a busy node the
+sender skips copy points until the copies before are paid for. Among two nodes the copy's step
+stays common (the keeper pins it); among more, a third node may have let it go by then, and a lost
+node's round then resumes from disk. Each node tells the leader in its join what it holds (:meth:`PeerCopies.holdings`); the leader picks the step
 (:func:`~hacfg.agent.group.decisions.memory_plan`), and a node whose tier lacks it fetches it back
 from the node keeping its copy before its workers start (:meth:`PeerCopies.resume`).
 """

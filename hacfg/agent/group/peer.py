@@ -628,14 +628,14 @@ class Sender:
         yield_to_training()
         progress, since = Progress(), time.monotonic()  # since: the end of the copy before
         while not self._stop.is_set():
-            progress.look(self._newest(), time.monotonic())
+            began, before = time.monotonic(), self._newest()
+            progress.look(before, began)
             newest = None if self.ledger.owed() else memory.newest_complete(self.tier, self.every)
             if newest is not None and (self._tried is None or newest[0] > self._tried):
                 self._tried = newest[0]
-                began, before = time.monotonic(), self._newest() or 0
                 self._send(*newest)
                 ended = time.monotonic()
-                during = (self._newest() or 0) - before
+                during = (self._newest() or 0) - (before or 0)
                 self.ledger.charge(lost_to_copy(ended - began, during, progress.pace(since, began)))
                 since = ended
             self._stop.wait(self.interval)
