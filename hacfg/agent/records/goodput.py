@@ -14,8 +14,8 @@ Each attempt's span, from ``attempt_start`` to ``attempt_exit``, is cut at five 
   (``save_s``: ``hacfg.checkpoint.save_step`` writes it; for other layouts, the spread of the
   files' modification times). Google's goodput library counts it apart too, and so does
   ``hacfg plan``: ETTR here and there is productive compute over wall time.
-* **fail-slow**: within the productive span, from the start of the window a straggler was
-  named on (``straggler``'s ``since``) to its end, the share of the time the slowdown added: ``1 - 1/slowdown``.
+* **fail-slow**: within the productive span, from when a straggler turned slow (``straggler``'s
+  ``since``) to its end, the share of the time the slowdown added: ``1 - 1/slowdown``.
   The job ran at the slowest rank's pace; this is what a healthy rank would have saved.
 * **lost**: from that checkpoint to the fault: work that was thrown away and done again. The
   fault is the stop signal or the exit; for a hang, the last sign of life. With
@@ -178,7 +178,7 @@ def attempts(events: list[dict[str, Any]], node: int | None = None, now: datetim
         elif kind == Event.FIRST_ACTIVITY:
             current.first_activity = current.start + timedelta(seconds=float(event.get("after") or 0))
         elif kind == Event.STRAGGLER and current.slow is None:
-            since = parse_time(event["since"]) if event.get("since") else time  # the window the verdict rests on
+            since = parse_time(event["since"]) if event.get("since") else time  # when it turned slow
             current.slow = min(since, time), float(event.get("slowdown") or 0)
         elif kind == Event.HANG:
             idle = event.get("idle")
