@@ -11,6 +11,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -200,3 +201,24 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@dataclass
+class Scratch:
+    """A bench's temporary folder and its folder in /dev/shm: ``remove()`` deletes both and says how
+    much of / was used before and after (a bench must leave nothing behind)."""
+
+    tmp: Path
+    shm: Path
+    disk_before: int
+
+    @classmethod
+    def make(cls, name: str) -> Scratch:
+        before = shutil.disk_usage("/").used
+        tmp = Path(tempfile.mkdtemp(prefix=f"hacfg-bench-{name}-"))
+        return cls(tmp, Path(tempfile.mkdtemp(dir="/dev/shm", prefix=f"hacfg-bench-{name}-")), before)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        shutil.rmtree(self.shm, ignore_errors=True)
+        print(f"\ndisk /: {self.disk_before / 1e9:.1f} GB used before, {shutil.disk_usage('/').used / 1e9:.1f} GB after")

@@ -57,7 +57,7 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import become_subreaper, free_port, kill_descendants, kill_tree
+from common import Scratch, become_subreaper, free_port, kill_descendants, kill_tree
 from memory import pct
 
 STATE_MB = int(os.environ.get("BENCH_GROUP_STATE_MB", "1024"))
@@ -585,9 +585,8 @@ def main() -> None:
     from hacfg.agent.group.peer import COPY_SHARE
 
     become_subreaper()
-    disk_before = shutil.disk_usage("/")
-    tmp = Path(tempfile.mkdtemp(prefix="hacfg-bench-group-"))
-    shm = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="hacfg-bench-group-"))
+    scratch = Scratch.make("group")
+    tmp, shm = scratch.tmp, scratch.shm
     (tmp / "trainer.py").write_text(TRAINER)
     try:
         print(f"state {STATE_MB} MB per rank, 2 emulated nodes on 127.0.0.1, one rank each; shared machine "
@@ -656,10 +655,7 @@ def main() -> None:
                   f"{', '.join(f'{100 * run.cost:.2f}' for run in found)})")
     finally:
         kill_descendants()
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(shm, ignore_errors=True)
-        after_ = shutil.disk_usage("/")
-        print(f"\ndisk /: {disk_before.used / 1e9:.1f} GB used before, {after_.used / 1e9:.1f} GB after")
+        scratch.remove()
 
 
 if __name__ == "__main__":

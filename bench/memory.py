@@ -34,6 +34,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import Scratch
+
 STATE_MB = int(os.environ.get("BENCH_MEMORY_STATE_MB", "256"))
 FAULTS = int(os.environ.get("BENCH_MEMORY_FAULTS", "20"))
 ROUNDS = 10  # of the save block and its floors
@@ -237,12 +240,9 @@ def main() -> None:
     print_save_block()
     if sys.argv[1:] == ["save"]:
         return
-    disk_before = shutil.disk_usage("/")
-    tmp = Path(tempfile.mkdtemp(prefix="hacfg-bench-memory-"))
-    (tmp / "shm").mkdir()
-    shm = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="hacfg-bench-"))
-    (tmp / "shm").rmdir()
-    (tmp / "shm").symlink_to(shm)
+    scratch = Scratch.make("memory")
+    tmp = scratch.tmp
+    (tmp / "shm").symlink_to(scratch.shm)
     try:
         steps = FAULTS * STEPS_PER_ATTEMPT + 10
         runs = {how: run(tmp, how, steps, FAULTS, 7) for how in ("memory", "disk", "torchrun")}
@@ -266,10 +266,7 @@ def main() -> None:
                 values = [row[name] for row in table]
                 print(f"  {name:28} p50 {statistics.median(values) * 1000:8.0f} ms   p95 {pct(values, 0.95) * 1000:8.0f} ms")
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(shm, ignore_errors=True)
-        after = shutil.disk_usage("/")
-        print(f"\ndisk /: {disk_before.used / 1e9:.1f} GB used before, {after.used / 1e9:.1f} GB after")
+        scratch.remove()
 
 
 if __name__ == "__main__":
