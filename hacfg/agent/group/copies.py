@@ -10,9 +10,10 @@ of a step it holds itself, and pins it while it keeps the copy. Copies cost the 
 small share of its time, as measured (:class:`~hacfg.agent.group.peer.Ledger`): on a busy node the
 sender skips copy points until the copies before are paid for. Among two nodes the copy's step
 stays common (the keeper pins it); among more, a third node may have let it go by then, and a lost
-node's round then resumes from disk. Each node tells the leader in its join what it holds (:meth:`PeerCopies.holdings`); the leader picks the step
-(:func:`~hacfg.agent.group.decisions.memory_plan`), and a node whose tier lacks it fetches it back
-from the node keeping its copy before its workers start (:meth:`PeerCopies.resume`).
+node's round then resumes from disk. Each node tells the leader in its join what it holds
+(:meth:`PeerCopies.holdings`); the leader picks the step (:func:`~hacfg.agent.group.decisions.memory_plan`),
+and a node whose tier lacks it fetches it back from the node keeping its copy before its workers
+start (:meth:`PeerCopies.resume`).
 """
 
 from __future__ import annotations
