@@ -170,9 +170,10 @@ def save_state(root: str | Path, step: int, state: Mapping[str, Any]) -> Path:
 
 def load_state(found: str | Path, *, mapped: bool = False) -> dict[str, Any]:
     """This rank's state from the checkpoint folder ``found`` (``resume_dir()``), on disk or in memory:
-    copied into memory of its own, or ``mapped`` without a copy, for state the trainer reads and
-    does not write (:func:`hacfg.memory.load`)."""
-    return memory.load(memory.rank_file(Path(found), _rank()), mapped=mapped)
+    copied into memory of its own (under an agent, memory its tier keeps for the next resume), or
+    ``mapped`` without a copy, for state the trainer reads and does not write (:func:`hacfg.memory.load`)."""
+    tier, rank = os.environ.get(memory.DIR_ENV, ""), _rank()
+    return memory.load(memory.rank_file(Path(found), rank), mapped=mapped, tier=Path(tier) if tier else None, rank=rank)
 
 
 def _rank() -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import fcntl
 import io
 import itertools
 import json
@@ -37,6 +38,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import struct
 import threading
 import weakref
@@ -157,7 +159,7 @@ def save_file(
         if reuse is not None:
             mapped = _KEPT.take(handle, size)
         if mapped is None:
-            mapped = _claim(handle, size, folder)
+            mapped = _claim(handle, size, folder.parent)
         _fill(mapped, b"".join((MAGIC, _LENGTH.pack(len(header)), header, skeleton)), start, tensors, layout)
     except BaseException:
         if mapped is not None:
@@ -174,12 +176,12 @@ def save_file(
     return final
 
 
-def _claim(handle: int, size: int, folder: Path) -> mmap.mmap:
-    """The file open as ``handle`` made ``size`` bytes long, its memory claimed and mapped."""
+def _claim(handle: int, size: int, tier: Path) -> mmap.mmap:
+    """The file of ``tier`` open as ``handle`` made ``size`` bytes long, its memory claimed and mapped."""
     held = os.fstat(handle).st_size
-    if (free := shutil.disk_usage(folder).free) + held < size:
+    if (free := shutil.disk_usage(tier).free) + held < size:
         needed = f"the state needs {size / 1e9:.2f} GB"
-        raise TierFull(f"{folder.parent} has {(free + held) / 1e9:.2f} GB free, {needed}")
+        raise TierFull(f"{tier} has {(free + held) / 1e9:.2f} GB free, {needed}")
     os.ftruncate(handle, size)
     if os.fstat(handle).st_blocks * 512 >= size:
         # a spare's pages, all there: the page table filled in one go costs less than a fault per page
@@ -187,7 +189,7 @@ def _claim(handle: int, size: int, folder: Path) -> mmap.mmap:
     try:
         os.posix_fallocate(handle, 0, size)  # room now, not a SIGBUS halfway through the copy
     except OSError as err:
-        raise TierFull(f"{folder.parent} has no room for {size / 1e9:.2f} GB: {err.strerror}") from err
+        raise TierFull(f"{tier} has no room for {size / 1e9:.2f} GB: {err.strerror}") from err
     # new pages are zeroed at their first touch: the copy's threads fault them in faster than one populate
     return mmap.mmap(handle, size, flags=mmap.MAP_SHARED)
 
@@ -375,15 +377,16 @@ def header(path: Path) -> dict[str, Any]:
     return found
 
 
-def load(path: Path, *, mapped: bool = False) -> dict[str, Any]:
+def load(path: Path, *, mapped: bool = False, tier: Path | None = None, rank: int = 0) -> dict[str, Any]:
     """The state in the file at ``path``, each tensor copied into memory of its own; or, ``mapped``,
     viewing a private mapping of the file (no copy, each page copied as the trainer first writes it).
 
     A trainer writes its whole state every step (the optimizer updates every weight and moment), so
     a mapped state costs a trap and a copy per 4 KB page on the first step, about 10 us each in a
-    virtual machine: 2.6 s for 1 GB, against about 0.25 s to copy it into huge pages (which torch's
-    allocator takes under the agent, ``THP_MEM_ALLOC_ENABLE``) at load. A copied state also leaves
-    the file free to hold a later save. Map a state that is read and not written."""
+    virtual machine: 2.6 s for 1 GB. A copy costs its fresh memory's faults instead, 0.3 to 1.5 s
+    per GB here, and 0.05 s for the copy itself; so given the node's ``tier``, the copy goes into
+    ``rank``'s :func:`landing` file, whose pages outlive the trainer for the next resume. A copied
+    state also leaves the file free to hold a later save. Map a state that is read and not written."""
     with open(path, "rb") as handle:
         mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
         status = os.fstat(handle.fileno())
@@ -395,7 +398,7 @@ def load(path: Path, *, mapped: bool = False) -> dict[str, Any]:
             tensors = _views(mapping, layout, start)
             _LOADED[status.st_dev, status.st_ino] = mapping
         else:
-            tensors = _copied(mapping, layout, start)
+            tensors = _copied(mapping, layout, start, _land(tier, rank, layout) if tier is not None else None)
             mapping.close()
     except BaseException:
         with contextlib.suppress(BufferError):  # a view the traceback holds: the mapping goes with it
@@ -418,15 +421,57 @@ def _views(mapping: mmap.mmap, layout: Layout, start: int) -> list[torch.Tensor]
     return [whole[start + at : start + at + nbytes].view(dtype).view(shape) for dtype, shape, at, nbytes in layout]
 
 
-def _copied(mapping: mmap.mmap, layout: Layout, start: int) -> list[torch.Tensor]:
-    """Each tensor of ``layout`` copied out of ``mapping`` into memory of its own (on the save's threads)."""
+def _copied(mapping: mmap.mmap, layout: Layout, start: int, landed: mmap.mmap | None) -> list[torch.Tensor]:
+    """Each tensor of ``layout`` copied out of ``mapping`` into memory of its own (on the save's threads):
+    views of the ``landed`` mapping when there is one, fresh tensors otherwise."""
     import torch
 
     views = _views(mapping, layout, start)
-    tensors = [torch.empty(shape, dtype=dtype) for dtype, shape, _, _ in layout]
+    if landed is not None:
+        tensors = _views(landed, layout, 0)
+    else:
+        tensors = [torch.empty(shape, dtype=dtype) for dtype, shape, _, _ in layout]
     pieces = [(into.data_ptr(), view.data_ptr(), view.nbytes) for into, view in zip(tensors, views, strict=True)]
     _copy([piece for piece in pieces if piece[2]], torch.get_num_threads())
     return tensors
+
+
+def landing(tier: Path, rank: int) -> Path:
+    """Where ``rank``'s loaded state lives on this node: a file of the tier, so that when the trainer
+    dies its memory is kept, not returned to the kernel, and the next resume copies into pages that
+    are there instead of faulting fresh ones in. The first resume takes one of the rank's spares."""
+    return tier / f".landing_rank_{rank}"
+
+
+def _land(tier: Path, rank: int, layout: Layout) -> mmap.mmap | None:
+    """A shared mapping of ``rank``'s landing file, long enough for ``layout``'s tensors and held (an
+    exclusive ``flock``, released with the mapping) for as long as a tensor views it; None when a
+    live process holds it (a forked child of the last trainer, or an earlier load in this one), it
+    is not a plain file, the tier has no room, or there is nothing to copy."""
+    size = max((at + nbytes for _, _, at, nbytes in layout), default=0)
+    if not size:
+        return None
+    into = landing(tier, rank)
+    if not into.exists():
+        for spare in spares(tier, rank):
+            with contextlib.suppress(OSError):
+                if not _viewed(spare):
+                    os.rename(spare, into)
+                    break
+    try:
+        handle = os.open(into, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not stat.S_ISREG(os.fstat(handle).st_mode):
+            raise OSError(f"{into} is not a plain file")
+        landed = _claim(handle, size, tier)
+    except OSError:
+        os.close(handle)
+        return None
+    weakref.finalize(landed, os.close, handle)  # the lock goes with the last tensor viewing the state
+    return landed
 
 
 def _layout(path: Path, mapping: mmap.mmap) -> tuple[Layout, bytes, int]:

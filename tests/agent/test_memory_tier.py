@@ -68,6 +68,42 @@ def test_a_copied_load_leaves_its_file_to_hold_a_later_save(shm):
     assert torch.equal(loaded, torch.ones(1 << 20))
 
 
+def test_a_resumed_state_lands_in_a_file_of_the_tier_whose_pages_the_next_resume_copies_into(shm):
+    """A copy into fresh memory pays a fault per page (most of a resume's load); the tier keeps the
+    loaded state's pages for the next resume instead, starting with one of the rank's spares."""
+    for step in (1, 2):
+        memory.save(shm, step, {"w": torch.full((1 << 20,), float(step)), "step": step}, rank=3, ranks=1)
+    spare = memory.spares(shm, 3)[0].stat().st_ino
+    path = memory.rank_file(shm / "step_2", 3)
+    loaded = memory.load(path, tier=shm, rank=3)
+    landing = memory.landing(shm, 3)
+    assert torch.equal(loaded["w"], torch.full((1 << 20,), 2.0)) and loaded["step"] == 2
+    assert landing.stat().st_ino == spare and not memory.spares(shm, 3)[0].exists()
+    assert str(landing) in held(shm) and oct(landing.stat().st_mode & 0o777) == "0o600"
+    loaded["w"].add_(1)  # the trainer's own memory: the checkpoint stays as saved
+    assert torch.equal(memory.load(path)["w"], torch.full((1 << 20,), 2.0))
+    del loaded  # the trainer is gone: the file stays, its pages with it
+    again = memory.load(path, tier=shm, rank=3)
+    assert landing.stat().st_ino == spare and landing.stat().st_blocks * 512 >= (1 << 22)
+    assert torch.equal(again["w"], torch.full((1 << 20,), 2.0))
+
+
+def test_a_landing_file_still_viewed_or_not_a_plain_file_is_not_copied_into(shm, tmp_path):
+    memory.save(shm, 1, {"w": torch.ones(1 << 16)}, rank=0, ranks=1)
+    path = memory.rank_file(shm / "step_1", 0)
+    first = memory.load(path, tier=shm, rank=0)["w"]
+    second = memory.load(path, tier=shm, rank=0)["w"]  # the first still views it: memory of its own
+    second.add_(1)
+    assert torch.equal(first, torch.ones(1 << 16)) and torch.equal(second, torch.full((1 << 16,), 2.0))
+    del first, second
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    memory.landing(shm, 0).unlink()
+    memory.landing(shm, 0).symlink_to(victim)  # the trainer can write the tier: a link is never followed
+    assert torch.equal(memory.load(path, tier=shm, rank=0)["w"], torch.ones(1 << 16))
+    assert victim.read_bytes() == b"keep"
+
+
 def test_a_mapped_state_stays_as_it_was_loaded_while_later_saves_reuse_the_tiers_files(shm):
     """Mapped tensors view the file copy-on-write: pages the trainer has not written still read the
     file. So the file they view is never the spare a later save fills: it is let go instead."""
