@@ -31,7 +31,7 @@ Run: python bench/group_memory.py   (BENCH_GROUP_STATE_MB=1024, BENCH_GROUP_FAUL
 BENCH_GROUP_LOSSES=5, BENCH_GROUP_ROUNDS=3, BENCH_GROUP_COPY_EVERY=10: the copy points,
 BENCH_GROUP_STEADY_STEPS=600; BENCH_GROUP_ONLY=torchrun: that part of the first section alone,
 BENCH_GROUP_ONLY=steady: the third section alone; BENCH_GROUP_LOAD=mapped: the trainers load their
-state mapped, not copied)
+state mapped, not copied; BENCH_GROUP_EACH=1: every fault's items, in ms, beside the percentiles)
 """
 
 from __future__ import annotations
@@ -68,11 +68,12 @@ COPY_EVERY = int(os.environ.get("BENCH_GROUP_COPY_EVERY", "10"))
 ALL_HOWS = ("memory", "disk", "torchrun")
 ONLY = os.environ.get("BENCH_GROUP_ONLY", "")
 HOWS = tuple(ONLY.split(",")) if ONLY and ONLY != "steady" else () if ONLY else ALL_HOWS
+EACH = bool(os.environ.get("BENCH_GROUP_EACH"))  # every fault's and loss's items too, not only their p50 and p95
 NODES = 2
 STEPS_PER_ATTEMPT = 3  # steps completed on both nodes before each fault
 DISK_EVERY = 50  # the memory run's disk checkpoints
 STEADY_STEPS = int(os.environ.get("BENCH_GROUP_STEADY_STEPS", "600"))
-WARMUP = 3 * COPY_EVERY + 10  # the tiers hold their two copy points by then, and fault no file in
+WARMUP = 3 * COPY_EVERY + 10  # the tiers hold their two copy points by then, and fault no file in: the faults begin
 STALL = 120.0  # seconds without a line from any node: the run is stuck
 NEVER = 10**9  # a copy interval no run reaches: copies off
 REPO = Path(__file__).resolve().parents[1]
@@ -316,8 +317,9 @@ class Fault:
 
 
 def faults_run(tmp: Path, shm: Path, how: str, seed: int) -> tuple[Job, list[Fault]]:
-    """A 2-node run with FAULTS SIGKILLs of one rank, the nodes in turn, each at a random moment of a step."""
-    job = Job(tmp / how, how, FAULTS * (STEPS_PER_ATTEMPT + 3) + 10, shm)  # room for restarts that redo a step or two
+    """A 2-node run with FAULTS SIGKILLs of one rank, the nodes in turn, each at a random moment of a
+    step, from step WARMUP on: a job fails after minutes, once its tiers have grown to their files."""
+    job = Job(tmp / how, how, WARMUP + FAULTS * (STEPS_PER_ATTEMPT + 3) + 10, shm)  # room for restarts that redo a step or two
     rng = random.Random(seed)
     faults: list[Fault] = []
     pending: dict = {}
@@ -327,7 +329,8 @@ def faults_run(tmp: Path, shm: Path, how: str, seed: int) -> tuple[Job, list[Fau
         if pending and all(a.up > pending["killed"] and a.first is not None for a in current):
             faults.append(Fault(pending["killed"], pending["victim"], job.done_before(pending["killed"]), current))
             pending.clear()
-        if not pending and len(faults) < FAULTS and all(a.steps >= STEPS_PER_ATTEMPT for a in current):
+        grown = faults or job.done_before(time.time()) >= WARMUP
+        if not pending and len(faults) < FAULTS and grown and all(a.steps >= STEPS_PER_ATTEMPT for a in current):
             victim = len(faults) % NODES
             time.sleep(rng.uniform(0, 0.3))  # a random moment of the step: in its save, most likely
             pending.update(killed=time.time(), victim=victim)
@@ -576,6 +579,9 @@ def link_rate(shm: Path) -> float:
 
 
 def table(rows: list[dict[str, float]], indent: str = "  ") -> None:
+    if EACH:
+        for number, row in enumerate(rows, 1):
+            print(f"{indent}#{number:<3}" + "  ".join(f"{name} {value * 1000:.0f}" for name, value in row.items()))
     for name in rows[0]:
         values = [row[name] for row in rows if name in row]
         print(f"{indent}{name:28} p50 {statistics.median(values) * 1000:8.0f} ms   p95 {pct(values, 0.95) * 1000:8.0f} ms")

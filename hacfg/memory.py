@@ -18,9 +18,11 @@ being freed and faulted in again at each copy point.
 A state file is the tensors' bytes laid out raw behind a small JSON header, with the plain objects
 around them (the dicts, lists, numbers of a ``state_dict``) pickled apart and read back by an
 unpickler that builds nothing but containers and scalars. Loading copies each tensor out of a
-mapping of the file into memory of its own (see :func:`load` for why), or maps it copy-on-write
-(``torch.frombuffer``) for a state that is read and not written; either way the trainer's writes
-never reach the checkpoint, and no later save reuses a file a mapped tensor still views.
+mapping of the file into memory of its own (see :func:`load` for why), under an agent into the
+rank's :func:`landing` file, whose pages outlive the trainer for the next resume; or maps it
+copy-on-write (``torch.frombuffer``) for a state that is read and not written. Either way the
+trainer's writes never reach the checkpoint, and no later save reuses a file a mapped tensor
+still views.
 """
 
 from __future__ import annotations
