@@ -449,7 +449,8 @@ def _land(tier: Path, rank: int, layout: Layout) -> mmap.mmap | None:
     """A shared mapping of ``rank``'s landing file, long enough for ``layout``'s tensors and held (an
     exclusive ``flock``, released with the mapping) for as long as a tensor views it; None when a
     live process holds it (a forked child of the last trainer, or an earlier load in this one), it
-    is not a plain file, the tier has no room, or there is nothing to copy."""
+    is not a plain file of its own (the trainer can write the tier), the tier has no room, or
+    there is nothing to copy."""
     size = max((at + nbytes for _, _, at, nbytes in layout), default=0)
     if not size:
         return None
@@ -466,8 +467,9 @@ def _land(tier: Path, rank: int, layout: Layout) -> mmap.mmap | None:
         return None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if not stat.S_ISREG(os.fstat(handle).st_mode):
-            raise OSError(f"{into} is not a plain file")
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise OSError(f"{into} is not a plain file of its own")  # a link to a checkpoint, say
         landed = _claim(handle, size, tier)
     except OSError:
         os.close(handle)

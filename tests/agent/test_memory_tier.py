@@ -102,6 +102,10 @@ def test_a_landing_file_still_viewed_or_not_a_plain_file_is_not_copied_into(shm,
     memory.landing(shm, 0).symlink_to(victim)  # the trainer can write the tier: a link is never followed
     assert torch.equal(memory.load(path, tier=shm, rank=0)["w"], torch.ones(1 << 16))
     assert victim.read_bytes() == b"keep"
+    memory.landing(shm, 0).unlink()
+    os.link(path, memory.landing(shm, 0))  # or a hard link to the checkpoint itself, which a load would cut short
+    assert torch.equal(memory.load(path, tier=shm, rank=0)["w"], torch.ones(1 << 16))
+    assert torch.equal(memory.load(path)["w"], torch.ones(1 << 16)) and memory.header(path)["step"] == 1
 
 
 def test_a_mapped_state_stays_as_it_was_loaded_while_later_saves_reuse_the_tiers_files(shm):
