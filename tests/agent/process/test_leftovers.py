@@ -70,7 +70,12 @@ def test_the_next_agent_ends_the_tree_a_killed_agent_left(tmp_path):
 
 
 def sleeper(env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen(["sleep", "60"], start_new_session=True, env=env)
+    """A ``sleep`` in a session of its own, once it runs: until its exec, ``/proc/PID/environ`` is
+    still the test's, without the mark a leftover (found long after its start) carries."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True, env=env)
+    while Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+        time.sleep(0.001)
+    return proc
 
 
 def test_a_recorded_session_is_ended_only_while_its_leader_is_the_same_process(tmp_path):
