@@ -6,7 +6,8 @@ ends) and tells each worker where it is (``HACFG_MEMORY_DIR``). A rank's save is
 absent; a step is complete once every local rank's file is there (each file says how many there
 are). A rank that completes a step removes the older ones, keeping each rank's file as its spare,
 which its next save fills without faulting a page in: the tier holds two copies of the state at
-most, the newest complete step and, per rank, one being written or spare. In a group of nodes the
+most, the newest complete step and, per rank, one being written or spare, besides each rank's
+landing file, which a resume loads into (:func:`landing`). In a group of nodes the
 agent names a copy interval (``HACFG_MEMORY_COPY_EVERY``): the two newest complete steps at that
 interval stay too, as every node's copy points, so that a lost node's copy on its peer (at one of
 them) finds the same step on every other node; and so does the complete step before the newest,
@@ -441,8 +442,45 @@ def _copied(mapping: mmap.mmap, layout: Layout, start: int, landed: mmap.mmap | 
 def landing(tier: Path, rank: int) -> Path:
     """Where ``rank``'s loaded state lives on this node: a file of the tier, so that when the trainer
     dies its memory is kept, not returned to the kernel, and the next resume copies into pages that
-    are there instead of faulting fresh ones in. The first resume takes one of the rank's spares."""
+    are there instead of faulting fresh ones in. The agent makes it ahead (:func:`prepare_landings`);
+    without one, a resume takes one of the rank's spares."""
     return tier / f".landing_rank_{rank}"
+
+
+_ZEROS = bytes(16 << 20)  # what a landing file is first written with, a piece at a time
+
+
+def prepare_landings(tier: Path, stop: threading.Event | None = None) -> list[Path]:
+    """Make the landing file of each rank of the newest complete step that has none, its pages
+    written so that they are there: the first resume then copies into them as every later one does,
+    instead of taking a spare that the tier faults in again at its next save. Only while the tier
+    keeps room for one more save besides; returns what it made. Writing is the slow part (a page
+    fault and a zeroing per page): call it on a thread that yields to training; it gives up once
+    ``stop`` is set."""
+    newest = newest_complete(tier)
+    made = []
+    for path in _entries(newest[1]) if newest is not None else []:
+        if (match := RANK_NAME.fullmatch(path.name)) is None or os.path.lexists(target := landing(tier, int(match[1]))):
+            continue  # a link the trainer made in its place too: it is never written, nor written again and again
+        with contextlib.suppress(OSError):
+            size = path.stat().st_size
+            if shutil.disk_usage(tier).free < 2 * size:
+                continue
+            staging = tier / f".landing.{os.getpid()}.tmp"
+            try:
+                handle = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    for at in range(0, size, len(_ZEROS)):
+                        if stop is not None and stop.is_set():
+                            return made
+                        os.pwrite(handle, _ZEROS[: size - at], at)
+                finally:
+                    os.close(handle)
+                os.link(staging, target)  # never over one a trainer took meanwhile
+                made.append(target)
+            finally:
+                staging.unlink(missing_ok=True)
+    return made
 
 
 def _land(tier: Path, rank: int, layout: Layout) -> mmap.mmap | None:

@@ -8,6 +8,7 @@ leading elsewhere) is never chosen: every rank loads only what the job itself sa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -133,9 +134,13 @@ class MemoryTier:
     """This node's memory tier: a folder of shared memory the agent makes and removes when it
     ends, named for the job and node; the workers save into it (:mod:`hacfg.memory`)."""
 
+    LOOK = 2.0  # seconds between looks for a step whose ranks have no landing file yet
+
     def __init__(self, job: str | None, node: int):
         self.name = memory.folder_name(job, node)
         self.path: Path | None = None
+        self._done = threading.Event()
+        self._preparer: threading.Thread | None = None
 
     def open(self) -> None:
         """Make the folder: mode 0700, its name's tail unguessable, so that no other user of the
@@ -147,8 +152,21 @@ class MemoryTier:
                 shutil.rmtree(left, ignore_errors=True)
         self.path = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=root))
         (self.path / OWNER).write_text(str(os.getpid()))
+        self._preparer = threading.Thread(target=self._prepare, args=(self.path,), daemon=True, name="hacfg-landing")
+        self._preparer.start()
+
+    def _prepare(self, tier: Path) -> None:
+        """Make each rank's landing file once the tier holds a complete step (:func:`memory.prepare_landings`),
+        at the lowest priority: a resume then finds its memory there, the first as every later one."""
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        while not self._done.wait(self.LOOK):
+            memory.prepare_landings(tier, self._done)
 
     def release(self) -> None:
+        self._done.set()
+        if self._preparer is not None:
+            self._preparer.join()
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
 

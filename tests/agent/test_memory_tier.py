@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from kit.paths import CHILDREN
 from kit.processes import ending
 
 from hacfg import memory
-from hacfg.agent.checkpoints import ROOT_ENV, newest_tier
+from hacfg.agent.checkpoints import ROOT_ENV, MemoryTier, newest_tier
 from hacfg.checkpoint import save_step
 
 
@@ -106,6 +108,45 @@ def test_a_landing_file_still_viewed_or_not_a_plain_file_is_not_copied_into(shm,
     os.link(path, memory.landing(shm, 0))  # or a hard link to the checkpoint itself, which a load would cut short
     assert torch.equal(memory.load(path, tier=shm, rank=0)["w"], torch.ones(1 << 16))
     assert torch.equal(memory.load(path)["w"], torch.ones(1 << 16)) and memory.header(path)["step"] == 1
+
+
+def test_landing_files_are_made_ahead_with_their_pages_and_the_first_resume_copies_into_them(shm, tmp_path):
+    for rank in (0, 1):
+        memory.save(shm, 1, {"w": torch.full((1 << 20,), float(rank))}, rank=rank, ranks=2)
+    stop = threading.Event()
+    stop.set()
+    assert memory.prepare_landings(shm, stop) == [] and sorted(p.name for p in shm.iterdir()) == ["step_1"]
+    made = memory.prepare_landings(shm)
+    assert sorted(made) == [memory.landing(shm, 0), memory.landing(shm, 1)]
+    size = memory.rank_file(shm / "step_1", 0).stat().st_size
+    assert all(path.stat().st_blocks * 512 >= size and oct(path.stat().st_mode & 0o777) == "0o600" for path in made)
+    assert memory.prepare_landings(shm) == [] and not list(shm.glob(".landing.*"))  # made once, nothing left over
+    inode = memory.landing(shm, 0).stat().st_ino
+    loaded = memory.load(memory.rank_file(shm / "step_1", 0), tier=shm, rank=0)
+    assert memory.landing(shm, 0).stat().st_ino == inode and str(memory.landing(shm, 0)) in held(shm)
+    assert torch.equal(loaded["w"], torch.zeros(1 << 20))
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    memory.landing(shm, 1).unlink()
+    memory.landing(shm, 1).symlink_to(victim)  # made by the trainer, which can write the tier
+    assert memory.prepare_landings(shm) == [] and victim.read_bytes() == b"keep"
+
+
+def test_the_agents_tier_makes_its_ranks_landing_files_once_a_step_is_complete(shm, monkeypatch):
+    monkeypatch.setenv(ROOT_ENV, str(shm))
+    monkeypatch.setattr(MemoryTier, "LOOK", 0.02)
+    tier = MemoryTier("landing", 0)
+    tier.open()
+    try:
+        assert tier.path is not None
+        memory.save(tier.path, 1, {"w": torch.ones(1 << 18)}, rank=0, ranks=1)
+        deadline = time.monotonic() + 10
+        while not memory.landing(tier.path, 0).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert memory.landing(tier.path, 0).stat().st_blocks * 512 >= memory.rank_file(tier.path / "step_1", 0).stat().st_size
+    finally:
+        tier.release()
+    assert not list(shm.iterdir())
 
 
 def test_a_mapped_state_stays_as_it_was_loaded_while_later_saves_reuse_the_tiers_files(shm):
