@@ -447,9 +447,6 @@ def landing(tier: Path, rank: int) -> Path:
     return tier / f".landing_rank_{rank}"
 
 
-_ZEROS = bytes(16 << 20)  # what a landing file is first written with, a piece at a time
-
-
 def prepare_landings(tier: Path, stop: threading.Event | None = None) -> list[Path]:
     """Make the landing file of each rank of the newest complete step that has none, its pages
     written so that they are there: the first resume then copies into them as every later one does,
@@ -458,7 +455,8 @@ def prepare_landings(tier: Path, stop: threading.Event | None = None) -> list[Pa
     fault and a zeroing per page): call it on a thread that yields to training; it gives up once
     ``stop`` is set."""
     newest = newest_complete(tier)
-    made = []
+    made: list[Path] = []
+    zeros = memoryview(b"")  # what a landing file is first written with, 16 MB at a time
     for path in _entries(newest[1]) if newest is not None else []:
         if (match := RANK_NAME.fullmatch(path.name)) is None or os.path.lexists(target := landing(tier, int(match[1]))):
             continue  # a link the trainer made in its place too: it is never written, nor written again and again
@@ -467,13 +465,14 @@ def prepare_landings(tier: Path, stop: threading.Event | None = None) -> list[Pa
             if shutil.disk_usage(tier).free < 2 * size:
                 continue
             staging = tier / f".landing.{os.getpid()}.tmp"
+            zeros = zeros or memoryview(bytes(16 << 20))
             try:
                 handle = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 try:
-                    for at in range(0, size, len(_ZEROS)):
+                    for at in range(0, size, len(zeros)):
                         if stop is not None and stop.is_set():
                             return made
-                        os.pwrite(handle, _ZEROS[: size - at], at)
+                        os.pwrite(handle, zeros[: size - at], at)
                 finally:
                     os.close(handle)
                 os.link(staging, target)  # never over one a trainer took meanwhile
