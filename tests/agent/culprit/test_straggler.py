@@ -283,10 +283,12 @@ def test_a_rank_whose_clock_runs_80_ms_early_among_three_moves_no_one(tmp_path):
     assert job.run() == {0: 0, 1: 0, 2: 0}, job.output(0)[-3000:]
     named = [e for e in job.events(0) if e["event"] == "straggler"]
     assert named and {e["rank"] for e in named} <= {0, 2}, named  # the skew makes the others look slow
+    # Slow from the first collectives seen (no pace before it to weigh), or, when a busy machine let
+    # the peers' slow run begin later, slow while the job's pace held: a warning either way.
+    held = ("it was slow from the first collectives seen, so the job's pace before it is not known: not moving",
+            "the job's own pace has not worsened")
     for found in named:
-        assert found["action"] == "warn" and found["before"] == 0, found
-        assert found["reason"].endswith("but it was slow from the first collectives seen, so the job's pace before "
-                                        "it is not known: not moving"), found
+        assert found["action"] == "warn" and any(why in found["reason"] for why in held), found
 
 
 @pytest.mark.slow
