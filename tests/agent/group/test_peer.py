@@ -438,8 +438,8 @@ def test_a_copy_waits_until_the_copies_before_are_paid_for_then_the_newest_goes(
         peer.Receiver(keeper, KEY, 1, job=JOB, timeout=TIMEOUT, echo=heard) as receiver,
         peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.02, timeout=TIMEOUT, ledger=ledger) as sender,
     ):
+        began = time.monotonic()  # before the step exists: the copy cannot start before it
         save_step(own, 1)
-        began = time.monotonic()
         wait_until(lambda: sender.sent == 1 and ledger.charges)
         assert 0 < ledger.charges[0] <= time.monotonic() - began  # the copy's own time
         ledger.charge(1.0)  # as if it had cost a second of training
