@@ -97,8 +97,7 @@ def save(
     Raises :class:`TierFull` (leaving nothing) when the tier has no room for it."""
     folder = step_folder(tier, step)
     folder.mkdir(mode=0o700, exist_ok=True)
-    slots = spares(tier, rank)
-    reuse = next((slot for slot in slots if slot.exists() and not _viewed(slot)), slots[0])
+    reuse = _free_spare(tier, rank) or spares(tier, rank)[0]  # the latter kept for the next save once written
     save_file(folder, step, state, rank=rank, ranks=ranks, reuse=reuse)
     if complete(folder):
         prune(tier, keep=step, copy_every=copy_every)
@@ -114,6 +113,11 @@ def spares(tier: Path, rank: int) -> list[Path]:
     enough alone; in a group the files rotate through the copy points, and a second spare keeps the
     one freed at each copy point from being faulted in again at the next save."""
     return [tier / f".spare_rank_{rank}{f'.{slot}' if slot else ''}" for slot in range(SPARES)]
+
+
+def _free_spare(tier: Path, rank: int) -> Path | None:
+    """A spare of ``rank`` there to be filled: one no tensor this process loaded mapped still views."""
+    return next((slot for slot in spares(tier, rank) if slot.exists() and not _viewed(slot)), None)
 
 
 def spare_of(tier: Path, name: str) -> Path:
@@ -492,12 +496,9 @@ def _land(tier: Path, rank: int, layout: Layout) -> mmap.mmap | None:
     if not size:
         return None
     into = landing(tier, rank)
-    if not into.exists():
-        for spare in spares(tier, rank):
-            with contextlib.suppress(OSError):
-                if not _viewed(spare):
-                    os.rename(spare, into)
-                    break
+    if not into.exists() and (spare := _free_spare(tier, rank)) is not None:
+        with contextlib.suppress(OSError):
+            os.rename(spare, into)
     try:
         handle = os.open(into, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
