@@ -339,6 +339,21 @@ def test_shared_memory_too_small_says_so_once_and_saves_to_disk(tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_tier_without_room_for_a_landing_file_loads_into_fresh_memory(tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], check=True)
+    try:
+        folder = memory.save(small, 1, {"w": torch.full((5 << 17,), 3.0)}, rank=0, ranks=1)  # 2.5 MB of 4
+        assert memory.prepare_landings(small) == []  # no room for it and one more save
+        loaded = memory.load(memory.rank_file(folder, 0), tier=small, rank=0)["w"]
+        assert torch.equal(loaded, torch.full((5 << 17,), 3.0))  # in fresh memory, no crash
+        assert str(memory.landing(small, 0)) not in held(small) and memory.landing(small, 0).stat().st_size == 0
+    finally:
+        subprocess.run(["umount", "--lazy", str(small)], check=True)  # this process keeps its save's file mapped
+
+
 def test_without_an_agent_memory_saves_go_to_disk_with_one_line(tmp_path):
     trainer = [sys.executable, str(CHILDREN / "memory_trainer.py"), "3", str(tmp_path / "final.pt"), "0", str(tmp_path / "ckpt")]
     env = {key: value for key, value in os.environ.items() if key != memory.DIR_ENV}
