@@ -322,16 +322,21 @@ def test_a_sigkill_inside_the_copy_resumes_the_step_before_it_from_memory(shm, t
     assert not (tmp_path / "ckpt").exists()  # nothing went to disk
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
-def test_shared_memory_too_small_says_so_once_and_saves_to_disk(tmp_path):
-    small = tmp_path / "small"
-    small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], check=True)
-    try:
-        agent = run_trainer(tmp_path, small, 3, 8)
-        _, err = agent.communicate(timeout=120)
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
+@pytest.fixture
+def small(tmp_path) -> Iterator[Path]:
+    """A tmpfs of 4 MB: shared memory too small for what is saved in it."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    folder = tmp_path / "small"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], check=True)
+    yield folder
+    subprocess.run(["umount", "--lazy", str(folder)], check=True)  # a test's own saves keep their file mapped
+
+
+def test_shared_memory_too_small_says_so_once_and_saves_to_disk(tmp_path, small):
+    agent = run_trainer(tmp_path, small, 3, 8)
+    _, err = agent.communicate(timeout=120)
     assert agent.returncode == 0, err
     lines = [line for line in err.splitlines() if "memory checkpoints do not fit" in line]
     assert len(lines) == 1 and f"saving to {tmp_path / 'ckpt'} instead" in lines[0]
@@ -339,19 +344,12 @@ def test_shared_memory_too_small_says_so_once_and_saves_to_disk(tmp_path):
     assert "Traceback" not in err
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
-def test_a_tier_without_room_for_a_landing_file_loads_into_fresh_memory(tmp_path):
-    small = tmp_path / "small"
-    small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], check=True)
-    try:
-        folder = memory.save(small, 1, {"w": torch.full((5 << 17,), 3.0)}, rank=0, ranks=1)  # 2.5 MB of 4
-        assert memory.prepare_landings(small) == []  # no room for it and one more save
-        loaded = memory.load(memory.rank_file(folder, 0), tier=small, rank=0)["w"]
-        assert torch.equal(loaded, torch.full((5 << 17,), 3.0))  # in fresh memory, no crash
-        assert str(memory.landing(small, 0)) not in held(small) and memory.landing(small, 0).stat().st_size == 0
-    finally:
-        subprocess.run(["umount", "--lazy", str(small)], check=True)  # this process keeps its save's file mapped
+def test_a_tier_without_room_for_a_landing_file_loads_into_fresh_memory(small):
+    folder = memory.save(small, 1, {"w": torch.full((5 << 17,), 3.0)}, rank=0, ranks=1)  # 2.5 MB of 4
+    assert memory.prepare_landings(small) == []  # no room for it and one more save
+    loaded = memory.load(memory.rank_file(folder, 0), tier=small, rank=0)["w"]
+    assert torch.equal(loaded, torch.full((5 << 17,), 3.0))  # in fresh memory, no crash
+    assert str(memory.landing(small, 0)) not in held(small) and memory.landing(small, 0).stat().st_size == 0
 
 
 def test_without_an_agent_memory_saves_go_to_disk_with_one_line(tmp_path):
