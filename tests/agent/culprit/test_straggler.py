@@ -248,14 +248,16 @@ def test_a_rank_with_twice_the_compute_is_named_and_moved_from_and_an_unperturbe
     if not faults:
         assert (codes, named) == (dict.fromkeys(range(nodes), 0), []), job.output(0)[-3000:]
         return
-    (found,) = named
-    assert found["slowdown"] >= THRESHOLD and found["score"] <= 1 / THRESHOLD
-    if nodes == 2:
-        assert (found["node"], found["rank"], found["action"]) == (1, 1, "warn"), found
+    if nodes == 2:  # a job only warned of runs on: the straggler may be named again later, and only warned of
+        found = next((e for e in named if (e["node"], e["rank"]) == (1, 1)), None)
+        assert found is not None and all(e["action"] == "warn" for e in named), named
+        assert found["slowdown"] >= THRESHOLD and found["score"] <= 1 / THRESHOLD
         assert found["reason"].endswith("with 2 ranks, each one's pace rests on the other's clock stamps alone: "
                                         "not moving on one rank's word"), found
         assert codes == {0: 0, 1: 0}, job.output(0)[-3000:]
         return
+    (found,) = named
+    assert found["slowdown"] >= THRESHOLD and found["score"] <= 1 / THRESHOLD
     assert (found["node"], found["rank"], found["action"]) == (1, 1, "restart_elsewhere"), found
     assert codes == dict.fromkeys(range(nodes), 138), job.output(0)[-3000:]
     for node in range(nodes):
