@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -68,6 +71,16 @@ def write(tmp_path):
         return path
 
     return _write
+
+
+@pytest.fixture
+def shm() -> Iterator[Path]:
+    """A folder of /dev/shm of the test's own, for memory tiers (the agent's, when given as its root)."""
+    from hacfg import memory
+
+    folder = Path(tempfile.mkdtemp(dir=memory.ROOT, prefix="hacfg-test-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

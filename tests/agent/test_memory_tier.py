@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -25,14 +24,6 @@ from kit.processes import ending
 from hacfg import memory
 from hacfg.agent.checkpoints import ROOT_ENV, MemoryTier, newest_tier
 from hacfg.checkpoint import save_step
-
-
-@pytest.fixture
-def shm() -> Iterator[Path]:
-    """A folder of /dev/shm of the test's own, where the agent makes its memory tier."""
-    folder = Path(tempfile.mkdtemp(dir=memory.ROOT, prefix="hacfg-test-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def a_state(step: int) -> dict:

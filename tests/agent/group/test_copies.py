@@ -3,11 +3,7 @@ every node resumes (its own, or its copy on the next node) from what each node's
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,13 +22,6 @@ from hacfg.agent.rounds import MemoryPlan, Plan
 from hacfg.restart.policy import Budgets
 
 ADDRESSES = (("10.0.0.1", 29500), ("10.0.0.2", 29501), ("10.0.0.3", 29502))
-
-
-@pytest.fixture
-def shm() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(dir=memory.ROOT, prefix="hacfg-test-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_group_tier_keeps_its_two_newest_copy_points_and_the_step_before_its_newest(shm):
