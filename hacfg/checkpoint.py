@@ -25,8 +25,12 @@ trainer; without room there (or without an agent) it says so once and saves to d
     if (found := resume_dir()) is not None:
         state = load_state(found)
     ...
-    save_memory(step, state, fallback="/mnt/sfs/run/ckpt")      # every step or so
-    save_state("/mnt/sfs/run/ckpt", step, state)                # at the plan's interval: survives node loss
+    save_memory(step, state, fallback="/mnt/sfs/run/ckpt",      # every step or so
+                to_disk=step % 500 == 0)                        # at the plan's interval: survives node loss
+
+With ``to_disk`` the agent writes the step from its tier to ``checkpoint.path`` in the background
+(``step_N/`` as :func:`save_step` publishes it, complete or absent), so the trainer blocks only for
+the copy into memory; ``save_state`` writes one before it returns.
 
 The marker records how long the save took (``{"save_s": 1.234}``): the agent reports it, and
 ``hacfg plan --from-events`` plans with it. The save runs in the ``checkpoint`` phase of
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import re
@@ -72,6 +77,7 @@ def _save_step(root: Path, step: int, write: Callable[[Path], None]) -> Path:
     token = "".join(secrets.choice(string.ascii_lowercase) for _ in range(_TOKEN))
     staging = root / f".step_{step}.{token}.tmp"
     staging.mkdir()
+    writing = _hold(staging)
     try:
         write(staging)
         for path in staging.iterdir():
@@ -85,7 +91,35 @@ def _save_step(root: Path, step: int, write: Callable[[Path], None]) -> Path:
         _publish(staging, final, root / f"step_{step}.replaced-{token}")
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone once published; a save that raised leaves nothing
+        os.close(writing)
     return final
+
+
+def _hold(staging: Path) -> int:
+    """An exclusive lock on the staging folder for as long as the save runs (the descriptor returned):
+    :func:`tidy` leaves a folder alone while someone holds it, as the agent's own background
+    writes to disk do while an attempt starts. Best effort: a file system without locks has none."""
+    held = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+    with contextlib.suppress(OSError):
+        fcntl.flock(held, fcntl.LOCK_EX)
+    return held
+
+
+def _held(staging: Path) -> bool:
+    """Whether a save in flight holds ``staging`` (:func:`_hold`)."""
+    try:
+        probe = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(probe)
+    return False
 
 
 def _publish(staging: Path, final: Path, aside: Path) -> None:
@@ -120,14 +154,16 @@ def _sync(directory: Path) -> None:
 
 def tidy(root: str | Path | None) -> list[Path]:
     """Remove what saves killed midway left under ``root``: their staging folders, and replaced
-    copies whose ``step_N`` is complete again. Safe only while no save can be in flight (the agent
-    calls it before each attempt, once every worker has stopped); returns what it removed."""
+    copies whose ``step_N`` is complete again. The agent calls it before each attempt, once every
+    worker has stopped; a save still in flight (the agent's own, writing a memory step to disk)
+    holds its folder and is left alone. Returns what it removed."""
     if root is None or not Path(root).is_dir():
         return []
     removed = []
     for entry in sorted(Path(root).iterdir()):
         replaced = _REPLACED.fullmatch(entry.name)
-        if _STAGING.fullmatch(entry.name) or (replaced and (entry.parent / replaced[1] / MARKER).is_file()):
+        staged = _STAGING.fullmatch(entry.name) and not _held(entry)
+        if staged or (replaced and (entry.parent / replaced[1] / MARKER).is_file()):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
@@ -139,23 +175,42 @@ def resume_dir() -> Path | None:
     return Path(found) if found else None
 
 
-def save_memory(step: int, state: Mapping[str, Any], fallback: str | Path) -> Path:
+def save_memory(step: int, state: Mapping[str, Any], fallback: str | Path, *, to_disk: bool = False) -> Path:
     """Hand this rank's ``state`` for ``step`` to the agent's memory tier; returns the step's folder there.
     One call per rank, no collective: the step is complete once every rank of the node has saved.
     With no tier (no agent) or no room in it, one line says so and :func:`save_state` saves it
-    under ``fallback`` on disk instead."""
+    under ``fallback`` on disk instead.
+
+    ``to_disk``: the step goes to ``fallback`` on disk too, as :func:`save_state` would write it.
+    When ``fallback`` is the agent's ``checkpoint.path`` the agent writes it there in the background,
+    from the tier, and the call blocks only for the copy into memory; otherwise it is written
+    before the call returns."""
     tier = os.environ.get(memory.DIR_ENV, "")
     with heartbeat.phase("checkpoint"):
         if tier:
+            behind = to_disk and _agent_writes(fallback)
             try:
                 ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
                 copy_every = memory.copy_interval()
-                return memory.save(Path(tier), step, state, rank=_rank(), ranks=ranks, copy_every=copy_every)
+                folder = memory.save(
+                    Path(tier), step, state, rank=_rank(), ranks=ranks, copy_every=copy_every, disk=behind
+                )
             except memory.TierFull as err:
                 _say_once(f"[hacfg] memory checkpoints do not fit: {err}; saving to {fallback} instead")
+            else:
+                if to_disk and not behind:
+                    _say_once(f"[hacfg] {fallback} is not the agent's checkpoint.path: written there before going on")
+                    save_state(fallback, step, state)
+                return folder
         else:
             _say_once(f"[hacfg] no memory tier (no hacfg agent, or one agent per card); saving to {fallback}")
     return save_state(fallback, step, state)
+
+
+def _agent_writes(root: str | Path) -> bool:
+    """Whether the agent writes the memory tier's steps to ``root`` (its ``checkpoint.path``)."""
+    disk = os.environ.get(memory.DISK_ENV, "")
+    return bool(disk) and os.path.realpath(disk) == os.path.realpath(root)
 
 
 def save_state(root: str | Path, step: int, state: Mapping[str, Any]) -> Path:

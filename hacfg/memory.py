@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import errno
 import fcntl
 import io
 import itertools
@@ -56,6 +57,8 @@ DIR_ENV = "HACFG_MEMORY_DIR"  # the folder of this node's memory tier, set by th
 COPY_EVERY_ENV = "HACFG_MEMORY_COPY_EVERY"  # in a group: the steps at this interval are the ones copied to a peer
 COPY_POINTS = 2  # copy points kept: the one a peer holds, and the one that may be on its way to it
 PINS = ".pins"  # the agent's list of this node's steps that a copy it keeps for another node needs
+DISK_ENV = "HACFG_MEMORY_DISK"  # the disk checkpoint folder the agent writes steps of the tier to, if any
+PERSISTED = ".persisted"  # the newest step the agent wrote to disk (:func:`to_disk`)
 ROOT = Path("/dev/shm")
 MAGIC = b"HACFGMEM1\n"
 _LENGTH = struct.Struct("<Q")
@@ -91,14 +94,22 @@ def rank_file(folder: Path, rank: int) -> Path:
 
 
 def save(
-    tier: Path, step: int, state: Mapping[str, Any], *, rank: int, ranks: int, copy_every: int | None = None
+    tier: Path,
+    step: int,
+    state: Mapping[str, Any],
+    *,
+    rank: int,
+    ranks: int,
+    copy_every: int | None = None,
+    disk: bool = False,
 ) -> Path:
     """Write ``state`` as ``rank``'s part of ``step``, one of ``ranks`` on this node; returns the step's folder.
-    Raises :class:`TierFull` (leaving nothing) when the tier has no room for it."""
+    ``disk``: the agent is to write the step to disk too (:func:`to_disk`). Raises :class:`TierFull`
+    (leaving nothing) when the tier has no room for it."""
     folder = step_folder(tier, step)
     folder.mkdir(mode=0o700, exist_ok=True)
     reuse = _free_spare(tier, rank) or spares(tier, rank)[0]  # the latter kept for the next save once written
-    save_file(folder, step, state, rank=rank, ranks=ranks, reuse=reuse)
+    save_file(folder, step, state, rank=rank, ranks=ranks, reuse=reuse, disk=disk)
     if complete(folder):
         prune(tier, keep=step, copy_every=copy_every)
     return folder
@@ -128,10 +139,17 @@ def spare_of(tier: Path, name: str) -> Path:
 
 
 def save_file(
-    folder: Path, step: int, state: Mapping[str, Any], *, rank: int, ranks: int = 1, reuse: Path | None = None
+    folder: Path,
+    step: int,
+    state: Mapping[str, Any],
+    *,
+    rank: int,
+    ranks: int = 1,
+    reuse: Path | None = None,
+    disk: bool = False,
 ) -> Path:
     """Write ``state`` to ``rank_R.state`` in ``folder``: under a hidden name (``reuse``'s file when
-    there is one), renamed once whole."""
+    there is one), renamed once whole; its header says ``disk`` when the agent is to write it to disk."""
     tensors: list[torch.Tensor] = []
     skeleton = _pickled(state, tensors)
     layout, offset = [], 0
@@ -147,9 +165,8 @@ def save_file(
             }
         )
         offset += nbytes
-    header = json.dumps(
-        {"step": step, "rank": rank, "ranks": ranks, "tensors": layout, "objects": len(skeleton)}
-    ).encode()
+    fields = {"step": step, "rank": rank, "ranks": ranks, "tensors": layout, "objects": len(skeleton)}
+    header = json.dumps({**fields, "disk": True} if disk else fields).encode()
     start = -(-(len(MAGIC) + _LENGTH.size + len(header) + len(skeleton)) // _ALIGN) * _ALIGN
     size = start + offset
     final = rank_file(folder, rank)
@@ -371,8 +388,18 @@ class _Unpickler(pickle.Unpickler):
 
 
 def header(path: Path) -> dict[str, Any]:
-    """The JSON header of a state file; ValueError when it is not one."""
-    with open(path, "rb") as handle:
+    """The JSON header of a state file; ValueError when it is not one. A trainer can write the tier:
+    a link or a pipe in a state file's place is refused, never followed or waited on."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ValueError(f"{path} is not a file") from None
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise ValueError(f"{path} is not a file")
+    with open(descriptor, "rb") as handle:
         if handle.read(len(MAGIC)) != MAGIC:
             raise ValueError(f"{path} is not a hacfg state file")
         (length,) = _LENGTH.unpack(handle.read(_LENGTH.size))
@@ -589,6 +616,8 @@ def prune(tier: Path, keep: int, copy_every: int | None = None) -> None:
     that interval stay, and so does the newest complete step before ``keep``: a node killed inside
     its save of step N+1 holds N, and the others, which completed N+1 already, must still hold N too."""
     kept = pinned(tier)
+    if (waiting := to_disk(tier)) is not None:
+        kept.add(waiting[0])
     if copy_every:
         kept.update(step for step, _ in itertools.islice(_complete(tier, copy_every), COPY_POINTS))
         kept.update(itertools.islice((step for step, _ in _complete(tier, None) if step < keep), 1))
@@ -609,9 +638,46 @@ def pinned(tier: Path) -> set[int]:
 def pin(tier: Path, pins: set[int]) -> None:
     """Keep these steps of the tier from pruning, in place of those pinned before: the steps of the
     copies the agent keeps for other nodes, which a lost node's copy is resumed with."""
-    staging = tier / f"{PINS}.{os.getpid()}.tmp"
-    staging.write_text(json.dumps(sorted(pins)))
-    os.replace(staging, tier / PINS)
+    _record(tier / PINS, sorted(pins))
+
+
+def to_disk(tier: Path | None, after: int | None = None) -> tuple[int, Path] | None:
+    """The step the agent is to write to disk and has not yet: the newest complete one whose files
+    say so (an older one waiting is passed over), if newer than ``after``, by default the last step
+    the agent wrote (:data:`PERSISTED`). It stays in the tier until then."""
+    for step, folder in _complete(tier, None):
+        if any(asks_disk(entry) for entry in _entries(folder) if RANK_NAME.fullmatch(entry.name)):
+            return (step, folder) if step > (persisted(tier) if after is None else after) else None
+    return None
+
+
+def asks_disk(path: Path) -> bool:
+    """Whether the rank's state file at ``path`` asks the agent to write it to disk."""
+    try:
+        return header(path).get("disk") is True
+    except (OSError, ValueError):
+        return False
+
+
+def persisted(tier: Path | None) -> int:
+    """The newest step the agent wrote to disk from this tier; -1 before the first."""
+    try:
+        found = json.loads((tier / PERSISTED).read_text()) if tier is not None else -1
+    except (OSError, ValueError):
+        return -1
+    return found if type(found) is int else -1
+
+
+def mark_persisted(tier: Path, step: int) -> None:
+    """Record that ``step`` is on disk (or will never be): the tier need keep it no longer."""
+    _record(tier / PERSISTED, step)
+
+
+def _record(path: Path, value: Any) -> None:
+    """Write ``value`` as JSON to ``path`` of the tier, whole or not at all."""
+    staging = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    staging.write_text(json.dumps(value))
+    os.replace(staging, path)
 
 
 def copy_interval() -> int | None:

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hacfg import memory, untrusted
-from hacfg.checkpoint import MARKER
+from hacfg.checkpoint import MARKER, save_step
 from hacfg.plugin import manager as plugin_manager
 from hacfg.plugin.recovery import CheckpointLayout, SavedCheckpoint
 from hacfg.restart.vocabulary import Event
@@ -132,15 +133,26 @@ OWNER = "agent.pid"  # in a memory tier's folder: the pid of the agent that made
 
 class MemoryTier:
     """This node's memory tier: a folder of shared memory the agent makes and removes when it
-    ends, named for the job and node; the workers save into it (:mod:`hacfg.memory`)."""
+    ends, named for the job and node; the workers save into it (:mod:`hacfg.memory`). Given the
+    job's ``disk`` (``checkpoint.path``), the agent writes there the steps the workers ask it to
+    (``save_memory(..., to_disk=True)``), in the background; ``written`` hears of each."""
 
     LOOK = 2.0  # seconds between looks for a step whose ranks have no landing file yet
+    DISK_LOOK = 0.25  # seconds between looks for a step to write to disk: it holds a copy of the state till then
 
-    def __init__(self, job: str | None, node: int):
+    def __init__(
+        self,
+        job: str | None,
+        node: int,
+        disk: Path | None = None,
+        written: Callable[[int, Written], None] | None = None,
+    ):
         self.name = memory.folder_name(job, node)
         self.path: Path | None = None
+        self.disk = disk
+        self.written = written
         self._done = threading.Event()
-        self._preparer: threading.Thread | None = None
+        self._helpers: list[threading.Thread] = []
 
     def open(self) -> None:
         """Make the folder: mode 0700, its name's tail unguessable, so that no other user of the
@@ -152,23 +164,115 @@ class MemoryTier:
                 shutil.rmtree(left, ignore_errors=True)
         self.path = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=root))
         (self.path / OWNER).write_text(str(os.getpid()))
-        self._preparer = threading.Thread(target=self._prepare, args=(self.path,), daemon=True, name="hacfg-landing")
-        self._preparer.start()
+        self._helpers = [threading.Thread(target=self._prepare, args=(self.path,), daemon=True, name="hacfg-landing")]
+        if self.disk is not None:
+            self._helpers.append(
+                threading.Thread(target=self._write, args=(self.path, self.disk), daemon=True, name="hacfg-to-disk")
+            )
+        for helper in self._helpers:
+            helper.start()
 
     def _prepare(self, tier: Path) -> None:
         """Make each rank's landing file once the tier holds a complete step (:func:`memory.prepare_landings`),
         at the lowest priority: a resume then finds its memory there, the first as every later one."""
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        _yield_to_training()
         while not self._done.wait(self.LOOK):
             memory.prepare_landings(tier, self._done)
 
+    def _write(self, tier: Path, disk: Path) -> None:
+        """Write each step the workers ask for to ``disk`` (:func:`to_disk`), at the lowest priority.
+        Once the agent ends, the step still waiting is written before it goes: the job's last
+        checkpoint, as often as not."""
+        _yield_to_training()
+        last = -1
+        while True:
+            ending = self._done.is_set()
+            if (waiting := memory.to_disk(tier, after=last)) is not None:
+                last = waiting[0]
+                outcome = to_disk(*waiting, disk)
+                memory.mark_persisted(tier, last)
+                if self.written is not None:
+                    self.written(last, outcome)
+            elif ending:
+                return
+            else:
+                self._done.wait(self.DISK_LOOK)
+
     def release(self) -> None:
         self._done.set()
-        if self._preparer is not None:
-            self._preparer.join()
+        for helper in self._helpers:
+            helper.join()
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _yield_to_training() -> None:
+    """This thread at nice 19: what it does waits for the workers' idle time."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """A step of the memory tier written to disk, or why not."""
+
+    path: Path | None  # the step_N folder published under checkpoint.path
+    seconds: float
+    nbytes: int
+    error: str | None = None
+
+
+def to_disk(step: int, folder: Path, disk: Path) -> Written:
+    """Write the memory tier's ``step`` (its ``folder``) to ``disk`` as ``save_state`` writes it: the
+    files of the ranks that asked, in a ``step_N`` that :func:`hacfg.checkpoint.save_step`
+    publishes complete or not at all. Each file is copied whole from one that no save touched
+    meanwhile; one the trainer renamed, rewrote or swapped for something other than a file
+    (a link, a pipe) fails the step, which is then not published."""
+    began, copied = time.monotonic(), 0
+    if (disk / f"step_{step}" / MARKER).is_file():  # an agent before this one wrote it
+        return Written(disk / f"step_{step}", 0.0, 0)
+
+    def write(staging: Path) -> None:
+        nonlocal copied
+        for entry in sorted(folder.iterdir()):
+            if memory.RANK_NAME.fullmatch(entry.name) and memory.asks_disk(entry):
+                copied += _copy_unchanged(entry, staging / entry.name)
+
+    try:
+        path = save_step(disk, step, write)
+    except (OSError, ValueError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        return Written(None, time.monotonic() - began, copied, untrusted.printable(reason))
+    return Written(path, time.monotonic() - began, copied)
+
+
+def _copy_unchanged(source: Path, target: Path) -> int:
+    """Copy the regular file ``source`` to ``target``; ValueError when it changed during the copy."""
+    handle = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        before = os.fstat(handle)
+        if not stat.S_ISREG(before.st_mode):
+            raise ValueError(f"{source} is not a file")
+        with open(target, "xb") as out:
+            done = 0
+            while done < before.st_size:
+                sent = os.sendfile(out.fileno(), handle, done, before.st_size - done)
+                if not sent:
+                    break
+                done += sent
+        after = os.fstat(handle)
+        if done != before.st_size or after.st_ctime_ns != before.st_ctime_ns or not _still(source, before):
+            raise ValueError(f"{source} changed while it was written to disk")
+        return done
+    finally:
+        os.close(handle)
+
+
+def _still(path: Path, status: os.stat_result) -> bool:
+    try:
+        return os.path.samestat(os.stat(path, follow_symlinks=False), status)
+    except OSError:
+        return False
 
 
 def _alive(owner: Path) -> bool:

@@ -23,6 +23,7 @@ from hacfg.plugin import manager as plugin_manager
 from hacfg.restart.vocabulary import Action, Cause, Ending, Event
 
 if TYPE_CHECKING:
+    from hacfg.agent.checkpoints import Written
     from hacfg.agent.culprit import straggler
     from hacfg.agent.process.attempt import Limit
     from hacfg.agent.rounds import Plan, Verdict
@@ -196,6 +197,15 @@ class Journal:
         self.log.write(
             Event.CHECKPOINT_OVERDUE, path=str(path), interval=interval, training=round(training, 3),
             newest=str(newest.path) if newest else None,
+        )
+
+    def checkpoint_written(self, step: int, written: Written) -> None:
+        """A step of the memory tier written to disk in the background (from the tier's own thread)."""
+        if written.error is not None:
+            self.echo(f"[hacfg] step {step} of the memory tier could not be written to disk: {written.error}")
+        self.log.write(
+            Event.CHECKPOINT_WRITTEN, step=step, path=str(written.path) if written.path else None,
+            seconds=round(written.seconds, 3), bytes=written.nbytes, error=written.error,
         )
 
     def attempt_exit(self, plan: Plan, cause: Ending | str, **fields: Any) -> None:

@@ -77,11 +77,11 @@ class Agent:
         self.rank = node or 0
         job = job_identity(os.environ)
         self.store = StateStore(state_dir, job=job)
-        self.memory = checkpoints.MemoryTier(job, self.rank)
         self.secret = secret or JobSecret(os.environ, state_dir, job, create=True, timeout=0)
         self.heartbeat = state_dir / HEARTBEAT_FILE
         self.echo = echo
         self.journal = Journal(events, echo=echo, node=node, max_restarts=policy.max_restarts)
+        self.memory = checkpoints.MemoryTier(job, self.rank, policy.checkpoint_path, self.journal.checkpoint_written)
         # what the phases took so far, kept in the job's state (taken over in _run)
         self.learned = Learned(policy.learn_floor, policy.learn_beyond_hang_timeout)
         self.began = time.time()  # when the job began: this agent's start, or its first agent's (taken over in _run)

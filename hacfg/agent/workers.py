@@ -76,6 +76,7 @@ class Workers:
             "HACFG_RESUME_FROM": resume.path or "",
             "HACFG_RESUME_TIER": resume.tier,
             memory.DIR_ENV: str(tier or ""),
+            memory.DISK_ENV: str(policy.checkpoint_path) if tier and policy.checkpoint_path else "",  # MemoryTier's
             memory.COPY_EVERY_ENV: str(plan.memory.copy_every) if plan.memory else "",
             leftovers.TREE_ENV: leftovers.tree_mark(self.store.directory),
             **(rendezvous.worker_env(budgets.attempt, plan.workers_port) if plan.workers_port else {}),

@@ -43,6 +43,8 @@ In any state, ``group_rejected`` records a value from the group's store that fai
 processes an earlier agent on the same state folder left running, ended before anything starts,
 and ``metrics_unavailable`` a ``--metrics-port`` that could not be served. ``state_unwritable``
 says, once per file, that the state folder could not be written; the agent goes on from memory.
+``checkpoint_written`` records each step of the memory tier the agent wrote to disk in the
+background (``save_memory(..., to_disk=True)``), or why it could not.
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ class Event(StrEnum):
     FIRST_STEP = "first_step"  # the command's heartbeat reported its first step: set up, loaded, trained
     CHECKPOINT_DOUBT = "checkpoint_doubt"  # the resume checkpoint was chosen despite a doubt (a dangling pointer, say)
     CHECKPOINT_OVERDUE = "checkpoint_overdue"  # no new complete checkpoint for 2 x checkpoint.interval of training
+    CHECKPOINT_WRITTEN = "checkpoint_written"  # the agent wrote a step of its memory tier to disk, or could not
     SIGNAL = "signal"
     HANG = "hang"
     ATTEMPT_EXIT = "attempt_exit"

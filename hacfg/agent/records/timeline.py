@@ -57,6 +57,8 @@ _SHOWN: dict[str, Callable[[Record], str]] = {
     ),
     Event.STATE_RECOVERED: lambda e: str(e.get("detail")),
     Event.CHECKPOINT_DOUBT: lambda e: str(e.get("detail")),
+    Event.CHECKPOINT_WRITTEN: lambda e: f"step {e.get('step')} from memory: "
+    + (f"not written, {e['error']}" if e.get("error") else f"{e.get('path')} in {e.get('seconds')}s"),
     Event.STRAGGLER: lambda e: (
         f"rank {e.get('rank')} computes {e.get('slowdown')}x as long as the others (score {e.get('score')}): "
         f"{e.get('action')}, {e.get('reason')}"
