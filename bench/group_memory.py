@@ -2,9 +2,9 @@
 
 - fault (SIGKILL of one node's rank, the nodes in turn, at a random moment of a step) to the next
   step completed on both nodes, p50 and p95 over FAULTS faults, itemised: hacfg resuming from the
-  nodes' memory tiers (``save_memory`` every step, ``save_state`` every DISK_EVERY), hacfg resuming
-  from disk (``save_state`` every step) and two torchrun processes (c10d rendezvous,
-  ``torch.save``/``torch.load``);
+  nodes' memory tiers (``save_memory`` every step, rank 0's every DISK_EVERY-th written to disk by
+  its agent in the background: ``to_disk``), hacfg resuming from disk (``save_state`` every step)
+  and two torchrun processes (c10d rendezvous, ``torch.save``/``torch.load``);
 - node loss (one node's agent killed with its workers and its memory tier, then started again, as
   the platform would) to the next step completed on both nodes, from the copy the next node keeps,
   itemised with the fetch; the fetch's rate as a fraction of a plain loopback socket copy of the
@@ -126,9 +126,14 @@ def on_disk(step, state):
         torch.save(state, root / "partial.pt"); os.rename(root / "partial.pt", root / f"step_{step}.pt")
     else:
         save_state(root, step, state)
-    for old in root.glob("step_*"):  # the newest alone: disk space is short
-        if int(old.name.split("_")[1].split(".")[0]) < step:
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    keep_newest()
+
+
+def keep_newest():  # the newest complete step on disk alone: disk space is short
+    done = [int(p.name.split("_")[1].split(".")[0]) for p in root.glob("step_*") if p.is_file() or (p / ".complete").is_file()]
+    for old in root.glob("step_*"):
+        if done and int(old.name.split("_")[1].split(".")[0]) < max(done):
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
 
 
 for step in range(start, steps):
@@ -139,9 +144,12 @@ for step in range(start, steps):
     optimizer.step()
     ballast[step % 4096 :: 4096] += 1
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "ballast": ballast, "step": step + 1}
-    if how == "memory":
-        save_memory(step + 1, state, fallback=root)
-    if rank == 0 and (how in ("disk", "torchrun") or (step + 1) % disk_every == 0):
+    if how == "memory":  # every DISK_EVERY-th step of rank 0 written to disk by its agent, in the background
+        to_disk = rank == 0 and (step + 1) % disk_every == 0
+        save_memory(step + 1, state, fallback=root, to_disk=to_disk)
+        if to_disk:
+            keep_newest()
+    elif rank == 0:
         on_disk(step + 1, state)
     print(f"step {step + 1} {time.time():.6f}", flush=True)
     if step == start and warm is not None:
