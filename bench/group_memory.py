@@ -624,6 +624,11 @@ def main() -> None:
                       f"a line and started again from its newest checkpoint); the last:\n{job.stalled[-1][-1200:]}")
             if rows:
                 table(rows)
+            if EACH and how != "torchrun":
+                print(f"  the step each fault came after: {[f.done for f in faults]}")
+                written = [e for e in job.events(0) if e["event"] == "checkpoint_written"]
+                print("  written to disk by node 0's agent (step, seconds): "
+                      f"{[(e['step'], e['seconds']) for e in written]}")
             sys.stdout.flush()
             shutil.rmtree(job.root)
         if set(HOWS) == set(ALL_HOWS):

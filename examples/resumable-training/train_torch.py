@@ -2,8 +2,9 @@
 
 Model and optimizer state go to the agent's memory every step (``hacfg.checkpoint.save_memory``:
 a copy into shared memory that outlives this process) and to disk every ``--every`` steps
-(``save_state``: a ``step_N/`` folder that outlives the node); ``load_state`` reads back whichever
-the agent chose to resume from. Each step's batch comes from a generator seeded with (seed, step),
+(``to_disk``: a ``step_N/`` folder that outlives the node, which the agent writes in the background
+when ``--checkpoints`` is its ``checkpoint.path``); ``load_state`` reads back whichever the agent
+chose to resume from. Each step's batch comes from a generator seeded with (seed, step),
 so resumed runs end with the same weights as uninterrupted ones.
 """
 
@@ -19,7 +20,7 @@ gc.disable()  # start-up makes next to no garbage: collections while torch is im
 
 import torch
 
-from hacfg.checkpoint import load_state, resume_dir, save_memory, save_state
+from hacfg.checkpoint import load_state, resume_dir, save_memory
 from hacfg.heartbeat import beat
 
 FEATURES, SAMPLES, BATCH = 32, 4096, 64
@@ -63,9 +64,9 @@ def main() -> None:
         optimizer.step()
         beat(step=step + 1)
         state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1}
-        save_memory(step + 1, state, fallback=args.checkpoints)
-        if (step + 1) % args.every == 0:
-            save_state(args.checkpoints, step + 1, state)
+        to_disk = (step + 1) % args.every == 0
+        save_memory(step + 1, state, fallback=args.checkpoints, to_disk=to_disk)
+        if to_disk:
             print(f"step {step + 1} loss {loss.item():.6f} saved", flush=True)
 
     torch.save(model.state_dict(), args.out)

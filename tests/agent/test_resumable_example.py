@@ -18,6 +18,7 @@ from kit.processes import ending
 from pytest import approx
 
 from hacfg.agent.records.goodput import when
+from hacfg.checkpoint import load_state
 
 pytestmark = pytest.mark.slow  # real training runs with faults injected
 
@@ -113,6 +114,10 @@ def test_torch_training_survives_a_kill_bit_identical(tmp_path):
     # saved to memory every step, to disk every 20: the step after the kill comes from memory
     resumed = [e for e in events if e["event"] == "attempt_start"][1]
     assert resumed["resume_tier"] == "memory" and int(resumed["resume_from"].rsplit("_", 1)[1]) >= injected[0][1]
+    # every 20th step written to checkpoint.path by the agent, the last one before it ended
+    written = [e for e in events if e["event"] == "checkpoint_written"]
+    assert written[-1]["step"] == 120 and not [e for e in written if e["error"]] and "[hacfg] step" not in agent.stderr
+    assert torch.equal(load_state(tmp_path / "ckpt" / "step_120")["model"]["weight"], torch.load(final)["weight"])
 
 
 def test_goodput_says_where_the_time_went(faulty_run, cli):
