@@ -149,7 +149,7 @@ for step in range(start, steps):
         save_memory(step + 1, state, fallback=root, to_disk=to_disk)
         if to_disk:
             keep_newest()
-    elif rank == 0:
+    elif rank == 0 and how in ("disk", "torchrun"):
         on_disk(step + 1, state)
     print(f"step {step + 1} {time.time():.6f}", flush=True)
     if step == start and warm is not None:

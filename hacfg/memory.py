@@ -7,10 +7,11 @@ absent; a step is complete once every local rank's file is there (each file says
 are). A rank that completes a step removes the older ones, keeping each rank's file as its spare,
 which its next save fills without faulting a page in: the tier holds two copies of the state at
 most, the newest complete step and, per rank, one being written or spare, besides each rank's
-landing file, which a resume loads into (:func:`landing`). In a group of nodes the
-agent names a copy interval (``HACFG_MEMORY_COPY_EVERY``): the two newest complete steps at that
-interval stay too, as every node's copy points, so that a lost node's copy on its peer (at one of
-them) finds the same step on every other node; and so does the complete step before the newest,
+landing file, which a resume loads into (:func:`landing`), and a step the agent is still
+writing to disk (:func:`to_disk`). In a group of nodes the agent names a copy interval
+(``HACFG_MEMORY_COPY_EVERY``): the two newest complete steps at that interval stay too, as every
+node's copy points, so that a lost node's copy on its peer (at one of them) finds the same step
+on every other node; and so does the complete step before the newest,
 since the nodes may be one step apart when a fault comes (one killed inside its save of a step
 the others completed). A copy point and the step before the newest are freed by the same save, so
 a rank keeps up to two spares (:data:`SPARES`): the tier's files go round instead of one of them
