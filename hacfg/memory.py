@@ -192,13 +192,30 @@ def save_file(
         os.close(handle)
         staging.unlink(missing_ok=True)
         raise
-    os.rename(staging, final)  # the save is whole from here on
+    if reuse is not None and _exchanged(staging, final):
+        # The step saved again (a restarted rank redoing it): its earlier file is a spare, not freed.
+        _spare(folder.parent, staging)
+    else:
+        os.rename(staging, final)  # the save is whole from here on
     if reuse is None:
         mapped.close()
         os.close(handle)
     else:
         _KEPT.keep(reuse, handle, mapped)
     return final
+
+
+_RENAMEAT2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc 2.28 on
+_RENAME_EXCHANGE = 2  # renameat2's flag (linux/fs.h)
+_AT_FDCWD = -100
+
+
+def _exchanged(source: Path, target: Path) -> bool:
+    """Swap the files at ``source`` and ``target`` in one step (``renameat2``'s ``RENAME_EXCHANGE``);
+    False, with nothing moved, when ``target`` is not there or the system cannot swap."""
+    if _RENAMEAT2 is None:
+        return False
+    return bool(_RENAMEAT2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) == 0)
 
 
 def _claim(handle: int, size: int, tier: Path) -> mmap.mmap:
