@@ -692,9 +692,13 @@ def mark_persisted(tier: Path, step: int) -> None:
 
 
 def _record(path: Path, value: Any) -> None:
-    """Write ``value`` as JSON to ``path`` of the tier, whole or not at all."""
+    """Write ``value`` as JSON to ``path`` of the tier, whole or not at all. The trainer can write the
+    tier: a link it left at the staging name is replaced, never written through."""
     staging = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    staging.write_text(json.dumps(value))
+    staging.unlink(missing_ok=True)
+    handle = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(handle, "w") as out:
+        out.write(json.dumps(value))
     os.replace(staging, path)
 
 

@@ -190,7 +190,8 @@ class MemoryTier:
             if (waiting := memory.to_disk(tier, after=last)) is not None:
                 last = waiting[0]
                 outcome = to_disk(*waiting, disk)
-                memory.mark_persisted(tier, last)
+                with contextlib.suppress(OSError):  # the tier then keeps the step: memory, not a stop
+                    memory.mark_persisted(tier, last)
                 if self.written is not None:
                     self.written(last, outcome)
             elif ending:

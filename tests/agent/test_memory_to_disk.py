@@ -140,3 +140,11 @@ def test_the_agents_tier_writes_a_waiting_step_before_it_is_released(shm, tmp_pa
     assert [step for step, _ in heard] == [7] and heard[0][1].path == tmp_path / "ckpt" / "step_7"
     assert torch.equal(load_state(tmp_path / "ckpt" / "step_7")["w"], torch.full((1 << 16,), 7.0))
     assert not list(shm.iterdir())
+
+
+def test_a_link_the_trainer_left_at_the_agents_staging_name_is_not_written_through(shm, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (shm / f"{memory.PERSISTED}.{os.getpid()}.tmp").symlink_to(victim)
+    memory.mark_persisted(shm, 9)
+    assert victim.read_text() == "keep" and memory.persisted(shm) == 9
