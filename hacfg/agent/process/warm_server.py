@@ -7,7 +7,10 @@ library only. The agent's side is :mod:`hacfg.agent.process.warm`.
 - **Imports at the lowest priority.** They run in a thread of their own at nice 19 and the idle
   I/O class, so they never compete with the training; nice and I/O priority are per thread on
   Linux and an unprivileged process cannot raise them again, so the main thread, which forks the
-  attempt, keeps the agent's priority and the attempt runs at it.
+  attempt, keeps the agent's priority and the attempt runs at it. Where the kernel shares the CPU
+  between sessions first (autogroups), a thread's nice weighs only within its own session, so the
+  interpreter's session is set to nice 19 too while it imports, and back to 0 once it is done
+  (which an unprivileged process may do); the attempt starts a session of its own.
 - **Nothing the attempt owns is touched.** The interpreter's environment lacks the ``HACFG_*``
   variables, no port is opened, and if an import initialised an accelerator (``torch.cuda``,
   ``torch.npu``, ``torch.xpu``, or an open ``/dev/nvidia*``-like device) the interpreter refuses
@@ -256,14 +259,31 @@ def _import_quietly(names: list[str]) -> str | None:
 
     thread = threading.Thread(target=work, name="hacfg-preload")
     gc.disable()  # imports make next to no garbage: collecting while they run wastes a fifth of their CPU
+    _session_nice(19)
     try:
         thread.start()
         thread.join()
     finally:
+        _session_nice(0)
         gc.enable()  # the attempt's interpreter collects, as a fresh one does
     sys.stdout.flush()
     sys.stderr.flush()
     return failure[0] if failure else None
+
+
+def _session_nice(nice: int) -> None:
+    """Set the nice of this session's autogroup, as the kernel weighs it against the training's;
+    nothing where there are no autogroups. The kernel takes one change in 100 ms from an
+    unprivileged process, any process's: a refusal is tried again for a while."""
+    for _ in range(50):
+        try:
+            with open("/proc/self/autogroup", "w") as autogroup:
+                autogroup.write(str(nice))
+            return
+        except BlockingIOError:  # EAGAIN: another change within the last 100 ms
+            time.sleep(0.01)
+        except OSError:
+            return
 
 
 def _accelerator_in_use() -> str | None:

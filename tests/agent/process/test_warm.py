@@ -176,14 +176,17 @@ def test_an_import_that_fails_in_the_warm_interpreter_means_a_cold_start(tmp_pat
     assert "cannot serve" in (tmp_path / "state" / "warm.log").read_text()
 
 
-SIGNAL_THE_WARM_INTERPRETER = """\
-import os, signal, time
-from pathlib import Path
+FIND_THE_WARM_INTERPRETER = """\
 def is_the_agents_warm_interpreter(proc, agent):
     try:  # any other process may exit while /proc is walked
         return b'warm_server' in (proc / 'cmdline').read_bytes() and (proc / 'stat').read_text().rsplit(')', 1)[1].split()[1] == agent
     except OSError:
         return False
+"""
+SIGNAL_THE_WARM_INTERPRETER = """\
+import os, signal, time
+from pathlib import Path
+""" + FIND_THE_WARM_INTERPRETER + """\
 if os.environ['HACFG_ATTEMPT'] == '1':
     agent = str(os.getppid())
     [warm] = [int(p.name) for p in Path('/proc').iterdir() if p.name.isdigit() and is_the_agents_warm_interpreter(p, agent)]
@@ -388,3 +391,43 @@ def test_a_ranks_large_buffers_get_huge_pages_cold_and_warm_unless_the_job_says_
     seen = [line.split()[1:] for line in proc.stderr.splitlines() if line.startswith("attempt ")]
     assert [(attempt, flag) for attempt, flag, _ in seen] == [("1", asked or "1"), ("2", asked or "1")]
     assert all((int(huge) >= 32 << 10) == (asked is None) for _, _, huge in seen), seen  # KB: half the buffer at least
+
+
+WATCH_THE_WARM_INTERPRETERS_SESSION = """\
+import os, time
+from pathlib import Path
+""" + FIND_THE_WARM_INTERPRETER + """\
+if os.environ['HACFG_ATTEMPT'] == '1':
+    agent = str(os.getppid())
+    while not Path(os.environ['SLOW_IMPORT_BEGAN']).exists():
+        time.sleep(0.01)
+    [warm] = [p for p in Path('/proc').iterdir() if p.name.isdigit() and is_the_agents_warm_interpreter(p, agent)]
+    importing = (warm / 'autogroup').read_text().split()[-1]
+    log = Path(os.environ['HACFG_HEARTBEAT_FILE']).with_name('warm.log')
+    while ' ready: ' not in log.read_text():
+        time.sleep(0.01)
+    print('session nice', importing, (warm / 'autogroup').read_text().split()[-1], flush=True)
+    os.kill(os.getpid(), 9)
+"""
+
+
+AUTOGROUPS = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+@pytest.mark.skipif(not AUTOGROUPS.exists() or AUTOGROUPS.read_text().strip() != "1", reason="the kernel has no autogroups")
+def test_the_warm_interpreters_session_yields_to_the_training_while_it_imports_and_no_longer(tmp_path):
+    """Its import thread's nice weighs only within its session where the kernel shares the CPU
+    between sessions first: the session itself is at nice 19 while it imports, at 0 once ready."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "slow_import.py").write_text(
+        "import os, time\nopen(os.environ['SLOW_IMPORT_BEGAN'], 'w').close()\ntime.sleep(1)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(WATCH_THE_WARM_INTERPRETERS_SESSION)
+    env = {"PYTHONPATH": f"{tmp_path / 'lib'}:{os.environ.get('PYTHONPATH', '')}", "SLOW_IMPORT_BEGAN": str(tmp_path / "began")}
+    state = tmp_path / "state"
+    argv = [PY, "-m", "hacfg", "agent", "--state-dir", str(state), "--no-precheck", "--max-restarts", "1",
+            "--preload", "slow_import", "--", PY, str(script)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr
+    assert "session nice 19 0" in proc.stdout
