@@ -595,6 +595,26 @@ def table(rows: list[dict[str, float]], indent: str = "  ") -> None:
         print(f"{indent}{name:28} p50 {statistics.median(values) * 1000:8.0f} ms   p95 {pct(values, 0.95) * 1000:8.0f} ms")
 
 
+def steady_section(tmp: Path, shm: Path, share: float) -> None:
+    """The third section: steps per second with the peer copies off and on, in interleaved rounds."""
+    print(f"\n3. steady steps per second, steps {WARMUP + 1}-{STEADY_STEPS}, {ROUNDS} interleaved rounds, copy points "
+          f"every {COPY_EVERY} steps, copies paced to cost the training at most {share:.0%} of its time, as the agent measures")
+    configs = {"copies off": NEVER, "copies on": COPY_EVERY}
+    runs: dict[str, list[Steady]] = {name: [] for name in configs}
+    for round_ in range(ROUNDS):
+        for name, every in configs.items():
+            runs[name].append(steady_run(tmp, shm, f"steady-{round_}-{every}", every))
+            print(f"  round {round_ + 1} {name}: {runs[name][-1]}", flush=True)
+    off = statistics.median(run.rate for run in runs["copies off"])
+    for name, found in runs.items():
+        rate = statistics.median(run.rate for run in found)
+        rates = [run.rate for run in found]
+        print(f"  {name:12} {rate:6.2f} steps/s p50 ({min(rates):.2f}-{max(rates):.2f})   {100 * (off - rate) / off:+5.1f} % slower; "
+              f"copies after the warm-up {statistics.median(run.copies for run in found):.0f} a run, their steps' time "
+              f"beyond the usual {100 * statistics.median(run.cost for run in found):.2f} % of the run (each: "
+              f"{', '.join(f'{100 * run.cost:.2f}' for run in found)})")
+
+
 def main() -> None:
     from hacfg.agent.group.peer import COPY_SHARE
 
@@ -656,22 +676,8 @@ def main() -> None:
             table(rows)
             sys.stdout.flush()
             shutil.rmtree(job.root)
-        print(f"\n3. steady steps per second, steps {WARMUP + 1}-{STEADY_STEPS}, {ROUNDS} interleaved rounds, copy points "
-              f"every {COPY_EVERY} steps, copies paced to cost the training at most {COPY_SHARE:.0%} of its time, as the agent measures")
-        configs = {"copies off": NEVER, "copies on": COPY_EVERY}
-        runs: dict[str, list[Steady]] = {name: [] for name in configs}
-        for round_ in range(ROUNDS):
-            for name, every in configs.items():
-                runs[name].append(steady_run(tmp, shm, f"steady-{round_}-{every}", every))
-                print(f"  round {round_ + 1} {name}: {runs[name][-1]}", flush=True)
-        off = statistics.median(run.rate for run in runs["copies off"])
-        for name, found in runs.items():
-            rate = statistics.median(run.rate for run in found)
-            rates = [run.rate for run in found]
-            print(f"  {name:12} {rate:6.2f} steps/s p50 ({min(rates):.2f}-{max(rates):.2f})   {100 * (off - rate) / off:+5.1f} % slower; "
-                  f"copies after the warm-up {statistics.median(run.copies for run in found):.0f} a run, their steps' time "
-                  f"beyond the usual {100 * statistics.median(run.cost for run in found):.2f} % of the run (each: "
-                  f"{', '.join(f'{100 * run.cost:.2f}' for run in found)})")
+        if ONLY in ("", "steady"):
+            steady_section(tmp, shm, COPY_SHARE)
     finally:
         kill_descendants()
         scratch.remove()
