@@ -60,6 +60,7 @@ COPY_POINTS = 2  # copy points kept: the one a peer holds, and the one that may 
 PINS = ".pins"  # the agent's list of this node's steps that a copy it keeps for another node needs
 DISK_ENV = "HACFG_MEMORY_DISK"  # the disk checkpoint folder the agent writes steps of the tier to, if any
 PERSISTED = ".persisted"  # the newest step the agent wrote to disk (:func:`to_disk`)
+WRITING = ".writing"  # the step the agent is writing to disk now
 ROOT = Path("/dev/shm")
 MAGIC = b"HACFGMEM1\n"
 _LENGTH = struct.Struct("<Q")
@@ -634,8 +635,7 @@ def prune(tier: Path, keep: int, copy_every: int | None = None) -> None:
     that interval stay, and so does the newest complete step before ``keep``: a node killed inside
     its save of step N+1 holds N, and the others, which completed N+1 already, must still hold N too."""
     kept = pinned(tier)
-    if (waiting := to_disk(tier)) is not None:
-        kept.add(waiting[0])
+    kept.update(for_disk(tier))
     if copy_every:
         kept.update(step for step, _ in itertools.islice(_complete(tier, copy_every), COPY_POINTS))
         kept.update(itertools.islice((step for step, _ in _complete(tier, None) if step < keep), 1))
@@ -677,13 +677,29 @@ def asks_disk(path: Path) -> bool:
         return False
 
 
+def for_disk(tier: Path) -> set[int]:
+    """The steps the tier keeps for the disk: the one the agent is writing and the newest waiting."""
+    done = persisted(tier)
+    waiting = to_disk(tier)
+    return {step for step in (_read_step(tier / WRITING), waiting[0] if waiting else -1) if step > done}
+
+
 def persisted(tier: Path | None) -> int:
     """The newest step the agent wrote to disk from this tier; -1 before the first."""
+    return _read_step(tier / PERSISTED) if tier is not None else -1
+
+
+def _read_step(path: Path) -> int:
     try:
-        found = json.loads((tier / PERSISTED).read_text()) if tier is not None else -1
+        found = json.loads(path.read_text())
     except (OSError, ValueError):
         return -1
     return found if type(found) is int else -1
+
+
+def mark_writing(tier: Path, step: int) -> None:
+    """Record that the agent is writing ``step`` to disk: the tier keeps it until it is written."""
+    _record(tier / WRITING, step)
 
 
 def mark_persisted(tier: Path, step: int) -> None:

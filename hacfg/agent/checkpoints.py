@@ -188,12 +188,16 @@ class MemoryTier:
         while True:
             ending = self._done.is_set()
             if (waiting := memory.to_disk(tier, after=last)) is not None:
-                last = waiting[0]
-                outcome = to_disk(*waiting, disk)
+                last, folder = waiting
                 with contextlib.suppress(OSError):  # the tier then keeps the step: memory, not a stop
+                    memory.mark_writing(tier, last)
+                if not memory.complete(folder):
+                    continue  # a newer step asked before the mark: the trainer let this one go
+                outcome = to_disk(last, folder, disk)
+                with contextlib.suppress(OSError):
                     memory.mark_persisted(tier, last)
-                if self.written is not None:
-                    self.written(last, outcome)
+                if self.written is not None and not (outcome.error and not memory.complete(folder)):
+                    self.written(last, outcome)  # one let go while its copy began is passed over, unsaid
             elif ending:
                 return
             else:

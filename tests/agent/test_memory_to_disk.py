@@ -49,13 +49,21 @@ def test_a_step_waiting_for_the_disk_stays_in_the_tier_until_written_and_only_th
     for step in (2, 3, 4):
         memory.save(shm, step, {"w": torch.full((4,), float(step))}, rank=0, ranks=1)
     assert memory.held(shm) == [4, 1] and memory.to_disk(shm) == (1, shm / "step_1")
+    memory.mark_writing(shm, 1)  # the agent is writing it: it stays while a newer one waits
     memory.save(shm, 5, {"w": torch.full((4,), 5.0)}, rank=0, ranks=1, disk=True)
     memory.save(shm, 6, {"w": torch.full((4,), 6.0)}, rank=0, ranks=1)
-    assert memory.held(shm) == [6, 5] and memory.to_disk(shm) == (5, shm / "step_5")  # step 1 passed over
-    memory.mark_persisted(shm, 5)
-    assert memory.to_disk(shm) is None and memory.to_disk(shm, after=4) == (5, shm / "step_5")
-    memory.save(shm, 7, {"w": torch.full((4,), 7.0)}, rank=0, ranks=1)
-    assert memory.held(shm) == [7]
+    assert memory.held(shm) == [6, 5, 1] and memory.to_disk(shm) == (5, shm / "step_5")
+    memory.mark_persisted(shm, 1)
+    memory.save(shm, 6, {"w": torch.full((4,), 6.0)}, rank=0, ranks=1)
+    assert memory.held(shm) == [6, 5]
+    (shm / memory.WRITING).unlink()
+    memory.save(shm, 7, {"w": torch.full((4,), 7.0)}, rank=0, ranks=1, disk=True)
+    memory.save(shm, 8, {"w": torch.full((4,), 8.0)}, rank=0, ranks=1)
+    assert memory.held(shm) == [8, 7] and memory.to_disk(shm) == (7, shm / "step_7")  # step 5, not begun: passed over
+    memory.mark_persisted(shm, 7)
+    assert memory.to_disk(shm) is None and memory.to_disk(shm, after=6) == (7, shm / "step_7")
+    memory.save(shm, 9, {"w": torch.full((4,), 9.0)}, rank=0, ranks=1)
+    assert memory.held(shm) == [9]
 
 
 def test_a_step_is_published_whole_and_files_that_did_not_ask_stay_in_memory(shm, tmp_path):
