@@ -8,7 +8,7 @@ are). A rank that completes a step removes the older ones, keeping each rank's f
 which its next save fills without faulting a page in: the tier holds two copies of the state at
 most, the newest complete step and, per rank, one being written or spare, besides each rank's
 landing file, which a resume loads into (:func:`landing`), and a step the agent is still
-writing to disk (:func:`to_disk`). In a group of nodes the agent names a copy interval
+writing to disk (:func:`waiting_for_disk`). In a group of nodes the agent names a copy interval
 (``HACFG_MEMORY_COPY_EVERY``): the two newest complete steps at that interval stay too, as every
 node's copy points, so that a lost node's copy on its peer (at one of them) finds the same step
 on every other node; and so does the complete step before the newest,
@@ -59,7 +59,7 @@ COPY_EVERY_ENV = "HACFG_MEMORY_COPY_EVERY"  # in a group: the steps at this inte
 COPY_POINTS = 2  # copy points kept: the one a peer holds, and the one that may be on its way to it
 PINS = ".pins"  # the agent's list of this node's steps that a copy it keeps for another node needs
 DISK_ENV = "HACFG_MEMORY_DISK"  # the disk checkpoint folder the agent writes steps of the tier to, if any
-PERSISTED = ".persisted"  # the newest step the agent wrote to disk (:func:`to_disk`)
+PERSISTED = ".persisted"  # the newest step the agent wrote to disk (:func:`waiting_for_disk`)
 WRITING = ".writing"  # the step the agent is writing to disk now
 ROOT = Path("/dev/shm")
 MAGIC = b"HACFGMEM1\n"
@@ -106,7 +106,7 @@ def save(
     disk: bool = False,
 ) -> Path:
     """Write ``state`` as ``rank``'s part of ``step``, one of ``ranks`` on this node; returns the step's folder.
-    ``disk``: the agent is to write the step to disk too (:func:`to_disk`). Raises :class:`TierFull`
+    ``disk``: the agent is to write the step to disk too (:func:`waiting_for_disk`). Raises :class:`TierFull`
     (leaving nothing) when the tier has no room for it."""
     folder = step_folder(tier, step)
     folder.mkdir(mode=0o700, exist_ok=True)
@@ -659,7 +659,7 @@ def pin(tier: Path, pins: set[int]) -> None:
     _record(tier / PINS, sorted(pins))
 
 
-def to_disk(tier: Path | None, after: int | None = None) -> tuple[int, Path] | None:
+def waiting_for_disk(tier: Path | None, after: int | None = None) -> tuple[int, Path] | None:
     """The step the agent is to write to disk and has not yet: the newest complete one whose files
     say so (an older one waiting is passed over), if newer than ``after``, by default the last step
     the agent wrote (:data:`PERSISTED`). It stays in the tier until then."""
@@ -680,7 +680,7 @@ def asks_disk(path: Path) -> bool:
 def for_disk(tier: Path) -> set[int]:
     """The steps the tier keeps for the disk: the one the agent is writing and the newest waiting."""
     done = persisted(tier)
-    waiting = to_disk(tier)
+    waiting = waiting_for_disk(tier, after=done)
     return {step for step in (_read_step(tier / WRITING), waiting[0] if waiting else -1) if step > done}
 
 

@@ -175,25 +175,25 @@ class MemoryTier:
     def _prepare(self, tier: Path) -> None:
         """Make each rank's landing file once the tier holds a complete step (:func:`memory.prepare_landings`),
         at the lowest priority: a resume then finds its memory there, the first as every later one."""
-        _yield_to_training()
+        yield_to_training()
         while not self._done.wait(self.LOOK):
             memory.prepare_landings(tier, self._done)
 
     def _write(self, tier: Path, disk: Path) -> None:
-        """Write each step the workers ask for to ``disk`` (:func:`to_disk`), at the lowest priority.
+        """Write each step the workers ask for to ``disk`` (:func:`write_to_disk`), at the lowest priority.
         Once the agent ends, the step still waiting is written before it goes: the job's last
         checkpoint, as often as not."""
-        _yield_to_training()
+        yield_to_training()
         last = -1
         while True:
             ending = self._done.is_set()
-            if (waiting := memory.to_disk(tier, after=last)) is not None:
+            if (waiting := memory.waiting_for_disk(tier, after=last)) is not None:
                 last, folder = waiting
                 with contextlib.suppress(OSError):  # the tier then keeps the step: memory, not a stop
                     memory.mark_writing(tier, last)
                 if not memory.complete(folder):
                     continue  # a newer step asked before the mark: the trainer let this one go
-                outcome = to_disk(last, folder, disk)
+                outcome = write_to_disk(last, folder, disk)
                 with contextlib.suppress(OSError):
                     memory.mark_persisted(tier, last)
                 if self.written is not None and not (outcome.error and not memory.complete(folder)):
@@ -211,10 +211,16 @@ class MemoryTier:
             shutil.rmtree(self.path, ignore_errors=True)
 
 
-def _yield_to_training() -> None:
-    """This thread at nice 19: what it does waits for the workers' idle time."""
+BACKGROUND_NICE = 19  # the agent's background threads: the lowest priority, so that on a busy node training goes first
+
+
+def yield_to_training() -> None:
+    """Give the calling thread the lowest CPU priority (on Linux a thread's nice value is its own):
+    the agent's background work (a landing file's pages, a step written to disk, a peer copy's
+    seconds of hashing per GB) takes only what training leaves. A fetch, which a recovery waits
+    for, never runs so."""
     with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,7 +233,7 @@ class Written:
     error: str | None = None
 
 
-def to_disk(step: int, folder: Path, disk: Path) -> Written:
+def write_to_disk(step: int, folder: Path, disk: Path) -> Written:
     """Write the memory tier's ``step`` (its ``folder``) to ``disk`` as ``save_state`` writes it: the
     files of the ranks that asked, in a ``step_N`` that :func:`hacfg.checkpoint.save_step`
     publishes complete or not at all. Each file is copied whole from one that no save touched

@@ -17,7 +17,8 @@ from kit.agents import agent_argv, read_events
 from kit.paths import CHILDREN
 
 from hacfg import checkpoint, memory
-from hacfg.agent.checkpoints import ROOT_ENV, MemoryTier, to_disk
+from hacfg.agent.checkpoints import ROOT_ENV, MemoryTier, Written, write_to_disk
+from hacfg.agent.journal import Journal
 from hacfg.checkpoint import MARKER, load_state, save_memory
 
 
@@ -48,20 +49,20 @@ def test_a_step_waiting_for_the_disk_stays_in_the_tier_until_written_and_only_th
     memory.save(shm, 1, {"w": torch.full((4,), 1.0)}, rank=0, ranks=1, disk=True)
     for step in (2, 3, 4):
         memory.save(shm, step, {"w": torch.full((4,), float(step))}, rank=0, ranks=1)
-    assert memory.held(shm) == [4, 1] and memory.to_disk(shm) == (1, shm / "step_1")
+    assert memory.held(shm) == [4, 1] and memory.waiting_for_disk(shm) == (1, shm / "step_1")
     memory.mark_writing(shm, 1)  # the agent is writing it: it stays while a newer one waits
     memory.save(shm, 5, {"w": torch.full((4,), 5.0)}, rank=0, ranks=1, disk=True)
     memory.save(shm, 6, {"w": torch.full((4,), 6.0)}, rank=0, ranks=1)
-    assert memory.held(shm) == [6, 5, 1] and memory.to_disk(shm) == (5, shm / "step_5")
+    assert memory.held(shm) == [6, 5, 1] and memory.waiting_for_disk(shm) == (5, shm / "step_5")
     memory.mark_persisted(shm, 1)
     memory.save(shm, 6, {"w": torch.full((4,), 6.0)}, rank=0, ranks=1)
     assert memory.held(shm) == [6, 5]
     (shm / memory.WRITING).unlink()
     memory.save(shm, 7, {"w": torch.full((4,), 7.0)}, rank=0, ranks=1, disk=True)
     memory.save(shm, 8, {"w": torch.full((4,), 8.0)}, rank=0, ranks=1)
-    assert memory.held(shm) == [8, 7] and memory.to_disk(shm) == (7, shm / "step_7")  # step 5, not begun: passed over
+    assert memory.held(shm) == [8, 7] and memory.waiting_for_disk(shm) == (7, shm / "step_7")  # step 5, not begun: passed over
     memory.mark_persisted(shm, 7)
-    assert memory.to_disk(shm) is None and memory.to_disk(shm, after=6) == (7, shm / "step_7")
+    assert memory.waiting_for_disk(shm) is None and memory.waiting_for_disk(shm, after=6) == (7, shm / "step_7")
     memory.save(shm, 9, {"w": torch.full((4,), 9.0)}, rank=0, ranks=1)
     assert memory.held(shm) == [9]
 
@@ -69,13 +70,13 @@ def test_a_step_waiting_for_the_disk_stays_in_the_tier_until_written_and_only_th
 def test_a_step_is_published_whole_and_files_that_did_not_ask_stay_in_memory(shm, tmp_path):
     folder = memory.save(shm, 3, {"w": torch.arange(1 << 16)}, rank=0, ranks=2, disk=True)
     memory.save(shm, 3, {"w": torch.arange(5)}, rank=1, ranks=2)
-    written = to_disk(3, folder, tmp_path / "ckpt")
+    written = write_to_disk(3, folder, tmp_path / "ckpt")
     assert written.error is None and written.path == tmp_path / "ckpt" / "step_3"
     assert sorted(p.name for p in written.path.iterdir()) == [MARKER, "rank_0.state"]
     assert (written.path / "rank_0.state").read_bytes() == memory.rank_file(folder, 0).read_bytes()
     assert written.nbytes == memory.rank_file(folder, 0).stat().st_size
     # Written already (by the agent before this one): left as it is.
-    assert to_disk(3, folder, tmp_path / "ckpt") == type(written)(written.path, 0.0, 0)
+    assert write_to_disk(3, folder, tmp_path / "ckpt") == type(written)(written.path, 0.0, 0)
 
 
 @pytest.mark.parametrize("swap", ["symlink", "fifo"])
@@ -86,10 +87,10 @@ def test_a_file_the_trainer_swapped_for_a_link_or_a_pipe_is_neither_followed_nor
     target = memory.rank_file(folder, 0)
     target.unlink()
     target.symlink_to(secret) if swap == "symlink" else os.mkfifo(target)
-    assert not memory.complete(folder) and memory.to_disk(shm) is None
+    assert not memory.complete(folder) and memory.waiting_for_disk(shm) is None
     with pytest.raises(ValueError, match="is not a file"):
         memory.header(target)
-    written = to_disk(2, folder, tmp_path / "ckpt")  # named anyway: no file of the step asks, none is copied
+    written = write_to_disk(2, folder, tmp_path / "ckpt")  # named anyway: no file of the step asks, none is copied
     assert written.path is not None and sorted(p.name for p in written.path.iterdir()) == [MARKER]
 
 
@@ -104,7 +105,7 @@ def test_a_file_renamed_while_it_is_copied_fails_the_step_and_nothing_is_publish
         return sent
 
     monkeypatch.setattr(os, "sendfile", then_reused)
-    written = to_disk(2, folder, tmp_path / "ckpt")
+    written = write_to_disk(2, folder, tmp_path / "ckpt")
     assert written.path is None and "changed while it was written to disk" in (written.error or "")
     assert not list((tmp_path / "ckpt").iterdir())  # no step_2, no staging folder
 
@@ -156,3 +157,15 @@ def test_a_link_the_trainer_left_at_the_agents_staging_name_is_not_written_throu
     (shm / f"{memory.PERSISTED}.{os.getpid()}.tmp").symlink_to(victim)
     memory.mark_persisted(shm, 9)
     assert victim.read_text() == "keep" and memory.persisted(shm) == 9
+
+
+def test_a_step_not_written_is_one_line_and_an_event_that_hacfg_events_shows(tmp_path, cli):
+    said: list[str] = []
+    journal = Journal(tmp_path / "events.jsonl", echo=said.append, node=None, max_restarts=3)
+    journal.checkpoint_written(4, Written(tmp_path / "ckpt" / "step_4", 1.23456, 1 << 20))
+    journal.checkpoint_written(8, Written(None, 0.5, 0, "rank_0.state changed while it was written to disk"))
+    assert said == ["[hacfg] step 8 of the memory tier could not be written to disk: rank_0.state changed while it was written to disk"]
+    result = cli("events", tmp_path / "events.jsonl")
+    assert result.code == 0, result.err
+    assert f"step 4 from memory: {tmp_path / 'ckpt' / 'step_4'} in 1.235s" in result.out
+    assert "step 8 from memory: not written, rank_0.state changed" in result.out

@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 from blake3 import blake3
 
 from hacfg import memory
+from hacfg.agent.checkpoints import yield_to_training
 
 PEER_PREFIX = "peer-"  # the folder, under the receiving tier, of the copies of one sending node
 NONCE_BYTES = 32
@@ -396,7 +397,6 @@ def _exactly(link: socket.socket, count: int) -> bytes:
 # -- the two ends an agent runs -----------------------------------------------------------------
 
 
-BACKGROUND_NICE = 19  # a copy's threads: the lowest priority, so that on a busy node training goes first
 COPY_SHARE = 0.02  # of the training's time, the most its peer copies may cost it
 
 
@@ -459,14 +459,6 @@ class Progress:
         if len(seen) < 2 or seen[-1][1] - seen[0][1] < self.FEWEST or seen[-1][0] <= seen[0][0]:
             return None
         return (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0])
-
-
-def yield_to_training() -> None:
-    """Give the calling thread the lowest CPU priority (on Linux a thread's nice value is its own):
-    a copy is seconds of hashing per GB, and on a node whose cores train it must take only what
-    training leaves. A fetch, which a recovery waits for, never runs so."""
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
 
 
 def in_background(work: Callable[[], T]) -> T:

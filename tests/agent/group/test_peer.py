@@ -24,6 +24,7 @@ from kit.relay import Relay
 from kit.timing import at_most
 
 from hacfg import memory
+from hacfg.agent.checkpoints import BACKGROUND_NICE
 from hacfg.agent.group import peer
 
 JOB = "llama-pretrain"
@@ -375,13 +376,13 @@ def test_copies_yield_to_training_and_fetches_do_not(tiers, receiver):
     def priority() -> int:
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
-    assert peer.in_background(priority) == peer.BACKGROUND_NICE
+    assert peer.in_background(priority) == BACKGROUND_NICE
     with pytest.raises(peer.Refused, match="as it is"):
         peer.in_background(lambda: (_ for _ in ()).throw(peer.Refused("as it is")))
     with peer.Sender(own, receiver.address, KEY, TO_NODE_1, interval=0.05, timeout=TIMEOUT) as sender:
         save_step(own, 3)
         wait_until(lambda: sender.sent == 3)
-        assert os.getpriority(os.PRIO_PROCESS, sender._thread.native_id) == peer.BACKGROUND_NICE
+        assert os.getpriority(os.PRIO_PROCESS, sender._thread.native_id) == BACKGROUND_NICE
     assert os.getpriority(os.PRIO_PROCESS, receiver._thread.native_id) == os.getpriority(os.PRIO_PROCESS, 0)
 
 
